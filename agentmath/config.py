@@ -1,0 +1,139 @@
+"""Configuration models and their loader.
+
+Every config is a pydantic model with bounds and a docstring per field, so that a bad value
+fails at load time with the field's name. Configs load from TOML or YAML and take dotted CLI
+overrides (``sandbox.timeout_s=5``). This module never imports torch.
+"""
+
+from __future__ import annotations
+
+import json
+import tomllib
+from pathlib import Path
+from typing import Any, TypeVar
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from agentmath.errors import ConfigError
+
+M = TypeVar("M", bound=BaseModel)
+
+DEFAULT_ALLOWED_MODULES: tuple[str, ...] = (
+    "math", "cmath", "fractions", "decimal", "numbers", "itertools", "functools", "operator",
+    "collections", "heapq", "bisect", "array", "statistics", "random", "re", "string",
+    "textwrap", "typing", "dataclasses", "enum", "copy", "time", "datetime", "calendar",
+    "json", "pprint", "abc", "contextlib", "warnings", "numpy", "sympy", "scipy", "mpmath",
+)  # fmt: skip
+
+DEFAULT_PRELOAD: tuple[str, ...] = (
+    "math", "cmath", "fractions", "decimal", "itertools", "functools", "collections",
+    "statistics", "random", "re", "numpy", "sympy", "mpmath", "scipy", "scipy.special",
+)  # fmt: skip
+
+
+class StrictModel(BaseModel):
+    """Base for configs: unknown fields are errors, assignments are validated."""
+
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+
+class SandboxConfig(StrictModel):
+    """Limits and pool sizes of the Python sandbox (see docs/sandbox.md)."""
+
+    timeout_s: float = Field(10.0, gt=0, le=3600, description=(
+        "Wall-clock limit of one snippet; over it the worker is killed and restarted clean."))
+    memory_mb: int = Field(1024, ge=128, le=65536, description=(
+        "Address-space limit (RLIMIT_AS) of each worker process, in MiB."))
+    cpu_s: int = Field(120, ge=1, le=86400, description=(
+        "CPU seconds a session may use in total (RLIMIT_CPU); a backstop to timeout_s."))
+    max_output_chars: int = Field(8192, ge=64, le=10_000_000, description=(
+        "stdout/stderr kept per snippet; longer output keeps its head and tail."))
+    max_value_chars: int = Field(2048, ge=16, le=1_000_000, description=(
+        "Characters kept of the repr of a snippet's final expression."))
+    max_sessions: int = Field(64, ge=1, le=4096, description=(
+        "Live sessions (worker processes) at once; more sessions wait their turn (FIFO)."))
+    max_concurrency: int = Field(0, ge=0, le=1024, description=(
+        "Snippets executing at once; 0 means the number of CPU cores."))
+    spare_workers: int = Field(2, ge=0, le=64, description=(
+        "Workers forked ahead of need so that a new session starts without waiting for fork."))
+    allowed_modules: tuple[str, ...] = Field(DEFAULT_ALLOWED_MODULES, description=(
+        "Top-level modules a snippet may import (usability layer; not the security boundary)."))
+    preload: tuple[str, ...] = Field(DEFAULT_PRELOAD, description=(
+        "Modules imported once in the zygote so that every session starts with them warm."))
+    base_uid: int = Field(61000, ge=1000, le=2**31 - 4096, description=(
+        "When the host is root, worker i runs as uid base_uid+i (one uid per live worker)."))
+    require_isolation: bool = Field(False, description=(
+        "Refuse to start unless every kernel protection is active (no silent fallback)."))
+
+
+def _parse_value(raw: str) -> Any:
+    """Parse an override's value as JSON when it is JSON (numbers, bools, lists), else a string."""
+    try:
+        return json.loads(raw)
+    except json.JSONDecodeError:
+        return raw
+
+
+def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
+    """Apply ``a.b.c=value`` overrides to a nested dict (in a copy) and return it."""
+    out = json.loads(json.dumps(data))
+    for item in overrides:
+        key, sep, raw = item.partition("=")
+        if not sep or not key.strip():
+            raise ConfigError(f"override {item!r} is not of the form key=value")
+        node = out
+        parts = key.strip().split(".")
+        for part in parts[:-1]:
+            child = node.setdefault(part, {})
+            if not isinstance(child, dict):
+                raise ConfigError(f"override {item!r}: {part!r} is not a section")
+            node = child
+        node[parts[-1]] = _parse_value(raw)
+    return out
+
+
+def read_config_file(path: str | Path) -> dict[str, Any]:
+    """Read a TOML (.toml) or YAML (.yaml/.yml) file into a dict, naming the file on error."""
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read config file: {exc.strerror}") from exc
+    try:
+        if path.suffix == ".toml":
+            data = tomllib.loads(text)
+        elif path.suffix in (".yaml", ".yml"):
+            data = yaml.safe_load(text) or {}
+        else:
+            raise ConfigError(f"{path}: unknown config format (use .toml, .yaml or .yml)")
+    except (tomllib.TOMLDecodeError, yaml.YAMLError) as exc:
+        raise ConfigError(f"{path}: not valid {path.suffix[1:].upper()}: {exc}") from exc
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: top level must be a table/mapping")
+    return data
+
+
+def load_config(
+    model: type[M],
+    path: str | Path | None = None,
+    overrides: list[str] | None = None,
+    section: str | None = None,
+) -> M:
+    """Build ``model`` from an optional file (or one ``section`` of it) and dotted overrides.
+
+    Validation errors name the source and each offending field.
+    """
+    data: dict[str, Any] = read_config_file(path) if path is not None else {}
+    if section is not None:
+        data = data.get(section, {})
+    data = apply_overrides(data, overrides or [])
+    try:
+        return model.model_validate(data)
+    except ValidationError as exc:
+        where = str(path) if path is not None else "overrides"
+        problems = "; ".join(
+            f"{'.'.join(str(p) for p in err['loc']) or '<root>'}: {err['msg']}"
+            for err in exc.errors()
+        )
+        raise ConfigError(f"{where}: invalid {model.__name__}: {problems}") from exc

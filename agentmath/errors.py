@@ -1,0 +1,46 @@
+"""Typed errors raised at agentmath's boundaries.
+
+Code that calls into agentmath catches these instead of bare exceptions. Inside a rollout, a
+failure of the sandbox or the model becomes data on the trajectory; these errors are for the
+places where there is no trajectory to record it on (start-up, configuration, bad input).
+"""
+
+from __future__ import annotations
+
+
+class AgentMathError(Exception):
+    """Base class of every error agentmath raises on purpose."""
+
+
+class ConfigError(AgentMathError, ValueError):
+    """A configuration file, field or override is invalid; the message names which."""
+
+
+class SandboxError(AgentMathError):
+    """The sandbox itself failed (could not start, protocol broken, closed).
+
+    Errors *in the user's code* are not SandboxErrors: they are reported in the result.
+    """
+
+
+class BackendError(AgentMathError):
+    """A generation backend failed (unreachable server, bad response, missing extra)."""
+
+
+class GradingError(AgentMathError):
+    """An answer could not be graded (verifier crashed or timed out where that is fatal)."""
+
+
+class DataError(AgentMathError, ValueError):
+    """A dataset file or row is malformed; the message names file, line and field."""
+
+
+class MissingExtraError(AgentMathError, ImportError):
+    """An optional dependency is not installed; the message says which extra to install."""
+
+    def __init__(self, module: str, extra: str) -> None:
+        super().__init__(
+            f"{module!r} is not installed; install it with: pip install 'agentmath[{extra}]'"
+        )
+        self.module = module
+        self.extra = extra

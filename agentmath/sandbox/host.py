@@ -1,0 +1,257 @@
+"""Host-side plumbing of the sandbox: the zygote process, its control channel, worker channels.
+
+The zygote is started with ``python -I`` and a minimal environment (no secrets to inherit), in
+``/``. Workers are forked by the zygote on a socketpair whose other end stays here; the host
+talks to each worker over it with length-prefixed JSON (never pickle), parsed incrementally by an
+asyncio protocol so thousands of sessions share one event loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+from collections import deque
+from typing import Any
+
+from agentmath.config import SandboxConfig
+from agentmath.errors import SandboxError
+from agentmath.sandbox.protocol import FrameBuffer, ProtocolError, encode
+
+_ZYGOTE_ENV = {
+    "PATH": "/usr/bin:/bin",
+    "LANG": "C.UTF-8",
+    "HOME": "/nonexistent",
+    # One BLAS/OpenMP thread: workers may not create threads, and 2 cores are shared anyway.
+    "OPENBLAS_NUM_THREADS": "1",
+    "OMP_NUM_THREADS": "1",
+    "MKL_NUM_THREADS": "1",
+    "PYTHONDONTWRITEBYTECODE": "1",
+}
+_START_TIMEOUT_S = 60.0
+
+
+class _WorkerChannel(asyncio.Protocol):
+    """One worker's socket: request/response frames, and end-of-stream detection."""
+
+    def __init__(self) -> None:
+        self.frames = FrameBuffer()
+        self.transport: asyncio.Transport | None = None
+        self.waiter: asyncio.Future[dict[str, Any]] | None = None
+        self.pending: deque[dict[str, Any]] = deque()
+        self.closed: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+
+    def data_received(self, data: bytes) -> None:
+        try:
+            messages = self.frames.feed(data)
+        except ProtocolError as exc:
+            self._fail(exc)
+            return
+        for message in messages:
+            if self.waiter is not None and not self.waiter.done():
+                self.waiter.set_result(message)
+                self.waiter = None
+            else:
+                self.pending.append(message)
+
+    def _fail(self, exc: BaseException) -> None:
+        if self.waiter is not None and not self.waiter.done():
+            self.waiter.set_exception(exc)
+        if self.transport is not None:
+            self.transport.close()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._fail(ConnectionResetError("sandbox worker closed its channel"))
+        if not self.closed.done():
+            self.closed.set_result(None)
+
+    def next_message(self) -> asyncio.Future[dict[str, Any]]:
+        fut = asyncio.get_running_loop().create_future()
+        if self.pending:
+            fut.set_result(self.pending.popleft())
+        elif self.closed.done():
+            fut.set_exception(ConnectionResetError("sandbox worker closed its channel"))
+        else:
+            self.waiter = fut
+        return fut
+
+
+class _Worker:
+    """A forked worker process as the host sees it."""
+
+    __slots__ = ("pid", "slot", "channel", "protections", "exit_status")
+
+    def __init__(self, pid: int, slot: int, channel: _WorkerChannel) -> None:
+        self.pid = pid
+        self.slot = slot
+        self.channel = channel
+        self.protections: dict[str, Any] = {}
+        self.exit_status: asyncio.Future[dict[str, Any]] = (
+            asyncio.get_running_loop().create_future())
+
+    async def request(self, message: dict[str, Any]) -> dict[str, Any]:
+        fut = self.channel.next_message()
+        assert self.channel.transport is not None
+        self.channel.transport.write(encode(message))
+        return await fut
+
+
+class _Zygote:
+    """The zygote process and its SOCK_SEQPACKET control channel."""
+
+    def __init__(self, config: SandboxConfig) -> None:
+        self.config = config
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.ctrl: socket.socket | None = None
+        self.report: dict[str, Any] = {}
+        self._spawn_waiters: dict[int, asyncio.Future[int]] = {}
+        self._workers: dict[int, _Worker] = {}
+        self._next_id = 0
+        self._stderr = tempfile.TemporaryFile()
+        self.dead: asyncio.Future[None] | None = None
+
+    async def start(self) -> None:
+        loop = asyncio.get_running_loop()
+        host, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        pkg_root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+        boot = (f"import sys; sys.path.insert(0, {pkg_root!r}); "
+                "from agentmath.sandbox.zygote import main; main()")
+        self.proc = subprocess.Popen(
+            [sys.executable, "-I", "-c", boot, str(child.fileno())],
+            pass_fds=(child.fileno(),), env=_ZYGOTE_ENV, cwd="/",
+            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=self._stderr,
+        )
+        child.close()
+        self.ctrl = host
+        setup = {"preload": list(self.config.preload)}
+        host.sendall(json.dumps(setup).encode())
+        host.setblocking(False)
+        self.dead = loop.create_future()
+        try:
+            data = await asyncio.wait_for(loop.sock_recv(host, 1 << 20), _START_TIMEOUT_S)
+        except TimeoutError as exc:
+            self.close_control()
+            if self.proc is not None:
+                self.proc.kill()
+            self.wait()
+            raise SandboxError("sandbox zygote did not start within 60 s") from exc
+        if not data:
+            raise SandboxError(f"sandbox zygote failed to start: {self._stderr_tail()}")
+        self.report = json.loads(data)
+        loop.add_reader(host.fileno(), self._on_readable)
+
+    def _stderr_tail(self) -> str:
+        self._stderr.seek(0)
+        return self._stderr.read().decode(errors="replace")[-2000:] or "(no output)"
+
+    def _on_readable(self) -> None:
+        assert self.ctrl is not None
+        while True:
+            try:
+                data = self.ctrl.recv(1 << 16)
+            except BlockingIOError:
+                return
+            except OSError:
+                data = b""
+            if not data:
+                self._on_dead()
+                return
+            self._dispatch(json.loads(data))
+
+    def _dispatch(self, message: dict[str, Any]) -> None:
+        op = message.get("op")
+        if op == "spawned":
+            fut = self._spawn_waiters.pop(message["id"], None)
+            if fut is not None and not fut.done():
+                fut.set_result(int(message["pid"]))
+        elif op == "exit":
+            worker = self._workers.pop(int(message["pid"]), None)
+            if worker is not None and not worker.exit_status.done():
+                worker.exit_status.set_result(message)
+        elif op == "error":
+            fut = self._spawn_waiters.pop(message.get("id"), None)
+            if fut is not None and not fut.done():
+                fut.set_exception(SandboxError(message.get("error", "zygote error")))
+
+    def _on_dead(self) -> None:
+        loop = asyncio.get_running_loop()
+        if self.ctrl is not None:
+            loop.remove_reader(self.ctrl.fileno())
+        for fut in self._spawn_waiters.values():
+            if not fut.done():
+                fut.set_exception(SandboxError("sandbox zygote died"))
+        for worker in self._workers.values():
+            if not worker.exit_status.done():
+                worker.exit_status.set_result({"op": "exit", "pid": worker.pid, "signal": 9})
+        self._workers.clear()
+        if self.dead is not None and not self.dead.done():
+            self.dead.set_result(None)
+
+    async def spawn(self, slot: int) -> _Worker:
+        """Fork a worker running as base_uid+slot; returns once it has applied its protections."""
+        if self.dead is None or self.dead.done() or self.ctrl is None:
+            raise SandboxError("sandbox zygote is not running")
+        loop = asyncio.get_running_loop()
+        cfg = self.config
+        spec = {"uid": cfg.base_uid + slot, "memory_mb": cfg.memory_mb, "cpu_s": cfg.cpu_s,
+                "allowed_modules": list(cfg.allowed_modules),
+                "max_output_chars": cfg.max_output_chars, "max_value_chars": cfg.max_value_chars}
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        self._next_id += 1
+        req_id = self._next_id
+        fut: asyncio.Future[int] = loop.create_future()
+        self._spawn_waiters[req_id] = fut
+        try:
+            socket.send_fds(self.ctrl, [json.dumps({"op": "spawn", "id": req_id,
+                                                    "spec": spec}).encode()], [theirs.fileno()])
+        finally:
+            theirs.close()
+        pid = await fut
+        _, channel = await loop.create_unix_connection(_WorkerChannel, sock=ours)
+        worker = _Worker(pid, slot, channel)
+        self._workers[pid] = worker
+        try:
+            hello = await asyncio.wait_for(channel.next_message(), _START_TIMEOUT_S)
+        except (ConnectionResetError, TimeoutError) as exc:
+            self.kill_worker(worker)
+            raise SandboxError("a sandbox worker died while starting") from exc
+        if "error" in hello:
+            self.kill_worker(worker)
+            raise SandboxError(f"a sandbox worker failed to start: {hello['error']}")
+        worker.protections = dict(hello.get("protections", {}))
+        return worker
+
+    def kill_worker(self, worker: _Worker) -> None:
+        """Ask the zygote to SIGKILL the worker (safe against pid reuse; see zygote.py)."""
+        if worker.channel.transport is not None:
+            worker.channel.transport.close()
+        if self.ctrl is not None and self.dead is not None and not self.dead.done():
+            with contextlib.suppress(OSError):
+                self.ctrl.send(json.dumps({"op": "kill", "pid": worker.pid}).encode())
+
+    def close_control(self) -> None:
+        """Close the control socket (on the loop's thread); the zygote then kills its workers."""
+        if self.ctrl is not None:
+            with contextlib.suppress(ValueError, RuntimeError):
+                asyncio.get_running_loop().remove_reader(self.ctrl.fileno())
+            self.ctrl.close()
+            self.ctrl = None
+
+    def wait(self) -> None:
+        """Wait for the zygote to exit (blocking: call it in a thread); SIGKILL after 5 s."""
+        if self.proc is not None:
+            try:
+                self.proc.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                self.proc.send_signal(signal.SIGKILL)
+                self.proc.wait()
+        self._stderr.close()

@@ -1,0 +1,293 @@
+"""Kernel protections for sandbox processes: namespaces, Landlock, seccomp, rlimits, uids.
+
+Each mechanism is applied where it is cheapest. The zygote (one per pool) enters a fresh
+network namespace and a read-only Landlock domain once, so every worker it forks inherits them
+for free. Each worker then, right after fork, drops to its own unprivileged uid, sets rlimits
+and no_new_privs, adds a Landlock layer that scopes signals and abstract sockets to itself, and
+loads a seccomp filter compiled once in the zygote. Every step reports whether it took effect,
+so the pool can say which protections are active instead of failing silently.
+
+Nothing here is imported by the host except :func:`describe` helpers; it runs in the zygote
+and the workers.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import errno
+import os
+import resource
+import sys
+from collections.abc import Iterable
+
+_libc = ctypes.CDLL(None, use_errno=True)
+_syscall = _libc.syscall
+_syscall.restype = ctypes.c_long
+
+PR_SET_PDEATHSIG = 1
+PR_SET_DUMPABLE = 4
+PR_SET_SECCOMP = 22
+PR_SET_NO_NEW_PRIVS = 38
+SECCOMP_MODE_FILTER = 2
+CLONE_NEWUSER = 0x10000000
+CLONE_NEWNET = 0x40000000
+
+# Landlock (include/uapi/linux/landlock.h); the syscall numbers are the same on every arch.
+SYS_LANDLOCK_CREATE_RULESET = 444
+SYS_LANDLOCK_ADD_RULE = 445
+SYS_LANDLOCK_RESTRICT_SELF = 446
+LANDLOCK_CREATE_RULESET_VERSION = 1
+LANDLOCK_RULE_PATH_BENEATH = 1
+FS_EXECUTE, FS_WRITE_FILE, FS_READ_FILE, FS_READ_DIR = 1 << 0, 1 << 1, 1 << 2, 1 << 3
+# All filesystem rights known per ABI version (index = ABI): everything not granted is denied.
+_FS_ALL_BY_ABI = {1: (1 << 13) - 1, 2: (1 << 14) - 1, 3: (1 << 15) - 1, 4: (1 << 15) - 1,
+                  5: (1 << 16) - 1}  # fmt: skip
+NET_BIND_TCP, NET_CONNECT_TCP = 1 << 0, 1 << 1
+SCOPE_ABSTRACT_UNIX_SOCKET, SCOPE_SIGNAL = 1 << 0, 1 << 1
+
+# Syscalls a snippet never needs. Denied with EPERM so Python raises a clean PermissionError
+# (or "can't start new thread") instead of dying; names unknown on this arch are skipped.
+DENIED_SYSCALLS: tuple[str, ...] = (
+    # new processes, threads and programs
+    "execve", "execveat", "fork", "vfork", "clone", "clone3",
+    # the network (the namespace already has no interfaces; this is a second layer)
+    "socket", "socketpair", "connect", "bind", "listen",
+    # touching other processes
+    "ptrace", "process_vm_readv", "process_vm_writev", "kill", "tkill", "tgkill",
+    "rt_sigqueueinfo", "rt_tgsigqueueinfo", "pidfd_open", "pidfd_send_signal", "pidfd_getfd",
+    "kcmp",
+    # file system changes (Landlock denies them too; this also covers kernels without it)
+    "creat", "unlink", "unlinkat", "rename", "renameat", "renameat2", "mkdir", "mkdirat",
+    "rmdir", "symlink", "symlinkat", "link", "linkat", "chmod", "fchmod", "fchmodat",
+    "fchmodat2", "chown", "fchown", "lchown", "fchownat", "truncate", "ftruncate", "mknod",
+    "mknodat", "utime", "utimes", "utimensat", "futimesat", "memfd_create", "openat2",
+    # privileges, namespaces and the kernel itself
+    "setuid", "setgid", "setreuid", "setregid", "setresuid", "setresgid", "setgroups",
+    "setfsuid", "setfsgid", "capset", "unshare", "setns", "mount", "umount2", "pivot_root",
+    "chroot", "keyctl", "add_key", "request_key", "init_module", "finit_module",
+    "delete_module", "kexec_load", "kexec_file_load", "reboot", "swapon", "swapoff", "bpf",
+    "perf_event_open", "userfaultfd", "io_uring_setup", "io_uring_enter", "io_uring_register",
+    "acct", "quotactl", "syslog", "settimeofday", "clock_settime", "clock_adjtime",
+    "adjtimex", "sethostname", "setdomainname", "open_by_handle_at", "name_to_handle_at",
+    "iopl", "ioperm", "vhangup", "personality", "fanotify_init", "move_mount", "open_tree",
+    "fsopen", "fsmount", "fspick",
+)  # fmt: skip
+
+_O_WRONLY, _O_RDWR, _O_CREAT, _O_TRUNC, _O_APPEND = 0o1, 0o2, 0o100, 0o1000, 0o2000
+
+
+def _prctl(option: int, arg2: int = 0) -> bool:
+    return _libc.prctl(option, ctypes.c_ulong(arg2), 0, 0, 0) == 0
+
+
+def _errno_text() -> str:
+    err = ctypes.get_errno()
+    return f"{errno.errorcode.get(err, err)}: {os.strerror(err)}"
+
+
+# ----------------------------------------------------------------------------- namespaces
+
+
+def enter_network_namespace() -> tuple[bool, str]:
+    """Move the calling process into a new, empty network namespace (only a loopback, down).
+
+    As root this is a plain ``unshare(CLONE_NEWNET)``; otherwise it first creates a user
+    namespace mapping the caller's uid, which unprivileged users may do on most kernels.
+    """
+    if _libc.unshare(CLONE_NEWNET) == 0:
+        return True, "network namespace"
+    if os.geteuid() == 0:
+        return False, f"unshare(CLONE_NEWNET) failed: {_errno_text()}"
+    uid, gid = os.geteuid(), os.getegid()
+    if _libc.unshare(CLONE_NEWUSER | CLONE_NEWNET) != 0:
+        return False, f"unshare(CLONE_NEWUSER|CLONE_NEWNET) failed: {_errno_text()}"
+    try:
+        with open("/proc/self/setgroups", "w") as fh:
+            fh.write("deny")
+        with open("/proc/self/uid_map", "w") as fh:
+            fh.write(f"{uid} {uid} 1")
+        with open("/proc/self/gid_map", "w") as fh:
+            fh.write(f"{gid} {gid} 1")
+    except OSError as exc:
+        return False, f"user namespace id maps: {exc}"
+    return True, "user+network namespace"
+
+
+# ----------------------------------------------------------------------------- Landlock
+
+
+class _RulesetAttr(ctypes.Structure):
+    _fields_ = [("fs", ctypes.c_uint64), ("net", ctypes.c_uint64), ("scoped", ctypes.c_uint64)]
+
+
+class _PathBeneath(ctypes.Structure):
+    _pack_ = 1
+    _fields_ = [("allowed", ctypes.c_uint64), ("parent_fd", ctypes.c_int32)]
+
+
+def landlock_abi() -> int:
+    """The Landlock ABI version of the running kernel, or 0 when Landlock is unavailable."""
+    version = _syscall(SYS_LANDLOCK_CREATE_RULESET, None, 0, LANDLOCK_CREATE_RULESET_VERSION)
+    return max(int(version), 0)
+
+
+def _attr_size(abi: int) -> int:
+    return 8 if abi < 4 else 16 if abi < 6 else 24
+
+
+def _restrict(attr: _RulesetAttr, abi: int, rules: Iterable[tuple[str, int]] = ()) -> None:
+    fd = _syscall(SYS_LANDLOCK_CREATE_RULESET, ctypes.byref(attr), _attr_size(abi), 0)
+    if fd < 0:
+        raise OSError(ctypes.get_errno(), f"landlock_create_ruleset: {_errno_text()}")
+    try:
+        for path, allowed in rules:
+            try:
+                pfd = os.open(path, os.O_PATH | os.O_CLOEXEC)
+            except OSError:
+                continue  # a path that does not exist needs no rule
+            try:
+                if not os.path.isdir(path):
+                    allowed &= FS_EXECUTE | FS_WRITE_FILE | FS_READ_FILE
+                rule = _PathBeneath(allowed & attr.fs, pfd)
+                if _syscall(SYS_LANDLOCK_ADD_RULE, fd, LANDLOCK_RULE_PATH_BENEATH,
+                            ctypes.byref(rule), 0) != 0:
+                    raise OSError(ctypes.get_errno(), f"landlock_add_rule({path}): {_errno_text()}")
+            finally:
+                os.close(pfd)
+        if not _prctl(PR_SET_NO_NEW_PRIVS, 1):
+            raise OSError(ctypes.get_errno(), f"PR_SET_NO_NEW_PRIVS: {_errno_text()}")
+        if _syscall(SYS_LANDLOCK_RESTRICT_SELF, fd, 0) != 0:
+            raise OSError(ctypes.get_errno(), f"landlock_restrict_self: {_errno_text()}")
+    finally:
+        os.close(fd)
+
+
+def python_read_paths(extra: Iterable[str] = ()) -> list[str]:
+    """Directories a snippet must read: the interpreter, its libraries and shared objects."""
+    paths = {sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix,
+             "/usr/lib", "/usr/lib64", "/lib", "/lib64", "/usr/share/zoneinfo",
+             "/etc/ld.so.cache", "/dev/null", "/dev/urandom", "/dev/zero"}  # fmt: skip
+    for entry in sys.path:
+        if entry and os.path.isabs(entry) and entry.endswith(("site-packages", "dist-packages")):
+            paths.add(entry)
+    paths.update(extra)
+    return sorted(p for p in paths if p and os.path.exists(p))
+
+
+def landlock_readonly(read_paths: Iterable[str]) -> tuple[int, str]:
+    """Deny every write, every execute and TCP, and reads outside ``read_paths``.
+
+    Returns (abi, description); abi 0 means Landlock could not be applied.
+    """
+    abi = landlock_abi()
+    if abi == 0:
+        return 0, "Landlock not available in this kernel"
+    fs_all = _FS_ALL_BY_ABI.get(abi, _FS_ALL_BY_ABI[5])
+    net = (NET_BIND_TCP | NET_CONNECT_TCP) if abi >= 4 else 0
+    attr = _RulesetAttr(fs_all, net, 0)
+    rules = [(p, FS_READ_FILE | FS_READ_DIR) for p in read_paths]
+    try:
+        _restrict(attr, abi, rules)
+    except OSError as exc:
+        return 0, f"Landlock failed: {exc}"
+    return abi, f"Landlock ABI {abi}: read-only allow-list, no writes, no exec, no TCP"
+
+
+def landlock_scope_self() -> bool:
+    """Confine signals and abstract unix sockets to this process (Landlock ABI >= 6)."""
+    abi = landlock_abi()
+    if abi < 6:
+        return False
+    try:
+        _restrict(_RulesetAttr(0, 0, SCOPE_SIGNAL | SCOPE_ABSTRACT_UNIX_SOCKET), abi)
+    except OSError:
+        return False
+    return True
+
+
+# ----------------------------------------------------------------------------- seccomp
+
+
+def build_seccomp_bpf() -> tuple[bytes | None, str]:
+    """Compile the worker's seccomp filter once (in the zygote) and return its BPF program."""
+    try:
+        import pyseccomp as sc
+    except (ImportError, OSError) as exc:
+        return None, f"seccomp unavailable (pyseccomp/libseccomp: {exc})"
+    try:
+        filt = sc.SyscallFilter(sc.ALLOW)
+        deny = sc.ERRNO(errno.EPERM)
+        skipped = []
+        for name in DENIED_SYSCALLS:
+            try:
+                filt.add_rule(deny, name)
+            except (ValueError, RuntimeError, OSError):
+                skipped.append(name)  # not a syscall on this architecture
+        # Opening for writing is denied whatever the path (a second layer under Landlock).
+        for flag in (_O_WRONLY, _O_RDWR, _O_CREAT, _O_TRUNC, _O_APPEND):
+            for name, idx in (("open", 1), ("openat", 2)):
+                try:
+                    filt.add_rule(deny, name, sc.Arg(idx, sc.MASKED_EQ, flag, flag))
+                except (ValueError, RuntimeError, OSError):
+                    pass
+        read_fd, write_fd = os.pipe()
+        try:
+            with os.fdopen(write_fd, "wb", closefd=True) as out:
+                filt.export_bpf(out)
+            with os.fdopen(read_fd, "rb", closefd=True) as inp:
+                program = inp.read()
+        except OSError as exc:
+            return None, f"seccomp export failed: {exc}"
+    except (RuntimeError, OSError, ValueError) as exc:
+        return None, f"seccomp filter failed: {exc}"
+    note = f"seccomp: {len(DENIED_SYSCALLS) - len(skipped)} syscalls denied, no write opens"
+    return program, note
+
+
+class _SockFprog(ctypes.Structure):
+    _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
+
+
+def load_seccomp(program: bytes) -> bool:
+    """Install a BPF program built by :func:`build_seccomp_bpf` on the calling process."""
+    buf = ctypes.create_string_buffer(program, len(program))
+    prog = _SockFprog(len(program) // 8, ctypes.cast(buf, ctypes.c_void_p))
+    if not _prctl(PR_SET_NO_NEW_PRIVS, 1):
+        return False
+    return _libc.prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, ctypes.byref(prog), 0, 0) == 0
+
+
+# ----------------------------------------------------------------------------- per worker
+
+
+def set_limits(memory_mb: int, cpu_s: int, unprivileged: bool) -> None:
+    """Apply the worker's rlimits (memory, CPU, no file writes, no processes, few fds)."""
+    mem = memory_mb * 1024 * 1024
+    resource.setrlimit(resource.RLIMIT_AS, (mem, mem))
+    # SIGXCPU at the soft limit names the cause; SIGKILL one second later if it is ignored.
+    resource.setrlimit(resource.RLIMIT_CPU, (cpu_s, cpu_s + 1))
+    resource.setrlimit(resource.RLIMIT_FSIZE, (0, 0))
+    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+    resource.setrlimit(resource.RLIMIT_NOFILE, (64, 64))
+    resource.setrlimit(resource.RLIMIT_MEMLOCK, (0, 0))
+    resource.setrlimit(resource.RLIMIT_MSGQUEUE, (0, 0))
+    if unprivileged:
+        # Only enforced for non-root users: hence the uid drop before it matters.
+        resource.setrlimit(resource.RLIMIT_NPROC, (0, 0))
+
+
+def drop_privileges(uid: int) -> bool:
+    """Become ``uid`` (group ``uid``, no supplementary groups). Only possible from root."""
+    if os.geteuid() != 0:
+        return False
+    os.setgroups([])
+    os.setresgid(uid, uid, uid)
+    os.setresuid(uid, uid, uid)
+    return os.geteuid() == uid
+
+
+def die_with_parent(parent_pid: int) -> None:
+    """Ask the kernel to SIGKILL us when our parent (the zygote) dies; exit if it already did."""
+    _prctl(PR_SET_PDEATHSIG, 9)
+    if os.getppid() != parent_pid:
+        os._exit(1)

@@ -1,0 +1,301 @@
+"""The sandbox's asyncio API: a pool of isolated, stateful sessions.
+
+``SandboxPool`` starts one zygote, keeps a few workers forked ahead of need, and hands each
+:class:`Session` its own worker process — never shared, never reused, so one trajectory cannot
+poison the next. Live sessions are bounded by ``max_sessions`` and running snippets by
+``max_concurrency``; waiters queue in FIFO order. A snippet over its time limit has its worker
+SIGKILLed by the zygote and the session continues on a fresh worker, reporting that its
+variables are gone.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+import time
+from typing import Any
+
+from agentmath.config import SandboxConfig
+from agentmath.errors import SandboxError
+from agentmath.sandbox.host import _Worker, _Zygote
+from agentmath.sandbox.result import ExecResult
+
+PROTECTIONS = ("network_namespace", "landlock_fs", "landlock_net", "landlock_scope",
+               "seccomp", "setuid", "rlimits", "no_new_privs")  # fmt: skip
+_EXIT_WAIT_S = 1.0
+
+
+def _death_reason(status: dict[str, Any] | None) -> str:
+    if status is None:
+        return "the sandbox process died"
+    sig = status.get("signal")
+    if sig == signal.SIGXCPU:
+        return "the session used up its CPU-time limit and was killed"
+    if sig == signal.SIGSEGV:
+        return "the sandbox process crashed (segmentation fault, e.g. C stack overflow)"
+    if sig:
+        return f"the sandbox process was killed by {signal.Signals(sig).name}"
+    return f"the sandbox process exited with code {status.get('code')}"
+
+
+class SandboxPool:
+    """Owns the zygote and hands out sessions. Use as ``async with SandboxPool() as pool``."""
+
+    def __init__(self, config: SandboxConfig | None = None) -> None:
+        self.config = config or SandboxConfig()
+        self._zygote = _Zygote(self.config)
+        limit = self.config.max_sessions
+        self._session_slots = asyncio.Semaphore(limit)
+        self._exec_slots = asyncio.Semaphore(self.config.max_concurrency or os.cpu_count() or 1)
+        # One uid per live process: sessions plus spares. A slot returns only once the zygote
+        # has reaped its process, so two live workers never share a uid.
+        self._free_slots: list[int] = list(range(limit + self.config.spare_workers))[::-1]
+        self._slot_freed = asyncio.Event()
+        self._spares: asyncio.Queue[_Worker] = asyncio.Queue()
+        self._spares_low = asyncio.Event()
+        self._refill_task: asyncio.Task[None] | None = None
+        self._tasks: set[asyncio.Task[Any]] = set()
+        self._started = False
+        self._closed = False
+        self.protections: dict[str, bool] = {}
+        self.notes: list[str] = []
+
+    async def __aenter__(self) -> SandboxPool:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    async def start(self) -> None:
+        """Start the zygote and one worker; record which protections are active."""
+        if self._started:
+            return
+        await self._zygote.start()
+        report = self._zygote.report
+        self.notes = [n for n in report.get("notes", []) if n]
+        self.preload_errors: dict[str, str] = report.get("preload_errors", {})
+        first = await self._spawn()
+        self.protections = self._merge_protections(report["zygote_protections"],
+                                                   first.protections)
+        self._started = True
+        await self._spares.put(first)
+        missing = [name for name, on in self.protections.items() if not on]
+        if self.config.require_isolation and missing:
+            await self.close()
+            raise SandboxError(f"require_isolation is set but these protections are not "
+                               f"active here: {', '.join(missing)} ({'; '.join(self.notes)})")
+        self._refill_task = asyncio.create_task(self._refill())
+
+    @staticmethod
+    def _merge_protections(zygote: dict[str, Any], worker: dict[str, Any]) -> dict[str, bool]:
+        merged = {**zygote, **worker}
+        return {name: bool(merged.get(name)) for name in PROTECTIONS}
+
+    async def _take_slot(self) -> int:
+        while not self._free_slots:
+            self._slot_freed.clear()
+            await self._slot_freed.wait()
+        return self._free_slots.pop()
+
+    async def _spawn(self) -> _Worker:
+        slot = await self._take_slot()
+        try:
+            worker = await self._zygote.spawn(slot)
+        except BaseException:
+            self._free_slots.append(slot)
+            self._slot_freed.set()
+            raise
+        task = asyncio.create_task(self._release_on_exit(worker))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        return worker
+
+    async def _release_on_exit(self, worker: _Worker) -> None:
+        await worker.exit_status
+        self._free_slots.append(worker.slot)
+        self._slot_freed.set()
+
+    async def _refill(self) -> None:
+        """Keep ``spare_workers`` forked and waiting, so sessions start without a fork."""
+        with contextlib.suppress(asyncio.CancelledError):
+            while not self._closed:
+                if self._spares.qsize() < self.config.spare_workers:
+                    try:
+                        await self._spares.put(await self._spawn())
+                    except SandboxError:
+                        await asyncio.sleep(0.1)  # zygote trouble: surfaces at next acquire
+                    continue
+                self._spares_low.clear()
+                await self._spares_low.wait()
+
+    async def acquire_worker(self) -> _Worker:
+        """A fresh worker: a spare if one is ready, otherwise a new fork."""
+        if self._closed:
+            raise SandboxError("the sandbox pool is closed")
+        if not self._started:
+            await self.start()
+        self._spares_low.set()
+        while not self._spares.empty():
+            worker = self._spares.get_nowait()
+            if not worker.exit_status.done():
+                return worker
+        return await self._spawn()
+
+    def release_worker(self, worker: _Worker) -> None:
+        """Kill a worker that is no longer needed (its state must never be reused)."""
+        self._zygote.kill_worker(worker)
+
+    def session(self) -> Session:
+        """A new session; its worker is taken on first use (or by ``await session.start()``)."""
+        return Session(self)
+
+    async def run(self, code: str, timeout: float | None = None) -> ExecResult:
+        """Run one snippet in a throwaway session."""
+        async with self.session() as session:
+            return await session.run(code, timeout=timeout)
+
+    async def close(self) -> None:
+        """Kill every worker and the zygote. Idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        if self._refill_task is not None:
+            self._refill_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._refill_task
+        while not self._spares.empty():
+            self.release_worker(self._spares.get_nowait())
+        for task in list(self._tasks):
+            task.cancel()
+        self._zygote.close_control()
+        await asyncio.to_thread(self._zygote.wait)
+
+
+class Session:
+    """One trajectory's sandbox: its own process, its state kept across snippets."""
+
+    def __init__(self, pool: SandboxPool) -> None:
+        self.pool = pool
+        self._worker: _Worker | None = None
+        self._holds_slot = False
+        self._closed = False
+        self._lock = asyncio.Lock()
+        self.restarts = 0
+        self.snippets = 0
+        self._lost_between = False
+
+    async def __aenter__(self) -> Session:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    @property
+    def pid(self) -> int | None:
+        """The worker's pid (None before first use)."""
+        return self._worker.pid if self._worker is not None else None
+
+    async def start(self) -> None:
+        """Take a live-session slot (waiting in FIFO order) and a worker."""
+        if self._closed:
+            raise SandboxError("the session is closed")
+        if not self._holds_slot:
+            await self.pool._session_slots.acquire()
+            self._holds_slot = True
+        if self._worker is not None and self._worker.exit_status.done():
+            # Died between snippets (e.g. its CPU budget ran out): say so on the next result.
+            self._lost_between = True
+            self.pool.release_worker(self._worker)
+            self._worker = None
+            self.restarts += 1
+        if self._worker is None:
+            self._worker = await self.pool.acquire_worker()
+
+    async def run(self, code: str, timeout: float | None = None) -> ExecResult:
+        """Run one snippet. Errors in the code, timeouts and crashes are reported, not raised."""
+        async with self._lock:
+            await self.start()
+            self.snippets += 1
+            limit = timeout if timeout is not None else self.pool.config.timeout_s
+            async with self.pool._exec_slots:
+                result = await self._run_locked(code, limit)
+            if self._lost_between:
+                result.state_lost, self._lost_between = True, False
+            return result
+
+    async def _run_locked(self, code: str, limit: float) -> ExecResult:
+        worker = self._worker
+        assert worker is not None
+        start = time.perf_counter()
+        try:
+            reply = await asyncio.wait_for(worker.request({"op": "exec", "code": code}), limit)
+        except TimeoutError:
+            self.pool.release_worker(worker)
+            await self._replace_worker()
+            return ExecResult(
+                error=(f"TimeoutError: the snippet did not finish within {limit:g} s and was "
+                       "stopped; the session was restarted and earlier variables are lost"),
+                error_type="TimeoutError", timed_out=True, state_lost=True,
+                duration_ms=(time.perf_counter() - start) * 1000.0)
+        except (ConnectionResetError, OSError, ValueError) as exc:
+            status = None
+            with contextlib.suppress(TimeoutError):
+                status = await asyncio.wait_for(asyncio.shield(worker.exit_status), _EXIT_WAIT_S)
+            self.pool.release_worker(worker)
+            await self._replace_worker()
+            reason = _death_reason(status) if status else f"the sandbox channel failed ({exc})"
+            return ExecResult(
+                error=f"SandboxCrash: {reason}; the session was restarted and earlier "
+                      "variables are lost",
+                error_type="SandboxCrash", crashed=True, state_lost=True,
+                duration_ms=(time.perf_counter() - start) * 1000.0)
+        return _result_from_reply(reply)
+
+    async def _replace_worker(self) -> None:
+        self.restarts += 1
+        self._worker = None
+        self._worker = await self.pool.acquire_worker()
+
+    async def restart(self) -> None:
+        """Discard the session's state and continue on a fresh worker."""
+        async with self._lock:
+            if self._worker is not None:
+                self.pool.release_worker(self._worker)
+            await self._replace_worker()
+
+    async def close(self) -> None:
+        """Kill the worker and free the session's slot. Idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        if self._worker is not None:
+            self.pool.release_worker(self._worker)
+            self._worker = None
+        if self._holds_slot:
+            self.pool._session_slots.release()
+            self._holds_slot = False
+
+
+_RESULT_FIELDS = {"stdout", "stderr", "value", "error", "error_type", "error_line",
+                  "truncated", "duration_ms"}  # fmt: skip
+
+
+def _result_from_reply(reply: dict[str, Any]) -> ExecResult:
+    """Build a result from a worker's reply, keeping only known fields of the right types."""
+    fields: dict[str, Any] = {}
+    for key in _RESULT_FIELDS & reply.keys():
+        value = reply[key]
+        if key in ("stdout", "stderr") and isinstance(value, str):
+            fields[key] = value
+        elif key in ("value", "error", "error_type") and isinstance(value, str | None):
+            fields[key] = value
+        elif key == "error_line" and isinstance(value, int | None):
+            fields[key] = value
+        elif key == "truncated":
+            fields[key] = bool(value)
+        elif key == "duration_ms" and isinstance(value, int | float):
+            fields[key] = float(value)
+    return ExecResult(**fields)

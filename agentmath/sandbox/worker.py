@@ -1,0 +1,214 @@
+"""The code that runs inside a sandbox worker: a notebook-like executor and its serve loop.
+
+A worker is one session: its globals persist across snippets like notebook cells. The
+executor captures stdout/stderr in capped buffers (head and tail kept, inside the worker, so a
+flood never reaches the host), shows the repr of a final expression, and turns exceptions into
+a short message for the model. The import allow-list here is a usability layer only; the
+security boundary is the process and its kernel protections (see isolation.py).
+"""
+
+from __future__ import annotations
+
+import ast
+import builtins
+import io
+import os
+import socket
+import sys
+import time
+import traceback
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from agentmath.sandbox import isolation
+from agentmath.sandbox.protocol import recv_message, send_message
+
+_MAX_ERROR_CHARS = 2000
+
+
+class CappedStream(io.TextIOBase):
+    """A text stream that keeps the first and last characters written, up to a limit."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self._head_budget = limit // 2
+        self._tail_budget = limit - self._head_budget
+        self._head: list[str] = []
+        self._head_len = 0
+        self._tail: list[str] = []
+        self._tail_len = 0
+        self.total = 0
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, s: str) -> int:
+        if not isinstance(s, str):
+            raise TypeError(f"write() argument must be str, not {type(s).__name__}")
+        n = len(s)
+        self.total += n
+        room = self._head_budget - self._head_len
+        if room > 0:
+            self._head.append(s[:room])
+            self._head_len += min(room, n)
+            s = s[room:]
+        if s:
+            s = s[-self._tail_budget :]
+            self._tail.append(s)
+            self._tail_len += len(s)
+            if self._tail_len > 2 * self._tail_budget:  # compact now and then, not every write
+                joined = "".join(self._tail)[-self._tail_budget :]
+                self._tail, self._tail_len = [joined], len(joined)
+        return n
+
+    @property
+    def truncated(self) -> bool:
+        return self.total > self.limit
+
+    def getvalue(self) -> str:
+        head = "".join(self._head)
+        tail = "".join(self._tail)
+        if not self.truncated:
+            return head + tail
+        tail = tail[-self._tail_budget :]
+        omitted = self.total - len(head) - len(tail)
+        return f"{head}\n... [{omitted} characters omitted] ...\n{tail}"
+
+
+def _cap(text: str, limit: int) -> tuple[str, bool]:
+    if len(text) <= limit:
+        return text, False
+    half = limit // 2
+    return f"{text[:half]} ... [{len(text) - limit} characters omitted] ... {text[-half:]}", True
+
+
+def make_import_guard(allowed: Iterable[str]) -> Callable[..., Any]:
+    """An ``__import__`` that admits only allow-listed top-level modules (usability layer)."""
+    allowed_set = frozenset(allowed)
+    real_import = builtins.__import__
+
+    def guarded_import(name, globals=None, locals=None, fromlist=(), level=0):  # noqa: A002
+        if level != 0:
+            raise ImportError("relative imports are not available in the sandbox")
+        if name.partition(".")[0] not in allowed_set:
+            raise ImportError(
+                f"module {name!r} is not available in the sandbox "
+                f"(allowed: {', '.join(sorted(allowed_set))})"
+            )
+        return real_import(name, globals, locals, fromlist, level)
+
+    return guarded_import
+
+
+class Executor:
+    """Runs snippets in one persistent namespace, as notebook cells."""
+
+    def __init__(self, allowed_modules: Iterable[str], max_output_chars: int,
+                 max_value_chars: int) -> None:
+        safe_builtins = dict(vars(builtins))
+        safe_builtins["__import__"] = make_import_guard(allowed_modules)
+        self.namespace: dict[str, Any] = {"__name__": "__main__", "__builtins__": safe_builtins}
+        self.max_output_chars = max_output_chars
+        self.max_value_chars = max_value_chars
+        self.cells: list[list[str]] = []
+
+    def _compile(self, code: str, filename: str) -> tuple[Any, Any]:
+        tree = ast.parse(code, filename, "exec")
+        last = None
+        if tree.body and isinstance(tree.body[-1], ast.Expr):
+            last = ast.Expression(tree.body.pop().value)
+        body = compile(tree, filename, "exec") if tree.body else None
+        expr = compile(last, filename, "eval") if last is not None else None
+        return body, expr
+
+    def _describe_error(self, exc: BaseException, cell: int) -> tuple[str, int | None]:
+        """'Type: message (line N: source)' with N the innermost line of the current cell."""
+        etype = type(exc).__name__
+        message = str(exc) if not isinstance(exc, SyntaxError) else (exc.msg or "")
+        where_cell, line = None, None
+        if isinstance(exc, SyntaxError) and exc.filename and exc.filename.startswith("<cell-"):
+            where_cell, line = int(exc.filename[6:-1]), exc.lineno
+        for frame, lineno in traceback.walk_tb(exc.__traceback__):
+            fname = frame.f_code.co_filename
+            if fname.startswith("<cell-"):
+                where_cell, line = int(fname[6:-1]), lineno
+        text = f"{etype}: {message}" if message else etype
+        if line is not None and where_cell is not None:
+            lines = self.cells[where_cell - 1] if where_cell <= len(self.cells) else []
+            src = lines[line - 1].strip() if 0 < line <= len(lines) else ""
+            prefix = "" if where_cell == cell else f"cell {where_cell}, "
+            text += f" ({prefix}line {line}: {src})" if src else f" ({prefix}line {line})"
+        text, _ = _cap(text, _MAX_ERROR_CHARS)
+        return text, (line if where_cell == cell else None)
+
+    def run(self, code: str) -> dict[str, Any]:
+        """Execute one snippet; returns the fields of an ExecResult."""
+        self.cells.append(code.splitlines())
+        cell = len(self.cells)
+        filename = f"<cell-{cell}>"
+        out, err = CappedStream(self.max_output_chars), CappedStream(self.max_output_chars)
+        result: dict[str, Any] = {}
+        saved = sys.stdout, sys.stderr, sys.stdin
+        sys.stdout, sys.stderr, sys.stdin = out, err, io.StringIO("")
+        start = time.perf_counter()
+        try:
+            body, expr = self._compile(code, filename)
+            if body is not None:
+                exec(body, self.namespace)  # noqa: S102 - the sandbox's purpose
+            if expr is not None:
+                value = eval(expr, self.namespace)  # noqa: S307
+                if value is not None:
+                    self.namespace["_"] = value
+                    result["value"], capped = _cap(repr(value), self.max_value_chars)
+                    result["truncated"] = capped
+        except BaseException as exc:  # noqa: BLE001 - any error in user code is data
+            result["error"], result["error_line"] = self._describe_error(exc, cell)
+            result["error_type"] = type(exc).__name__
+        finally:
+            sys.stdout, sys.stderr, sys.stdin = saved
+        result["duration_ms"] = (time.perf_counter() - start) * 1000.0
+        result["stdout"] = out.getvalue()
+        result["stderr"] = err.getvalue()
+        result["truncated"] = result.get("truncated", False) or out.truncated or err.truncated
+        return result
+
+
+def _apply_protections(spec: dict[str, Any], ctx: dict[str, Any]) -> dict[str, Any]:
+    """Per-worker protections, in the only order that works (uid, limits, Landlock, seccomp)."""
+    done: dict[str, Any] = {}
+    isolation.die_with_parent(ctx["zygote_pid"])
+    done["setuid"] = isolation.drop_privileges(spec["uid"]) if ctx["root"] else False
+    isolation.die_with_parent(ctx["zygote_pid"])  # a uid change clears the death signal
+    isolation.set_limits(spec["memory_mb"], spec["cpu_s"], unprivileged=os.geteuid() != 0)
+    done["rlimits"] = True
+    done["landlock_scope"] = isolation.landlock_scope_self()
+    program = ctx.get("seccomp")
+    done["seccomp"] = bool(program) and isolation.load_seccomp(program)
+    done["no_new_privs"] = True
+    return done
+
+
+def worker_main(chan_fd: int, spec: dict[str, Any], ctx: dict[str, Any]) -> None:
+    """Entry point of a freshly forked worker: protect, then serve requests until EOF."""
+    os.dup2(1, 2)  # the zygote's fd 0 and 1 are /dev/null: C-level output goes nowhere
+    os.dup2(chan_fd, 3)
+    os.closerange(4, 1 << 16)  # the zygote's control socket must not stay reachable
+    sock = socket.socket(fileno=3)
+    os.environ.clear()
+    try:
+        protections = _apply_protections(spec, ctx)
+        executor = Executor(spec["allowed_modules"], spec["max_output_chars"],
+                            spec["max_value_chars"])
+    except Exception as exc:  # noqa: BLE001 - reported to the host, which raises SandboxError
+        send_message(sock, {"op": "hello", "error": f"{type(exc).__name__}: {exc}"})
+        raise
+    send_message(sock, {"op": "hello", "pid": os.getpid(), "protections": protections})
+    while True:
+        request = recv_message(sock)
+        if request is None:
+            os._exit(0)
+        if request.get("op") == "exec":
+            reply = executor.run(str(request.get("code", "")))
+        else:
+            reply = {"error": f"unknown op {request.get('op')!r}"}
+        send_message(sock, reply)

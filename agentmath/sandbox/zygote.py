@@ -1,0 +1,180 @@
+"""The zygote: a warm process that forks sandbox workers on request.
+
+It is started once per pool with a minimal environment, imports numpy, sympy and friends,
+compiles the seccomp filter, enters an empty network namespace and a read-only Landlock domain,
+freezes its heap for copy-on-write sharing, then serves a SOCK_SEQPACKET control socket:
+
+* ``spawn`` (with a socket fd attached): fork a worker on that socket; reply its pid.
+* ``kill``: SIGKILL a worker that has not been reaped yet (no pid-reuse race: only this loop
+  reaps, so a pid it still lists is the worker).
+* on SIGCHLD it reaps and sends ``exit`` events with the status.
+
+When the host goes away (end of stream on the control socket) it kills every worker and exits,
+so no process outlives the pool.
+"""
+
+from __future__ import annotations
+
+import gc
+import importlib
+import json
+import os
+import select
+import signal
+import socket
+import sys
+from typing import Any
+
+from agentmath.sandbox import isolation
+from agentmath.sandbox.worker import worker_main
+
+_MAX_CONTROL = 1 << 16
+
+
+def _send(ctrl: socket.socket, message: dict[str, Any]) -> None:
+    ctrl.sendall(json.dumps(message).encode())
+
+
+def _prepare(setup: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Preload modules and apply the zygote-wide protections. Returns (ctx, report)."""
+    preload_errors = {}
+    for name in setup.get("preload", []):
+        try:
+            importlib.import_module(name)
+        except Exception as exc:  # noqa: BLE001 - a missing optional module is reported
+            preload_errors[name] = f"{type(exc).__name__}: {exc}"
+    devnull = os.open("/dev/null", os.O_RDWR)  # opened before Landlock forbids it
+    os.dup2(devnull, 0)
+    os.dup2(devnull, 1)
+    os.close(devnull)
+    program, seccomp_note = isolation.build_seccomp_bpf()
+    netns, netns_note = isolation.enter_network_namespace()
+    pkg_dir = os.path.dirname(os.path.dirname(os.path.abspath(isolation.__file__)))
+    read_paths = isolation.python_read_paths([pkg_dir])
+    abi, landlock_note = isolation.landlock_readonly(read_paths)
+    gc.collect()
+    gc.freeze()  # the heap stays shared with workers instead of being touched by their gc
+    root = os.geteuid() == 0 and "user" not in netns_note
+    ctx = {"zygote_pid": os.getpid(), "root": root, "seccomp": program}
+    report = {
+        "pid": os.getpid(),
+        "python": sys.version.split()[0],
+        "preload_errors": preload_errors,
+        "zygote_protections": {
+            "network_namespace": netns,
+            "landlock_fs": abi > 0,
+            "landlock_net": abi >= 4,
+            "landlock_abi": abi,
+            "seccomp_available": program is not None,
+            "root": root,
+        },
+        "notes": [netns_note, landlock_note, seccomp_note],
+    }
+    return ctx, report
+
+
+def _fork_worker(chan_fd: int, spec: dict[str, Any], ctx: dict[str, Any]) -> int:
+    pid = os.fork()
+    if pid == 0:  # the child never returns into the zygote loop
+        code = 1
+        try:
+            signal.set_wakeup_fd(-1)
+            signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+            worker_main(chan_fd, spec, ctx)
+            code = 0
+        except BaseException:  # noqa: BLE001 - whatever happens, the child must not return
+            code = 2
+        finally:
+            os._exit(code)
+    os.close(chan_fd)
+    return pid
+
+
+def _exit_event(pid: int, status: int) -> dict[str, Any]:
+    if os.WIFSIGNALED(status):
+        return {"op": "exit", "pid": pid, "signal": os.WTERMSIG(status), "code": None}
+    return {"op": "exit", "pid": pid, "signal": None, "code": os.WEXITSTATUS(status)}
+
+
+def _reap(ctrl: socket.socket, children: set[int]) -> None:
+    while children:
+        try:
+            pid, status = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            return
+        children.discard(pid)
+        _send(ctrl, _exit_event(pid, status))
+
+
+def _handle(ctrl: socket.socket, ctx: dict[str, Any], children: set[int]) -> bool:
+    """Handle one control message; False when the host asked to stop or went away."""
+    data, fds, _flags, _addr = socket.recv_fds(ctrl, _MAX_CONTROL, 1)
+    if not data:
+        return False
+    request = json.loads(data)
+    op = request.get("op")
+    if op == "spawn":
+        if len(fds) != 1:
+            for fd in fds:
+                os.close(fd)
+            _send(ctrl, {"op": "error", "id": request.get("id"), "error": "spawn without fd"})
+            return True
+        pid = _fork_worker(fds[0], request["spec"], ctx)
+        children.add(pid)
+        _send(ctrl, {"op": "spawned", "id": request.get("id"), "pid": pid})
+    elif op == "kill":
+        pid = int(request["pid"])
+        if pid in children:
+            os.kill(pid, signal.SIGKILL)
+    elif op == "shutdown":
+        return False
+    return True
+
+
+def serve(ctrl: socket.socket, ctx: dict[str, Any]) -> None:
+    """Serve control requests until the host closes the socket; then kill all workers."""
+    children: set[int] = set()
+    wake_r, wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+    signal.set_wakeup_fd(wake_w)
+    signal.signal(signal.SIGCHLD, lambda *_: None)
+    try:
+        while True:
+            ready, _, _ = select.select([ctrl, wake_r], [], [])
+            if wake_r in ready:
+                while True:
+                    try:
+                        if not os.read(wake_r, 512):
+                            break
+                    except BlockingIOError:
+                        break
+                _reap(ctrl, children)
+            if ctrl in ready and not _handle(ctrl, ctx, children):
+                break
+    except (BrokenPipeError, ConnectionResetError):
+        pass  # the host is gone: fall through to cleanup
+    finally:
+        for pid in list(children):
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        for pid in list(children):
+            try:
+                os.waitpid(pid, 0)
+            except ChildProcessError:
+                pass
+
+
+def main() -> None:
+    """``python -m agentmath.sandbox.zygote FD``: FD is the control socket from the host."""
+    ctrl = socket.socket(fileno=int(sys.argv[1]))
+    setup = json.loads(ctrl.recv(_MAX_CONTROL))
+    ctx, report = _prepare(setup)
+    _send(ctrl, {"op": "ready", **report})
+    serve(ctrl, ctx)
+
+
+if __name__ == "__main__":
+    main()
