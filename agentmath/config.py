@@ -53,8 +53,9 @@ class SandboxConfig(StrictModel):
         "Characters kept of the repr of a snippet's final expression."))
     max_sessions: int = Field(64, ge=1, le=4096, description=(
         "Live sessions (worker processes) at once; more sessions wait their turn (FIFO)."))
-    max_concurrency: int = Field(0, ge=0, le=1024, description=(
-        "Snippets executing at once; 0 means the number of CPU cores."))
+    max_concurrency: int = Field(0, ge=0, le=4096, description=(
+        "Snippets in flight at once; 0 means 4 x CPU cores: enough to hide round-trip latency "
+        "for short snippets, few enough that CPU-bound ones are not starved into timeouts."))
     spare_workers: int = Field(2, ge=0, le=64, description=(
         "Workers forked ahead of need so that a new session starts without waiting for fork."))
     allowed_modules: tuple[str, ...] = Field(DEFAULT_ALLOWED_MODULES, description=(

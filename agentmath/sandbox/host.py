@@ -98,11 +98,13 @@ class _Worker:
         self.exit_status: asyncio.Future[dict[str, Any]] = (
             asyncio.get_running_loop().create_future())
 
-    async def request(self, message: dict[str, Any]) -> dict[str, Any]:
+    def request(self, message: dict[str, Any]) -> asyncio.Future[dict[str, Any]]:
+        """Send a request; the returned future resolves with the reply (or fails on EOF)."""
         fut = self.channel.next_message()
-        assert self.channel.transport is not None
+        if self.channel.transport is None or self.channel.transport.is_closing():
+            return fut
         self.channel.transport.write(encode(message))
-        return await fut
+        return fut
 
 
 class _Zygote:

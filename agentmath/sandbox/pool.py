@@ -48,7 +48,8 @@ class SandboxPool:
         self._zygote = _Zygote(self.config)
         limit = self.config.max_sessions
         self._session_slots = asyncio.Semaphore(limit)
-        self._exec_slots = asyncio.Semaphore(self.config.max_concurrency or os.cpu_count() or 1)
+        self._exec_slots = asyncio.Semaphore(self.config.max_concurrency
+                                             or 4 * (os.cpu_count() or 1))
         # One uid per live process: sessions plus spares. A slot returns only once the zygote
         # has reaped its process, so two live workers never share a uid.
         self._free_slots: list[int] = list(range(limit + self.config.spare_workers))[::-1]
@@ -230,8 +231,11 @@ class Session:
         worker = self._worker
         assert worker is not None
         start = time.perf_counter()
+        fut = worker.request({"op": "exec", "code": code})
+        # A timer on the reply future is much cheaper than asyncio.wait_for (no extra task).
+        timer = asyncio.get_running_loop().call_later(limit, _expire, fut)
         try:
-            reply = await asyncio.wait_for(worker.request({"op": "exec", "code": code}), limit)
+            reply = await fut
         except TimeoutError:
             self.pool.release_worker(worker)
             await self._replace_worker()
@@ -252,6 +256,8 @@ class Session:
                       "variables are lost",
                 error_type="SandboxCrash", crashed=True, state_lost=True,
                 duration_ms=(time.perf_counter() - start) * 1000.0)
+        finally:
+            timer.cancel()
         return _result_from_reply(reply)
 
     async def _replace_worker(self) -> None:
@@ -277,6 +283,11 @@ class Session:
         if self._holds_slot:
             self.pool._session_slots.release()
             self._holds_slot = False
+
+
+def _expire(fut: asyncio.Future[Any]) -> None:
+    if not fut.done():
+        fut.set_exception(TimeoutError())
 
 
 _RESULT_FIELDS = {"stdout", "stderr", "value", "error", "error_type", "error_line",

@@ -21,7 +21,7 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from agentmath.sandbox import isolation
-from agentmath.sandbox.protocol import recv_message, send_message
+from agentmath.sandbox.protocol import read_message, send_message
 
 _MAX_ERROR_CHARS = 2000
 
@@ -110,7 +110,8 @@ class Executor:
         self.namespace: dict[str, Any] = {"__name__": "__main__", "__builtins__": safe_builtins}
         self.max_output_chars = max_output_chars
         self.max_value_chars = max_value_chars
-        self.cells: list[list[str]] = []
+        self.cells: list[str] = []  # sources, for error messages that quote a line
+        self._stdin = io.StringIO("")  # input() sees end of file
 
     def _compile(self, code: str, filename: str) -> tuple[Any, Any]:
         tree = ast.parse(code, filename, "exec")
@@ -134,7 +135,7 @@ class Executor:
                 where_cell, line = int(fname[6:-1]), lineno
         text = f"{etype}: {message}" if message else etype
         if line is not None and where_cell is not None:
-            lines = self.cells[where_cell - 1] if where_cell <= len(self.cells) else []
+            lines = self.cells[where_cell - 1].splitlines() if where_cell <= len(self.cells) else []
             src = lines[line - 1].strip() if 0 < line <= len(lines) else ""
             prefix = "" if where_cell == cell else f"cell {where_cell}, "
             text += f" ({prefix}line {line}: {src})" if src else f" ({prefix}line {line})"
@@ -142,14 +143,18 @@ class Executor:
         return text, (line if where_cell == cell else None)
 
     def run(self, code: str) -> dict[str, Any]:
-        """Execute one snippet; returns the fields of an ExecResult."""
-        self.cells.append(code.splitlines())
+        """Execute one snippet; returns the non-default fields of an ExecResult.
+
+        Only fields that differ from ExecResult's defaults are returned, which keeps the reply
+        small: the round trip of a trivial snippet is dominated by such constant costs.
+        """
+        self.cells.append(code)
         cell = len(self.cells)
         filename = f"<cell-{cell}>"
         out, err = CappedStream(self.max_output_chars), CappedStream(self.max_output_chars)
         result: dict[str, Any] = {}
         saved = sys.stdout, sys.stderr, sys.stdin
-        sys.stdout, sys.stderr, sys.stdin = out, err, io.StringIO("")
+        sys.stdout, sys.stderr, sys.stdin = out, err, self._stdin
         start = time.perf_counter()
         try:
             body, expr = self._compile(code, filename)
@@ -160,16 +165,20 @@ class Executor:
                 if value is not None:
                     self.namespace["_"] = value
                     result["value"], capped = _cap(repr(value), self.max_value_chars)
-                    result["truncated"] = capped
+                    if capped:
+                        result["truncated"] = True
         except BaseException as exc:  # noqa: BLE001 - any error in user code is data
             result["error"], result["error_line"] = self._describe_error(exc, cell)
             result["error_type"] = type(exc).__name__
         finally:
             sys.stdout, sys.stderr, sys.stdin = saved
         result["duration_ms"] = (time.perf_counter() - start) * 1000.0
-        result["stdout"] = out.getvalue()
-        result["stderr"] = err.getvalue()
-        result["truncated"] = result.get("truncated", False) or out.truncated or err.truncated
+        if out.total:
+            result["stdout"] = out.getvalue()
+        if err.total:
+            result["stderr"] = err.getvalue()
+        if out.truncated or err.truncated:
+            result["truncated"] = True
         return result
 
 
@@ -180,6 +189,8 @@ def _apply_protections(spec: dict[str, Any], ctx: dict[str, Any]) -> dict[str, A
     done["setuid"] = isolation.drop_privileges(spec["uid"]) if ctx["root"] else False
     isolation.die_with_parent(ctx["zygote_pid"])  # a uid change clears the death signal
     isolation.set_limits(spec["memory_mb"], spec["cpu_s"], unprivileged=os.geteuid() != 0)
+    # Below the host in priority: a spinning snippet must not delay the host's timeout timer.
+    os.setpriority(os.PRIO_PROCESS, 0, 5)
     done["rlimits"] = True
     done["landlock_scope"] = isolation.landlock_scope_self()
     program = ctx.get("seccomp")
@@ -203,8 +214,9 @@ def worker_main(chan_fd: int, spec: dict[str, Any], ctx: dict[str, Any]) -> None
         send_message(sock, {"op": "hello", "error": f"{type(exc).__name__}: {exc}"})
         raise
     send_message(sock, {"op": "hello", "pid": os.getpid(), "protections": protections})
+    reader = sock.makefile("rb", buffering=1 << 16)  # one recv per request, not two
     while True:
-        request = recv_message(sock)
+        request = read_message(reader)
         if request is None:
             os._exit(0)
         if request.get("op") == "exec":

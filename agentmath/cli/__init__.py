@@ -1,0 +1,1 @@
+"""agentmath's command-line interface (``agentmath``; see :mod:`agentmath.cli.main`)."""

@@ -1,0 +1,104 @@
+"""Helpers shared by the CLI's command groups: consoles, JSON output, sandbox configuration.
+
+Kept free of heavy imports (pydantic, the sandbox) at module level so that ``agentmath --help``
+stays fast; those are imported inside the functions that need them.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, NoReturn
+
+import typer
+from rich.console import Console
+
+if TYPE_CHECKING:
+    from agentmath.config import SandboxConfig
+
+#: Shared CLI options, declared once so every command spells and documents them the same way.
+CONFIG_OPTION = typer.Option(
+    None, "--config", "-c", metavar="FILE",
+    help="Sandbox config file (.toml/.yaml); a top-level [sandbox] table is used if present.")
+SET_OPTION = typer.Option(
+    None, "--set", "-s", metavar="KEY=VALUE",
+    help="Override one sandbox config field, e.g. --set cpu_s=30 (repeatable).")
+JSON_OPTION = typer.Option(False, "--json", help="Print machine-readable JSON instead of tables.")
+
+
+def err_console() -> Console:
+    """A console on stderr, for messages to people that must not mix with JSON on stdout."""
+    return Console(stderr=True)
+
+
+def out_console() -> Console:
+    """A console on stdout, for rich output to people."""
+    return Console()
+
+
+def print_json(data: Any) -> None:
+    """Print one JSON document on one line of stdout and flush (streaming consumers read it)."""
+    sys.stdout.write(json.dumps(data, ensure_ascii=False) + "\n")
+    sys.stdout.flush()
+
+
+def usage_error(message: str, code: int = 2) -> NoReturn:
+    """Report a usage problem on stderr as ``Error: message`` and exit with ``code``."""
+    err_console().print(f"[bold red]Error:[/] {message}", highlight=False, markup=True)
+    raise typer.Exit(code)
+
+
+def _sandbox_section(path: Path) -> str | None:
+    """``"sandbox"`` when the file has a top-level sandbox table, else None (whole file)."""
+    from agentmath.config import read_config_file
+
+    data = read_config_file(path)
+    return "sandbox" if isinstance(data.get("sandbox"), dict) else None
+
+
+def load_sandbox_config(
+    config_file: Path | None,
+    sets: list[str] | None,
+    options: dict[str, tuple[str, Any]] | None = None,
+) -> SandboxConfig:
+    """Build a :class:`SandboxConfig` from a file, ``--set`` overrides and dedicated options.
+
+    ``options`` maps a config field to ``(option name, value)``; ``None`` values are skipped.
+    Dedicated options are applied last, and a bad value is reported under the option's own name
+    (``--timeout``), not the field's. Any problem exits 2 with a message naming its source.
+    """
+    from pydantic import ValidationError
+
+    from agentmath.config import SandboxConfig, load_config
+    from agentmath.errors import ConfigError
+
+    overrides = [s.removeprefix("sandbox.") for s in sets or []]
+    try:
+        section = _sandbox_section(config_file) if config_file is not None else None
+        config = load_config(SandboxConfig, config_file, overrides, section=section)
+    except ConfigError as exc:
+        usage_error(str(exc))
+    for field, (option, value) in (options or {}).items():
+        if value is None:
+            continue
+        try:
+            setattr(config, field, value)  # validate_assignment checks the field's bounds
+        except ValidationError as exc:
+            problems = "; ".join(err["msg"] for err in exc.errors())
+            usage_error(f"invalid value for {option}: {value!r}: {problems}")
+    return config
+
+
+def start_sandbox(config: SandboxConfig) -> Any:
+    """Start a synchronous :class:`~agentmath.sandbox.Sandbox`, exiting 1 with a clear message
+    when the sandbox cannot start (e.g. ``require_isolation`` on a host without the kernel
+    features); errors in user code are never raised here, only failures of the sandbox itself.
+    """
+    from agentmath.errors import SandboxError
+    from agentmath.sandbox import Sandbox
+
+    try:
+        return Sandbox(config)
+    except (SandboxError, OSError) as exc:
+        usage_error(f"the sandbox could not start: {exc}", code=1)

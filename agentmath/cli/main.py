@@ -1,0 +1,47 @@
+"""The ``agentmath`` command: a typer app with one module per command group.
+
+Importing this module is cheap (typer and rich only): the sandbox, pydantic configs and,
+later, torch are imported inside the commands that need them.
+"""
+
+from __future__ import annotations
+
+import typer
+
+from agentmath import __version__
+from agentmath.cli import demo as demo_cmd
+from agentmath.cli import sandbox as sandbox_cmd
+
+app = typer.Typer(
+    name="agentmath",
+    help=("Build, train and evaluate tool-integrated math reasoning agents. "
+          "Rich output for people; --json for programs."),
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_show_locals=False,
+)
+app.add_typer(sandbox_cmd.app, name="sandbox")
+app.command("demo")(demo_cmd.demo)
+
+
+def _print_version(value: bool) -> None:
+    """Eager ``--version`` callback: print the version and exit before any command runs."""
+    if value:
+        typer.echo(f"agentmath {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def main(
+    version: bool = typer.Option(
+        False, "--version", "-V", callback=_print_version, is_eager=True,
+        help="Print the version and exit."),
+) -> None:
+    """Build, train and evaluate tool-integrated math reasoning agents.
+
+    Start with `agentmath demo`; see `agentmath sandbox --help` for the sandbox.
+    """
+
+
+if __name__ == "__main__":  # pragma: no cover - `python -m agentmath.cli.main`
+    app()

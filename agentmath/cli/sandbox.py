@@ -1,0 +1,157 @@
+"""``agentmath sandbox``: run code in the sandbox and report which protections are active."""
+
+from __future__ import annotations
+
+import platform
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import typer
+
+from agentmath.cli._common import (
+    CONFIG_OPTION,
+    JSON_OPTION,
+    SET_OPTION,
+    load_sandbox_config,
+    out_console,
+    print_json,
+    start_sandbox,
+    usage_error,
+)
+
+app = typer.Typer(
+    name="sandbox",
+    help="Run Python in the secure, stateful sandbox; show which protections are active.",
+    no_args_is_help=True,
+)
+
+CELL_MARKER = "# %%"
+
+#: What each protection means, for `sandbox info` (keys are agentmath.sandbox.PROTECTIONS).
+PROTECTION_HELP: dict[str, str] = {
+    "network_namespace": "empty network namespace: no interfaces, no sockets out",
+    "landlock_fs": "Landlock: read-only allow-list, no writes, no exec",
+    "landlock_net": "Landlock: no TCP bind/connect",
+    "landlock_scope": "Landlock: no signals/abstract sockets outside the domain",
+    "seccomp": "seccomp filter on dangerous syscalls",
+    "setuid": "runs as an unprivileged uid, one per live worker",
+    "rlimits": "memory, CPU-time, file and process limits",
+    "no_new_privs": "no privilege gain through exec (PR_SET_NO_NEW_PRIVS)",
+}
+
+
+def split_cells(program: str) -> list[str]:
+    """Split a program into cells at lines that are exactly ``# %%`` (trailing spaces allowed).
+
+    Cells that are empty or whitespace-only are dropped, so a leading marker (as in jupytext
+    files) does not produce an empty cell 0.
+    """
+    cells: list[list[str]] = [[]]
+    for line in program.splitlines():
+        if line.rstrip() == CELL_MARKER:
+            cells.append([])
+        else:
+            cells[-1].append(line)
+    return ["\n".join(lines) for lines in cells if "".join(lines).strip()]
+
+
+def cell_record(index: int, result: Any) -> dict[str, Any]:
+    """One output line of ``sandbox exec``: the cell index, then every field of the result."""
+    data = result.to_dict()
+    return {"cell": index, **data}
+
+
+@app.command("exec")
+def exec_cells(
+    timeout: float | None = typer.Option(
+        None, "--timeout", "-t", metavar="S",
+        help="Wall-clock seconds per cell (default from config: 10)."),
+    memory_mb: int | None = typer.Option(
+        None, "--memory-mb", metavar="M", help="Address-space limit of the session, in MiB."),
+    max_output_chars: int | None = typer.Option(
+        None, "--max-output-chars", metavar="N",
+        help="stdout/stderr characters kept per cell (head and tail)."),
+    config: Path | None = CONFIG_OPTION,
+    sets: list[str] | None = SET_OPTION,
+) -> None:
+    """Run a program from stdin, cell by cell, in ONE sandbox session (state persists).
+
+    Cells are separated by lines that are exactly '# %%'. Prints one JSON object per cell per
+    line: cell, stdout, stderr, value, error, timed_out, truncated, state_lost, duration_ms, ...
+    Errors in the code are data (exit 0); only usage errors exit non-zero.
+
+    Example:  printf 'x = 2**64\\n# %%%%\\nx + 1\\n' | agentmath sandbox exec
+    """
+    cfg = load_sandbox_config(config, sets, {
+        "timeout_s": ("--timeout", timeout),
+        "memory_mb": ("--memory-mb", memory_mb),
+        "max_output_chars": ("--max-output-chars", max_output_chars),
+    })
+    if sys.stdin.isatty():
+        print("reading a program from stdin; end it with Ctrl-D", file=sys.stderr)
+    cells = split_cells(sys.stdin.read())
+    if not cells:
+        usage_error("no program on stdin: pipe Python code in, cells separated by '# %%' lines")
+    with start_sandbox(cfg) as sandbox, sandbox.session() as session:
+        for index, code in enumerate(cells):
+            print_json(cell_record(index, session.run(code)))
+
+
+def _info_data(sandbox: Any, start_ms: float) -> dict[str, Any]:
+    """The JSON document of ``sandbox info``."""
+    protections: dict[str, bool] = sandbox.protections
+    return {
+        "protections": protections,
+        "all_active": all(protections.values()),
+        "notes": sandbox.notes,
+        "preload_errors": getattr(sandbox.pool, "preload_errors", {}),
+        "start_ms": round(start_ms, 1),
+        "platform": {"system": platform.system(), "kernel": platform.release(),
+                     "python": platform.python_version()},
+    }
+
+
+def _print_info(data: dict[str, Any]) -> None:
+    """Render ``sandbox info`` as a rich table for people."""
+    from rich.table import Table
+
+    console = out_console()
+    table = Table(title="agentmath sandbox protections", title_justify="left")
+    table.add_column("protection", style="bold")
+    table.add_column("active", justify="center")
+    table.add_column("what it does")
+    for name, active in data["protections"].items():
+        mark = "[green]yes[/]" if active else "[red]NO[/]"
+        table.add_row(name, mark, PROTECTION_HELP.get(name, ""))
+    console.print(table)
+    for note in data["notes"]:
+        console.print(f"  note: {note}", highlight=False)
+    for module, error in data["preload_errors"].items():
+        console.print(f"  [yellow]preload failed[/] {module}: {error}", highlight=False)
+    plat = data["platform"]
+    console.print(f"pool started in {data['start_ms']:.0f} ms on {plat['system']} "
+                  f"{plat['kernel']}, Python {plat['python']}", highlight=False)
+    if data["all_active"]:
+        console.print("[green]All protections are active.[/]")
+    else:
+        console.print("[yellow]Some protections are not active on this host; see the notes "
+                      "and docs/sandbox.md.[/]")
+
+
+@app.command("info")
+def info(
+    as_json: bool = JSON_OPTION,
+    config: Path | None = CONFIG_OPTION,
+    sets: list[str] | None = SET_OPTION,
+) -> None:
+    """Start a sandbox pool and show which kernel protections are active on this host."""
+    cfg = load_sandbox_config(config, sets)
+    start = time.perf_counter()
+    with start_sandbox(cfg) as sandbox:
+        data = _info_data(sandbox, (time.perf_counter() - start) * 1000.0)
+    if as_json:
+        print_json(data)
+    else:
+        _print_info(data)

@@ -1,0 +1,224 @@
+"""Sandbox benchmark: start, round trip, throughput, recovery and memory, against a baseline.
+
+Run: ``.venv/bin/python benchmarks/sandbox.py`` (``--quick`` for a smoke run, ``--json`` for
+machine-readable output). Everything is measured in one run on this machine, with every
+protection the kernel offers switched on; the baseline is a fresh ``python -c`` per snippet.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from typing import Any
+
+from agentmath.config import SandboxConfig
+from agentmath.sandbox import Sandbox, SandboxPool
+
+TRIVIAL = "x = 1"
+SYMPY = "sympy.factorint(2**64 - 1)"
+SYMPY_SETUP = "import sympy"
+
+
+def pct(values: list[float], q: float) -> float:
+    """The q-quantile (0..1) of values, nearest rank."""
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+def private_mib(pid: int) -> float:
+    """Private (unshared) memory of a process in MiB, from /proc/PID/smaps_rollup."""
+    total_kb = 0
+    with open(f"/proc/{pid}/smaps_rollup") as fh:
+        for line in fh:
+            if line.startswith(("Private_Clean:", "Private_Dirty:")):
+                total_kb += int(line.split()[1])
+    return total_kb / 1024
+
+
+async def round_trips(pool: SandboxPool, code: str, n: int, setup: str = "") -> list[float]:
+    """Latencies (ms) of n sequential snippets in one warm session."""
+    async with pool.session() as session:
+        await session.run(setup or "0")
+        await session.run(code)
+        out = []
+        for _ in range(n):
+            t = time.perf_counter()
+            result = await session.run(code)
+            out.append((time.perf_counter() - t) * 1000)
+            assert result.error is None, result.error
+        return out
+
+
+async def throughput(pool: SandboxPool, code: str, sessions: int, per: int,
+                     setup: str = "") -> float:
+    """Snippets per second with ``sessions`` concurrent sessions each running ``per`` snippets."""
+    opened = [pool.session() for _ in range(sessions)]
+    for s in opened:
+        await s.run(setup or "0")
+
+    async def drive(s: Any) -> None:
+        for _ in range(per):
+            await s.run(code)
+
+    t = time.perf_counter()
+    await asyncio.gather(*(drive(s) for s in opened))
+    elapsed = time.perf_counter() - t
+    for s in opened:
+        await s.close()
+    return sessions * per / elapsed
+
+
+async def session_starts(pool: SandboxPool, n: int) -> list[float]:
+    """Time (ms) from creating a session to its worker being ready, n times."""
+    out = []
+    for _ in range(n):
+        await asyncio.sleep(0.01)  # let the pool refill its spares as it would between uses
+        t = time.perf_counter()
+        session = pool.session()
+        await session.start()
+        out.append((time.perf_counter() - t) * 1000)
+        await session.close()
+    return out
+
+
+async def recoveries(pool: SandboxPool, n: int, timeout: float) -> list[float]:
+    """Time (ms) beyond the limit until a timed-out session answers its next snippet."""
+    out = []
+    async with pool.session() as session:
+        for _ in range(n):
+            await asyncio.sleep(0.01)
+            t = time.perf_counter()
+            result = await session.run("while True: pass", timeout=timeout)
+            assert result.timed_out
+            after = await session.run("1 + 1")
+            assert after.value == "2"
+            out.append((time.perf_counter() - t - timeout) * 1000)
+    return out
+
+
+async def memory(pool: SandboxPool, n: int) -> float:
+    """Mean private memory (MiB) of n live sessions after a sympy + numpy snippet each."""
+    sessions = [pool.session() for _ in range(n)]
+    code = ("import sympy, numpy as np\nx = sympy.symbols('x')\n"
+            "r = sympy.integrate(x**2 * sympy.sin(x), x)\na = np.arange(1000).sum()")
+    for s in sessions:
+        await s.run(code)
+    values = [private_mib(s.pid) for s in sessions if s.pid]
+    for s in sessions:
+        await s.close()
+    return statistics.mean(values)
+
+
+def baseline(code: str, n: int, setup: str = "") -> tuple[list[float], float]:
+    """A fresh ``python -c`` per snippet: latencies (ms) and throughput with 2 in parallel."""
+    program = f"{setup}\n{code}" if setup else code
+    lat = []
+    for _ in range(n):
+        t = time.perf_counter()
+        subprocess.run([sys.executable, "-c", program], check=True)
+        lat.append((time.perf_counter() - t) * 1000)
+    t = time.perf_counter()
+    procs = [subprocess.Popen([sys.executable, "-c", program]) for _ in range(2)]
+    done = 0
+    while done < n:
+        for i, p in enumerate(procs):
+            if p.poll() is not None:
+                done += 1
+                procs[i] = subprocess.Popen([sys.executable, "-c", program])
+        time.sleep(0.001)
+    for p in procs:
+        p.wait()
+    return lat, n / (time.perf_counter() - t)
+
+
+async def measure(quick: bool) -> dict[str, Any]:
+    """Run every measurement and return the figures."""
+    k = 10 if quick else 1
+    res: dict[str, Any] = {"cpus": os.cpu_count(), "python": sys.version.split()[0]}
+    t = time.perf_counter()
+    async with SandboxPool() as pool:
+        res["pool_start_ms"] = (time.perf_counter() - t) * 1000
+        res["protections"] = pool.protections
+        res["start_spare"] = await session_starts(pool, 100 // k)
+        res["rt_trivial"] = await round_trips(pool, TRIVIAL, 3000 // k)
+        res["rt_sympy"] = await round_trips(pool, SYMPY, 1000 // k, SYMPY_SETUP)
+        res["tput_trivial"] = await throughput(pool, TRIVIAL, 32, 1000 // k)
+        res["tput_sympy"] = await throughput(pool, SYMPY, 32, 200 // k, SYMPY_SETUP)
+        res["recovery"] = await recoveries(pool, 20 // k or 2, 0.2)
+        res["memory_mib"] = await memory(pool, 16 // (2 if quick else 1))
+    async with SandboxPool(SandboxConfig(spare_workers=0)) as pool:
+        res["start_cold"] = await session_starts(pool, 50 // k)
+        res["recovery_cold"] = await recoveries(pool, 20 // k or 2, 0.2)
+    with Sandbox() as sb:
+        session = sb.session()
+        session.run("0")
+        lat = []
+        for _ in range(2000 // k):
+            t = time.perf_counter()
+            session.run(TRIVIAL)
+            lat.append((time.perf_counter() - t) * 1000)
+        res["rt_trivial_sync"] = lat
+    res["base_trivial"], res["base_tput_trivial"] = baseline(TRIVIAL, 40 // k)
+    res["base_sympy"], res["base_tput_sympy"] = baseline(
+        "sympy.factorint(2**64 - 1)", 20 // k, "import sympy")
+    return res
+
+
+def rows(r: dict[str, Any]) -> list[tuple[str, str, str, str]]:
+    """(metric, agentmath, baseline, goal) rows of the report."""
+    def ms(v: list[float], q: float = 0.5) -> str:
+        return f"{pct(v, q):.3f} ms"
+
+    return [
+        ("new session, spare ready (p50)", ms(r["start_spare"]), ms(r["base_trivial"]),
+         "<= 10 ms"),
+        ("new session, cold fork (p50)", ms(r["start_cold"]), "", "<= 10 ms"),
+        ("round trip, trivial, async (p50)", ms(r["rt_trivial"]), ms(r["base_trivial"]),
+         "<= 0.2 ms"),
+        ("round trip, trivial, async (p99)", ms(r["rt_trivial"], 0.99), "", ""),
+        ("round trip, trivial, sync API (p50)", ms(r["rt_trivial_sync"]), "", ""),
+        ("round trip, sympy factorint (p50)", ms(r["rt_sympy"]), ms(r["base_sympy"]), ""),
+        ("round trip, sympy factorint (p99)", ms(r["rt_sympy"], 0.99), "", ""),
+        ("throughput, trivial (32 sessions)", f"{r['tput_trivial']:,.0f} /s",
+         f"{r['base_tput_trivial']:,.0f} /s", ">= 10,000 /s"),
+        ("throughput, sympy factorint (32 sessions)", f"{r['tput_sympy']:,.0f} /s",
+         f"{r['base_tput_sympy']:,.0f} /s", ""),
+        ("timeout recovery, spare ready (p50)", ms(r["recovery"]), "", "<= 20 ms"),
+        ("timeout recovery, cold fork (p50)", ms(r["recovery_cold"]), "", "<= 20 ms"),
+        ("private memory per live session", f"{r['memory_mib']:.1f} MiB", "", "<= 20 MiB"),
+    ]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--quick", action="store_true", help="10x fewer iterations (smoke run)")
+    parser.add_argument("--json", action="store_true", help="print the raw figures as JSON")
+    args = parser.parse_args()
+    result = asyncio.run(measure(args.quick))
+    table = rows(result)
+    if args.json:
+        print(json.dumps({"rows": table, "protections": result["protections"]}, indent=2))
+        return
+    from rich.console import Console
+    from rich.table import Table
+
+    out = Table(title=f"agentmath sandbox benchmark ({result['cpus']} CPUs, Python "
+                      f"{result['python']}; pool start {result['pool_start_ms']:.0f} ms)")
+    for col in ("metric", "agentmath", "baseline: python -c per snippet", "goal"):
+        out.add_column(col)
+    for row in table:
+        out.add_row(*row)
+    console = Console()
+    console.print(out)
+    active = [k for k, v in result["protections"].items() if v]
+    console.print(f"protections active: {', '.join(active) or 'none'}")
+
+
+if __name__ == "__main__":
+    main()
