@@ -66,8 +66,8 @@ GRANARIES = ScriptedExample(
             code=(
                 "import sympy as sp\n"
                 "a, b = sp.symbols('a b', integer=True, nonnegative=True)\n"
-                "solution = sp.solve([sp.Eq(a + b, total), sp.Eq(a, 2*b + 3_000_000_000)], "
-                "[a, b], dict=True)\n"
+                "equations = [sp.Eq(a + b, total), sp.Eq(a, 2*b + 3_000_000_000)]\n"
+                "solution = sp.solve(equations, [a, b], dict=True)\n"
                 "solution"
             ),
         ),

@@ -20,7 +20,7 @@ if TYPE_CHECKING:
 #: Shared CLI options, declared once so every command spells and documents them the same way.
 CONFIG_OPTION = typer.Option(
     None, "--config", "-c", metavar="FILE",
-    help="Sandbox config file (.toml/.yaml); a top-level [sandbox] table is used if present.")
+    help="Sandbox config file (.toml/.yaml); a top-level 'sandbox' table is used if present.")
 SET_OPTION = typer.Option(
     None, "--set", "-s", metavar="KEY=VALUE",
     help="Override one sandbox config field, e.g. --set cpu_s=30 (repeatable).")
@@ -45,7 +45,7 @@ def print_json(data: Any) -> None:
 
 def usage_error(message: str, code: int = 2) -> NoReturn:
     """Report a usage problem on stderr as ``Error: message`` and exit with ``code``."""
-    err_console().print(f"[bold red]Error:[/] {message}", highlight=False, markup=True)
+    err_console().print(f"[bold red]Error:[/] {message}", highlight=False, soft_wrap=True)
     raise typer.Exit(code)
 
 

@@ -14,9 +14,8 @@ from agentmath.cli import sandbox as sandbox_cmd
 
 app = typer.Typer(
     name="agentmath",
-    help=("Build, train and evaluate tool-integrated math reasoning agents. "
-          "Rich output for people; --json for programs."),
     no_args_is_help=True,
+    rich_markup_mode="markdown",
     add_completion=False,
     pretty_exceptions_show_locals=False,
 )
@@ -39,7 +38,8 @@ def main(
 ) -> None:
     """Build, train and evaluate tool-integrated math reasoning agents.
 
-    Start with `agentmath demo`; see `agentmath sandbox --help` for the sandbox.
+    Rich output for people, `--json` for programs. Start with `agentmath demo`; see
+    `agentmath sandbox --help` for the sandbox.
     """
 
 

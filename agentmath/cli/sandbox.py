@@ -78,11 +78,11 @@ def exec_cells(
 ) -> None:
     """Run a program from stdin, cell by cell, in ONE sandbox session (state persists).
 
-    Cells are separated by lines that are exactly '# %%'. Prints one JSON object per cell per
-    line: cell, stdout, stderr, value, error, timed_out, truncated, state_lost, duration_ms, ...
-    Errors in the code are data (exit 0); only usage errors exit non-zero.
+    Cells are separated by lines that are exactly `# %%`. Prints one JSON object per cell
+    per line: cell, stdout, stderr, value, error, error_type, timed_out, truncated, state_lost,
+    crashed, duration_ms. Errors in the code are data (exit 0); only usage errors exit 2.
 
-    Example:  printf 'x = 2**64\\n# %%%%\\nx + 1\\n' | agentmath sandbox exec
+    Example: `printf 'x = 2**64\\n# %%%%\\nx + 1\\n' | agentmath sandbox exec`
     """
     cfg = load_sandbox_config(config, sets, {
         "timeout_s": ("--timeout", timeout),

@@ -14,8 +14,24 @@ Async::
 Sync: :class:`Sandbox` has the same shape without ``await``.
 """
 
-from agentmath.sandbox.pool import PROTECTIONS, SandboxPool, Session
-from agentmath.sandbox.result import ExecResult
-from agentmath.sandbox.sync import Sandbox, SyncSession
+from __future__ import annotations
 
-__all__ = ["PROTECTIONS", "ExecResult", "Sandbox", "SandboxPool", "Session", "SyncSession"]
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from agentmath.sandbox.pool import PROTECTIONS, SandboxPool, Session
+    from agentmath.sandbox.result import ExecResult
+    from agentmath.sandbox.sync import Sandbox, SyncSession
+
+# Exports resolve lazily: the zygote imports agentmath.sandbox.zygote, and must not pay for
+# (or depend on) the host side's pydantic/asyncio imports.
+_EXPORTS = {"PROTECTIONS": "pool", "SandboxPool": "pool", "Session": "pool",
+            "ExecResult": "result", "Sandbox": "sync", "SyncSession": "sync"}
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _EXPORTS:
+        raise AttributeError(f"module 'agentmath.sandbox' has no attribute {name!r}")
+    return getattr(importlib.import_module(f"agentmath.sandbox.{_EXPORTS[name]}"), name)

@@ -125,7 +125,10 @@ class _Zygote:
         loop = asyncio.get_running_loop()
         host, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         pkg_root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-        boot = (f"import sys; sys.path.insert(0, {pkg_root!r}); "
+        # The zygote runs isolated (-I: no environment variables, no cwd on the path) but sees
+        # the same libraries as the host, whether installed or on the host's PYTHONPATH.
+        paths = [pkg_root] + [p for p in sys.path if p and os.path.isabs(p) and os.path.isdir(p)]
+        boot = (f"import sys; sys.path[:] = {list(dict.fromkeys(paths))!r}; "
                 "from agentmath.sandbox.zygote import main; main()")
         self.proc = subprocess.Popen(
             [sys.executable, "-I", "-c", boot, str(child.fileno())],

@@ -60,6 +60,8 @@ class SandboxPool:
         self._tasks: set[asyncio.Task[Any]] = set()
         self._started = False
         self._closed = False
+        self._zygote_lock = asyncio.Lock()
+        self.zygote_restarts = 0
         self.protections: dict[str, bool] = {}
         self.notes: list[str] = []
 
@@ -101,7 +103,19 @@ class SandboxPool:
             await self._slot_freed.wait()
         return self._free_slots.pop()
 
+    async def _ensure_zygote(self) -> None:
+        """Start a new zygote if the current one died (e.g. killed by the OOM killer)."""
+        async with self._zygote_lock:
+            dead = self._zygote.dead
+            if dead is not None and dead.done() and not self._closed:
+                self._zygote.close_control()
+                await asyncio.to_thread(self._zygote.wait)
+                self._zygote = _Zygote(self.config)
+                await self._zygote.start()
+                self.zygote_restarts += 1
+
     async def _spawn(self) -> _Worker:
+        await self._ensure_zygote()
         slot = await self._take_slot()
         try:
             worker = await self._zygote.spawn(slot)
