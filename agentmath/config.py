@@ -138,3 +138,25 @@ def load_config(
             for err in exc.errors()
         )
         raise ConfigError(f"{where}: invalid {model.__name__}: {problems}") from exc
+
+
+class LoopConfig(StrictModel):
+    """Budgets and behaviour of one agent-loop episode (see agentmath/loop.py)."""
+
+    max_tool_calls: int = Field(8, ge=0, le=1000, description=(
+        "Code blocks executed per episode; a call beyond it ends the episode (tool_budget)."))
+    max_total_tokens: int = Field(4096, ge=16, le=1_048_576, description=(
+        "Context budget: prompt + model + tool tokens."))
+    max_model_tokens: int = Field(2048, ge=1, le=1_048_576, description=(
+        "Tokens the model may generate in total over all its turns."))
+    max_tokens_per_turn: int | None = Field(None, ge=1, le=1_048_576, description=(
+        "Tokens per generate call (None: whatever the other budgets leave)."))
+    max_output_chars: int = Field(2000, ge=32, le=1_000_000, description=(
+        "Characters of rendered tool output appended per call (head and tail kept)."))
+    tool_timeout_s: float = Field(10.0, gt=0, le=3600, description="Time limit per snippet.")
+    time_limit_s: float = Field(600.0, gt=0, le=86_400, description=(
+        "Wall-clock limit of the whole episode (time_budget)."))
+    stop_on_answer: bool = Field(True, description=(
+        "End the episode as soon as a model turn contains a final answer (\\boxed{...})."))
+    system_prompt: str | None = Field(None, description=(
+        "System prompt; None uses the tool format's own instructions."))

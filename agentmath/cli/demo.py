@@ -23,6 +23,9 @@ from agentmath.cli._common import (
     usage_error,
 )
 
+DEFAULT_OUT = Path("runs/demo")
+OUT_OPTION = typer.Option(DEFAULT_OUT, "--out", "-o", metavar="DIR",
+                          help="Directory for trajectory.json (created if missing).")
 SCRIPTED_NOTE = ("Scripted example: the reasoning and code were written by hand (no model yet); "
                  "every code cell really runs in the sandbox and the answer is checked.")
 
@@ -136,9 +139,7 @@ def _write(out: Path, summary: dict[str, Any]) -> Path:
 
 
 def demo(
-    out: Path | None = typer.Option(
-        Path("runs/demo"), "--out", "-o", metavar="DIR",
-        help="Directory for trajectory.json (created if missing)."),
+    out: Path = OUT_OPTION,
     no_out: bool = typer.Option(False, "--no-out", help="Write no files."),
     as_json: bool = JSON_OPTION,
 ) -> None:
@@ -159,7 +160,7 @@ def demo(
         timings = {"start": (started - began) * 1000.0,
                    "total": (time.perf_counter() - began) * 1000.0}
         summary = summarize(example, steps, sandbox, timings)
-    summary["out"] = None if no_out or out is None else str(_write(out, summary))
+    summary["out"] = None if no_out else str(_write(out, summary))
     if as_json:
         print_json(summary)
     else:

@@ -10,6 +10,7 @@ import typer
 
 from agentmath import __version__
 from agentmath.cli import demo as demo_cmd
+from agentmath.cli import grade as grade_cmd
 from agentmath.cli import sandbox as sandbox_cmd
 
 app = typer.Typer(
@@ -21,6 +22,7 @@ app = typer.Typer(
 )
 app.add_typer(sandbox_cmd.app, name="sandbox")
 app.command("demo")(demo_cmd.demo)
+grade_cmd.register(app)
 
 
 def _print_version(value: bool) -> None:

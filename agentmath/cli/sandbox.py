@@ -57,6 +57,20 @@ def split_cells(program: str) -> list[str]:
     return ["\n".join(lines) for lines in cells if "".join(lines).strip()]
 
 
+def read_program() -> str:
+    """Read the program from stdin; exit 2 unless it is valid UTF-8 text.
+
+    Python may decode undecodable bytes as lone surrogates (surrogateescape); those cannot be
+    sent to the sandbox, so they are rejected here with a clear message.
+    """
+    try:
+        text = sys.stdin.read()
+        text.encode("utf-8")
+    except UnicodeError as exc:
+        usage_error(f"stdin is not valid UTF-8 text ({exc.reason} at position {exc.start})")
+    return text
+
+
 def cell_record(index: int, result: Any) -> dict[str, Any]:
     """One output line of ``sandbox exec``: the cell index, then every field of the result."""
     data = result.to_dict()
@@ -91,7 +105,7 @@ def exec_cells(
     })
     if sys.stdin.isatty():
         print("reading a program from stdin; end it with Ctrl-D", file=sys.stderr)
-    cells = split_cells(sys.stdin.read())
+    cells = split_cells(read_program())
     if not cells:
         usage_error("no program on stdin: pipe Python code in, cells separated by '# %%' lines")
     with start_sandbox(cfg) as sandbox, sandbox.session() as session:

@@ -28,7 +28,7 @@ if TYPE_CHECKING:
 # (or depend on) the host side's pydantic/asyncio imports.
 _EXPORTS = {"PROTECTIONS": "pool", "SandboxPool": "pool", "Session": "pool",
             "ExecResult": "result", "Sandbox": "sync", "SyncSession": "sync"}
-__all__ = sorted(_EXPORTS)
+__all__ = ["PROTECTIONS", "ExecResult", "Sandbox", "SandboxPool", "Session", "SyncSession"]
 
 
 def __getattr__(name: str) -> Any:

@@ -22,7 +22,9 @@ class ProtocolError(Exception):
 
 def encode(message: dict[str, Any]) -> bytes:
     """Serialise one message into a frame."""
-    body = json.dumps(message, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+    # ASCII JSON: lone surrogates (from undecodable input or a snippet's output) become
+    # escapes instead of an encoding error, so any str can cross the boundary.
+    body = json.dumps(message, separators=(",", ":")).encode("ascii")
     return HEADER.pack(len(body)) + body
 
 

@@ -1,0 +1,165 @@
+"""A local transformers model as a backend (CPU here, GPU where there is one).
+
+Concurrent requests are gathered into batches (left-padded) and generated together on a
+worker thread, which is what makes a small model fast enough on a CPU to evaluate hundreds of
+samples. Each row is cut at its own stop string or end-of-turn token; the ids returned are the
+ids sampled, including a last token that may run past the stop string.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from agentmath._lazy import require
+from agentmath.backends.base import Generation, SamplingParams
+from agentmath.errors import BackendError
+
+
+@dataclass
+class _Request:
+    prompt: list[int]
+    stop: tuple[str, ...]
+    max_tokens: int
+    sampling: SamplingParams
+    future: asyncio.Future[Generation]
+
+
+class HFBackend:
+    """Generate with ``transformers`` from a model directory or loaded objects."""
+
+    name = "hf"
+
+    def __init__(self, model: Any, tokenizer: Any = None, *, max_batch: int = 32,
+                 device: str | None = None) -> None:
+        self.torch = require("torch", "train")
+        transformers = require("transformers", "train")
+        if isinstance(model, str):
+            try:
+                tokenizer = tokenizer or transformers.AutoTokenizer.from_pretrained(model)
+                model = transformers.AutoModelForCausalLM.from_pretrained(model)
+            except OSError as exc:
+                raise BackendError(f"cannot load a transformers model from {model!r}: {exc}") \
+                    from exc
+        if tokenizer is None:
+            raise BackendError("HFBackend needs a tokenizer when given a model object")
+        self.device = device or ("cuda" if self.torch.cuda.is_available() else "cpu")
+        self.model = model.to(self.device).eval()
+        self.tokenizer = tokenizer
+        self.max_batch = max_batch
+        self.eos_ids = self._eos_ids()
+        self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None \
+            else self.eos_ids[0]
+        self._queue: asyncio.Queue[_Request] | None = None
+        self._worker: asyncio.Task[None] | None = None
+
+    def _eos_ids(self) -> list[int]:
+        ids = self.model.generation_config.eos_token_id
+        ids = ids if isinstance(ids, list) else [ids]
+        if self.tokenizer.eos_token_id is not None:
+            ids.append(self.tokenizer.eos_token_id)
+        return sorted({i for i in ids if i is not None})
+
+    async def render_prompt(self, messages: Sequence[dict[str, str]]) -> list[int]:
+        """Apply the tokenizer's chat template with the generation prompt."""
+        text = self.tokenizer.apply_chat_template(list(messages), tokenize=False,
+                                                  add_generation_prompt=True)
+        return list(self.tokenizer.encode(text, add_special_tokens=False))
+
+    async def tokenize(self, text: str) -> list[int]:
+        return list(self.tokenizer.encode(text, add_special_tokens=False))
+
+    async def detokenize(self, ids: Sequence[int]) -> str:
+        return self.tokenizer.decode(list(ids), skip_special_tokens=False)
+
+    async def generate(self, prompt_ids: Sequence[int], *, stop: Sequence[str],
+                       max_tokens: int, sampling: SamplingParams) -> Generation:
+        """Queue a request; a batching worker generates it with others of the same shape."""
+        if self._queue is None:
+            self._queue = asyncio.Queue()
+            self._worker = asyncio.create_task(self._serve())
+        fut: asyncio.Future[Generation] = asyncio.get_running_loop().create_future()
+        await self._queue.put(_Request(list(prompt_ids), tuple(stop), max_tokens, sampling, fut))
+        return await fut
+
+    async def _serve(self) -> None:
+        assert self._queue is not None
+        while True:
+            first = await self._queue.get()
+            await asyncio.sleep(0)  # let concurrent callers enqueue, then batch them
+            batch, rest = [first], []
+            while not self._queue.empty() and len(batch) < self.max_batch:
+                req = self._queue.get_nowait()
+                same = (req.stop, req.sampling) == (first.stop, first.sampling)
+                (batch if same else rest).append(req)
+            for req in rest:
+                self._queue.put_nowait(req)
+            try:
+                outs = await asyncio.to_thread(self._generate_batch, batch)
+            except (RuntimeError, ValueError) as exc:
+                for req in batch:
+                    if not req.future.done():
+                        req.future.set_exception(BackendError(f"generation failed: {exc}"))
+                continue
+            for req, out in zip(batch, outs, strict=True):
+                if not req.future.done():
+                    req.future.set_result(out)
+
+    def _generate_batch(self, batch: list[_Request]) -> list[Generation]:
+        torch = self.torch
+        width = max(len(r.prompt) for r in batch)
+        ids = torch.full((len(batch), width), self.pad_id, dtype=torch.long)
+        mask = torch.zeros((len(batch), width), dtype=torch.long)
+        for i, req in enumerate(batch):
+            ids[i, width - len(req.prompt):] = torch.tensor(req.prompt)
+            mask[i, width - len(req.prompt):] = 1
+        s = batch[0].sampling
+        if s.seed is not None:
+            torch.manual_seed(s.seed)
+        kwargs: dict[str, Any] = {"do_sample": s.temperature > 0}
+        if s.temperature > 0:
+            kwargs.update(temperature=s.temperature, top_p=s.top_p,
+                          top_k=s.top_k if s.top_k > 0 else None)
+        if batch[0].stop:
+            kwargs.update(stop_strings=list(batch[0].stop), tokenizer=self.tokenizer)
+        with torch.no_grad():
+            out = self.model.generate(
+                input_ids=ids.to(self.device), attention_mask=mask.to(self.device),
+                max_new_tokens=max(r.max_tokens for r in batch), eos_token_id=self.eos_ids,
+                pad_token_id=self.pad_id, return_dict_in_generate=True, output_logits=True,
+                **kwargs)
+        new = out.sequences[:, width:].tolist()
+        logprobs = None
+        if s.logprobs and out.logits:
+            stacked = torch.stack(out.logits, dim=1).float().log_softmax(-1)  # raw model dist.
+            logprobs = stacked.gather(-1, out.sequences[:, width:, None]).squeeze(-1).tolist()
+        return [self._cut(row, req, logprobs[i] if logprobs else None)
+                for i, (row, req) in enumerate(zip(new, batch, strict=True))]
+
+    def _cut(self, row: list[int], req: _Request, logprobs: list[float] | None) -> Generation:
+        """Trim a batch row at its own end: the first stop string, end-of-turn or max_tokens."""
+        text, end, reason, matched = "", len(row), "length", None
+        for i, tok in enumerate(row[: req.max_tokens]):
+            if tok in self.eos_ids:
+                end, reason = i + 1, "eos"
+                break
+            piece = self.tokenizer.decode([tok], skip_special_tokens=False)
+            text += piece
+            tail = text[-(len(piece) + max((len(x) for x in req.stop), default=0)):]
+            hit = next((x for x in req.stop if x in tail), None)
+            if hit is not None:
+                end, reason, matched = i + 1, "stop", hit
+                break
+        else:
+            end = min(len(row), req.max_tokens)
+        ids = row[:end]
+        return Generation(ids, self.tokenizer.decode(ids, skip_special_tokens=False),
+                          reason, matched, logprobs[:end] if logprobs else None)  # type: ignore[arg-type]
+
+    async def aclose(self) -> None:
+        if self._worker is not None:
+            self._worker.cancel()
+            self._worker = None
+            self._queue = None

@@ -1,0 +1,23 @@
+"""Pluggable tool formats: how a model writes a sandbox call and reads its result.
+
+Built-ins: ``markdown`` (```python / ```output), ``tool_call`` (``<tool_call>`` /
+``<tool_output>``), ``code_interpreter`` (``<code>`` / ``<interpreter>``) and ``openai_tools``
+(native tool calling, and Hermes/Qwen JSON ``<tool_call>`` in text). Add one with
+:func:`register_format`; any object satisfying :class:`ToolFormat` works.
+"""
+
+from __future__ import annotations
+
+from agentmath.formats.base import DelimitedFormat, ToolCall, ToolFormat, render_body
+from agentmath.formats.code_interpreter import CODE_INTERPRETER
+from agentmath.formats.markdown import MARKDOWN
+from agentmath.formats.openai_tools import OPENAI_TOOLS
+from agentmath.formats.registry import available_formats, get_format, register_format
+from agentmath.formats.tool_call import TOOL_CALL
+
+for _fmt in (MARKDOWN, TOOL_CALL, CODE_INTERPRETER, OPENAI_TOOLS):
+    register_format(_fmt, replace=True)
+del _fmt
+
+__all__ = ["DelimitedFormat", "ToolCall", "ToolFormat", "available_formats", "get_format",
+           "register_format", "render_body"]

@@ -1,0 +1,184 @@
+"""Answer verification with a hard timeout: :func:`verify`, :func:`grade` and async variants.
+
+A comparison first tries :func:`~agentmath.grading.fastpath.quick_compare` in the calling
+process; undecided pairs go to math-verify in a :class:`~agentmath.grading.pool.VerifierPool`
+worker, which is killed (and replaced) when it overruns the timeout. That works from any
+thread and inside asyncio, where math-verify's ``signal.alarm`` timeouts cannot.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import atexit
+import os
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+from agentmath.errors import GradingError
+from agentmath.grading.extract import DEFAULT_STRATEGIES, extract_answer
+from agentmath.grading.fastpath import quick_compare
+from agentmath.grading.pool import VerifierPool
+
+DEFAULT_TIMEOUT_S = 5.0
+# Named, not imported: only worker processes import math-verify (and sympy).
+_MATHVERIFY_MODULE = "agentmath.grading._mathverify"
+_VERIFY_TARGET = f"{_MATHVERIFY_MODULE}:verify_answers"
+_WARM_UP_TARGET = f"{_MATHVERIFY_MODULE}:warm_up"
+Method = Literal["fast", "math_verify", "none"]
+
+
+@dataclass(frozen=True, slots=True)
+class GradeResult:
+    """The grade of one response.
+
+    ``correct`` is None when the gold answer itself could not be parsed (the row is ungradable,
+    not wrong). A timeout or a verifier crash grades False, with ``timed_out``/``error`` set so
+    that callers can tell "wrong" from "could not check". ``method`` says what decided it.
+    """
+
+    extracted: str | None
+    correct: bool | None
+    timed_out: bool = False
+    error: str | None = None
+    method: Method = "none"
+
+
+_pool_lock = threading.Lock()
+_pool: VerifierPool | None = None
+_pool_workers = 2
+_pool_memory_mb: int | None = 4096
+
+
+def configure_pool(workers: int = 2, memory_mb: int | None = 4096) -> None:
+    """Set the size and per-worker memory cap (MiB, None = no cap) of the shared pool.
+
+    A change closes the current pool; the next verification starts one with the new settings.
+    """
+    global _pool, _pool_workers, _pool_memory_mb
+    if workers < 1:
+        raise GradingError(f"the grading pool needs at least one worker, got {workers}")
+    with _pool_lock:
+        if (workers, memory_mb) == (_pool_workers, _pool_memory_mb):
+            return
+        old, _pool = _pool, None
+        _pool_workers, _pool_memory_mb = workers, memory_mb
+    if old is not None and old.pid == os.getpid():  # never kill a parent's workers after fork
+        old.close()
+
+
+def get_pool() -> VerifierPool:
+    """The process-wide verifier pool, created on first use (and again after a fork)."""
+    global _pool
+    with _pool_lock:
+        if _pool is None or _pool.pid != os.getpid():
+            _pool = VerifierPool(
+                _pool_workers, preload=(_WARM_UP_TARGET,), memory_mb=_pool_memory_mb
+            )
+        return _pool
+
+
+def shutdown_pool() -> None:
+    """Stop the shared pool's workers (also run at interpreter exit)."""
+    global _pool
+    with _pool_lock:
+        old, _pool = _pool, None
+    if old is not None and old.pid == os.getpid():
+        old.close()
+
+
+atexit.register(shutdown_pool)
+
+
+def _check_args(gold: object, timeout: float) -> None:
+    if not isinstance(gold, str):
+        raise GradingError(f"gold answer must be a str, got {type(gold).__name__}")
+    if not timeout > 0:
+        raise GradingError(f"timeout must be > 0 seconds, got {timeout!r}")
+
+
+def _fast(gold: str, predicted: str | None, fast_path: bool) -> GradeResult | None:
+    """The grade if it is known without a worker, else None."""
+    if predicted is None:
+        return GradeResult(predicted, False, method="none")
+    decided = quick_compare(gold, predicted) if fast_path else None
+    if decided is None:
+        return None
+    return GradeResult(predicted, decided, method="fast")
+
+
+def _slow(gold: str, predicted: str, timeout: float) -> GradeResult:
+    """Run math-verify in the pool; a timeout or crash grades False and is reported."""
+    outcome = get_pool().call(_VERIFY_TARGET, (gold, predicted), timeout)
+    if outcome.status == "ok":
+        error = "gold answer could not be parsed" if outcome.value is None else None
+        return GradeResult(predicted, outcome.value, error=error, method="math_verify")
+    timed_out = outcome.status == "timeout"
+    return GradeResult(predicted, False, timed_out, outcome.error, method="math_verify")
+
+
+def check(
+    gold: str, predicted: str | None, *, timeout: float = DEFAULT_TIMEOUT_S, fast_path: bool = True
+) -> GradeResult:
+    """Compare a bare predicted answer with the gold answer and return the full GradeResult.
+
+    ``fast_path=False`` skips the string/number shortcuts (used to test math-verify itself).
+    """
+    _check_args(gold, timeout)
+    return _fast(gold, predicted, fast_path) or _slow(gold, predicted or "", timeout)
+
+
+def verify(
+    gold: str, predicted: str | None, *, timeout: float = DEFAULT_TIMEOUT_S, fast_path: bool = True
+) -> bool | None:
+    """True if ``predicted`` is mathematically equal to ``gold`` (both bare answers, LaTeX ok).
+
+    None when the gold cannot be parsed; False when ``predicted`` is None or unparsable, or
+    when checking took longer than ``timeout`` seconds (a hard limit, safe in any thread).
+    """
+    return check(gold, predicted, timeout=timeout, fast_path=fast_path).correct
+
+
+def grade(
+    gold: str,
+    response: str | None,
+    *,
+    timeout: float = DEFAULT_TIMEOUT_S,
+    strategies: Sequence[str] = DEFAULT_STRATEGIES,
+) -> GradeResult:
+    """Extract the final answer from a whole ``response`` and verify it against ``gold``."""
+    _check_args(gold, timeout)
+    extracted = extract_answer(response, strategies=strategies)
+    return check(gold, extracted, timeout=timeout)
+
+
+async def acheck(
+    gold: str, predicted: str | None, *, timeout: float = DEFAULT_TIMEOUT_S, fast_path: bool = True
+) -> GradeResult:
+    """Async :func:`check`: the fast path runs inline, math-verify in a thread (loop stays free)."""
+    _check_args(gold, timeout)
+    decided = _fast(gold, predicted, fast_path)
+    if decided is not None:
+        return decided
+    return await asyncio.to_thread(_slow, gold, predicted or "", timeout)
+
+
+async def averify(
+    gold: str, predicted: str | None, *, timeout: float = DEFAULT_TIMEOUT_S, fast_path: bool = True
+) -> bool | None:
+    """Async :func:`verify`, for use inside an event loop without blocking it."""
+    return (await acheck(gold, predicted, timeout=timeout, fast_path=fast_path)).correct
+
+
+async def agrade(
+    gold: str,
+    response: str | None,
+    *,
+    timeout: float = DEFAULT_TIMEOUT_S,
+    strategies: Sequence[str] = DEFAULT_STRATEGIES,
+) -> GradeResult:
+    """Async :func:`grade`, for use inside an event loop without blocking it."""
+    _check_args(gold, timeout)
+    extracted = extract_answer(response, strategies=strategies)
+    return await acheck(gold, extracted, timeout=timeout)

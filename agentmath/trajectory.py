@@ -1,0 +1,155 @@
+"""The record of one episode: every segment in order, with its exact token ids and loss mask.
+
+A trajectory is what evaluation grades, what SFT trains on and what GRPO scores, so it keeps
+the truth: the ids the model sampled (never a re-tokenization of its text), the ids of the
+prompt and of each rendered tool output, the model's logprobs where the backend gave them, and
+a loss mask that is 1 on model tokens and 0 on prompt and tool tokens. It round-trips through
+JSON without loss.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from typing import Any, Literal
+
+from agentmath.sandbox.result import ExecResult
+
+Source = Literal["prompt", "model", "tool"]
+FINISH_REASONS = ("answered", "eos", "token_budget", "tool_budget", "time_budget", "error")
+
+
+@dataclass(slots=True)
+class Segment:
+    """A contiguous run of tokens from one source.
+
+    Model segments carry ``logprobs`` (one per token, when the backend returns them) and the
+    generation's ``finish_reason``; tool segments carry the ``code`` that ran and its ``result``.
+    """
+
+    source: Source
+    text: str
+    token_ids: list[int]
+    logprobs: list[float] | None = None
+    finish_reason: str | None = None
+    code: str | None = None
+    result: ExecResult | None = None
+    duration_ms: float = 0.0
+
+    @property
+    def loss_mask(self) -> list[int]:
+        """1 for tokens the model produced (trained on), 0 for prompt and tool tokens."""
+        return [1 if self.source == "model" else 0] * len(self.token_ids)
+
+    def to_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["result"] = self.result.to_dict() if self.result is not None else None
+        return data
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Segment:
+        data = dict(data)
+        if data.get("result") is not None:
+            data["result"] = ExecResult.from_dict(data["result"])
+        return cls(**data)
+
+
+@dataclass(slots=True)
+class Trajectory:
+    """One episode of the agent loop."""
+
+    problem: str
+    segments: list[Segment] = field(default_factory=list)
+    finish_reason: str = "error"
+    answer: str | None = None
+    error: str | None = None
+    meta: dict[str, Any] = field(default_factory=dict)
+    duration_ms: float = 0.0
+
+    # ------------------------------------------------------------------ token views
+    @property
+    def token_ids(self) -> list[int]:
+        """All ids in order: exactly the context the model conditioned on, plus its last turn."""
+        return [t for seg in self.segments for t in seg.token_ids]
+
+    @property
+    def loss_mask(self) -> list[int]:
+        """Aligned with :attr:`token_ids`; 1 only on model tokens."""
+        return [m for seg in self.segments for m in seg.loss_mask]
+
+    @property
+    def logprobs(self) -> list[float | None]:
+        """Aligned with :attr:`token_ids`: the sampled token's logprob on model tokens."""
+        out: list[float | None] = []
+        for seg in self.segments:
+            if seg.source == "model" and seg.logprobs is not None:
+                out.extend(seg.logprobs)
+            else:
+                out.extend([None] * len(seg.token_ids))
+        return out
+
+    @property
+    def prompt_length(self) -> int:
+        """Number of tokens before the first model token."""
+        n = 0
+        for seg in self.segments:
+            if seg.source != "prompt":
+                break
+            n += len(seg.token_ids)
+        return n
+
+    # ------------------------------------------------------------------ summaries
+    @property
+    def model_tokens(self) -> int:
+        return sum(len(s.token_ids) for s in self.segments if s.source == "model")
+
+    @property
+    def tool_tokens(self) -> int:
+        return sum(len(s.token_ids) for s in self.segments if s.source == "tool")
+
+    @property
+    def total_tokens(self) -> int:
+        return sum(len(s.token_ids) for s in self.segments)
+
+    @property
+    def tool_calls(self) -> list[Segment]:
+        return [s for s in self.segments if s.source == "tool"]
+
+    @property
+    def num_tool_errors(self) -> int:
+        return sum(1 for s in self.tool_calls if s.result is not None and s.result.error)
+
+    @property
+    def completion_text(self) -> str:
+        """Everything after the prompt, as text (model and tool segments)."""
+        return "".join(s.text for s in self.segments if s.source != "prompt")
+
+    @property
+    def model_text(self) -> str:
+        """Only what the model wrote."""
+        return "".join(s.text for s in self.segments if s.source == "model")
+
+    # ------------------------------------------------------------------ serialisation
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "problem": self.problem,
+            "segments": [s.to_dict() for s in self.segments],
+            "finish_reason": self.finish_reason,
+            "answer": self.answer,
+            "error": self.error,
+            "meta": self.meta,
+            "duration_ms": self.duration_ms,
+        }
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), ensure_ascii=False)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Trajectory:
+        data = dict(data)
+        data["segments"] = [Segment.from_dict(s) for s in data.get("segments", [])]
+        return cls(**data)
+
+    @classmethod
+    def from_json(cls, text: str) -> Trajectory:
+        return cls.from_dict(json.loads(text))
