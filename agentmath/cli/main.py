@@ -12,6 +12,7 @@ from agentmath import __version__
 from agentmath.cli import demo as demo_cmd
 from agentmath.cli import grade as grade_cmd
 from agentmath.cli import sandbox as sandbox_cmd
+from agentmath.cli import solve as solve_cmd
 
 app = typer.Typer(
     name="agentmath",
@@ -23,6 +24,7 @@ app = typer.Typer(
 app.add_typer(sandbox_cmd.app, name="sandbox")
 app.command("demo")(demo_cmd.demo)
 grade_cmd.register(app)
+app.command("solve")(solve_cmd.solve)
 
 
 def _print_version(value: bool) -> None:

@@ -12,12 +12,13 @@ import asyncio
 import contextlib
 import json
 import os
+import secrets
 import signal
 import socket
 import subprocess
 import sys
 import tempfile
-from collections import deque
+from collections.abc import Callable
 from typing import Any
 
 from agentmath.config import SandboxConfig
@@ -38,13 +39,21 @@ _START_TIMEOUT_S = 60.0
 
 
 class _WorkerChannel(asyncio.Protocol):
-    """One worker's socket: request/response frames, and end-of-stream detection."""
+    """One worker's socket, held to a strict request/reply discipline.
 
-    def __init__(self) -> None:
-        self.frames = FrameBuffer()
+    A snippet controls its whole worker process, so nothing the worker sends is trusted: a
+    frame that does not answer the pending request (unsolicited, extra, oversized, undecodable
+    or with the wrong request id) is a protocol violation, and the channel closes. At most one
+    frame is ever buffered, so a worker cannot grow the host's memory.
+    """
+
+    def __init__(self, max_frame: int) -> None:
+        self.frames = FrameBuffer(max_frame)
         self.transport: asyncio.Transport | None = None
         self.waiter: asyncio.Future[dict[str, Any]] | None = None
-        self.pending: deque[dict[str, Any]] = deque()
+        self.expect_id: int | None = None
+        self.violation: str | None = None
+        self.on_lost: Callable[[], None] | None = None
         self.closed: asyncio.Future[None] = asyncio.get_running_loop().create_future()
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -54,14 +63,22 @@ class _WorkerChannel(asyncio.Protocol):
         try:
             messages = self.frames.feed(data)
         except ProtocolError as exc:
-            self._fail(exc)
+            self._violate(str(exc))
             return
         for message in messages:
-            if self.waiter is not None and not self.waiter.done():
-                self.waiter.set_result(message)
-                self.waiter = None
-            else:
-                self.pending.append(message)
+            waiter = self.waiter
+            if waiter is None or waiter.done():
+                self._violate("unsolicited data on the channel")
+                return
+            if message.get("id") != self.expect_id:
+                self._violate("a reply that does not answer the request")
+                return
+            self.waiter = None
+            waiter.set_result(message)
+
+    def _violate(self, what: str) -> None:
+        self.violation = what
+        self._fail(ConnectionResetError(f"sandbox worker broke the protocol: {what}"))
 
     def _fail(self, exc: BaseException) -> None:
         if self.waiter is not None and not self.waiter.done():
@@ -73,37 +90,43 @@ class _WorkerChannel(asyncio.Protocol):
         self._fail(ConnectionResetError("sandbox worker closed its channel"))
         if not self.closed.done():
             self.closed.set_result(None)
+        if self.on_lost is not None:
+            self.on_lost()  # a worker that is no longer reachable is killed at once
 
-    def next_message(self) -> asyncio.Future[dict[str, Any]]:
+    def expect(self, request_id: int | None) -> asyncio.Future[dict[str, Any]]:
+        """A future for the next frame, which must carry ``request_id``."""
         fut = asyncio.get_running_loop().create_future()
-        if self.pending:
-            fut.set_result(self.pending.popleft())
-        elif self.closed.done():
+        if self.closed.done() or (self.transport is not None and self.transport.is_closing()):
             fut.set_exception(ConnectionResetError("sandbox worker closed its channel"))
         else:
-            self.waiter = fut
+            self.waiter, self.expect_id = fut, request_id
         return fut
 
 
 class _Worker:
     """A forked worker process as the host sees it."""
 
-    __slots__ = ("pid", "slot", "channel", "protections", "exit_status")
+    __slots__ = ("pid", "slot", "channel", "protections", "exit_status", "killed")
 
     def __init__(self, pid: int, slot: int, channel: _WorkerChannel) -> None:
         self.pid = pid
         self.slot = slot
         self.channel = channel
         self.protections: dict[str, Any] = {}
+        self.killed = False
         self.exit_status: asyncio.Future[dict[str, Any]] = (
             asyncio.get_running_loop().create_future())
 
     def request(self, message: dict[str, Any]) -> asyncio.Future[dict[str, Any]]:
-        """Send a request; the returned future resolves with the reply (or fails on EOF)."""
-        fut = self.channel.next_message()
-        if self.channel.transport is None or self.channel.transport.is_closing():
-            return fut
-        self.channel.transport.write(encode(message))
+        """Send a request; the future resolves with the reply (or fails on EOF/violation).
+
+        Each request carries a fresh random id that the reply must echo: a snippet that writes
+        to its channel does not know it without digging through the interpreter's frames.
+        """
+        request_id = secrets.randbits(62)
+        fut = self.channel.expect(request_id)
+        if not fut.done() and self.channel.transport is not None:
+            self.channel.transport.write(encode({**message, "id": request_id}))
         return fut
 
 
@@ -137,7 +160,8 @@ class _Zygote:
         )
         child.close()
         self.ctrl = host
-        setup = {"preload": list(self.config.preload)}
+        setup = {"preload": list(self.config.preload),
+                 "allowed": list(self.config.allowed_modules)}
         host.sendall(json.dumps(setup).encode())
         host.setblocking(False)
         self.dead = loop.create_future()
@@ -221,11 +245,14 @@ class _Zygote:
         finally:
             theirs.close()
         pid = await fut
-        _, channel = await loop.create_unix_connection(_WorkerChannel, sock=ours)
+        max_frame = 6 * (2 * cfg.max_output_chars + cfg.max_value_chars + 4096) + 65536
+        _, channel = await loop.create_unix_connection(lambda: _WorkerChannel(max_frame),
+                                                       sock=ours)
         worker = _Worker(pid, slot, channel)
         self._workers[pid] = worker
+        channel.on_lost = lambda: self.kill_worker(worker)
         try:
-            hello = await asyncio.wait_for(channel.next_message(), _START_TIMEOUT_S)
+            hello = await asyncio.wait_for(channel.expect(None), _START_TIMEOUT_S)
         except (ConnectionResetError, TimeoutError) as exc:
             self.kill_worker(worker)
             raise SandboxError("a sandbox worker died while starting") from exc
@@ -237,6 +264,9 @@ class _Zygote:
 
     def kill_worker(self, worker: _Worker) -> None:
         """Ask the zygote to SIGKILL the worker (safe against pid reuse; see zygote.py)."""
+        if worker.killed:
+            return
+        worker.killed = True
         if worker.channel.transport is not None:
             worker.channel.transport.close()
         if self.ctrl is not None and self.dead is not None and not self.dead.done():

@@ -276,13 +276,64 @@ def set_limits(memory_mb: int, cpu_s: int, unprivileged: bool) -> None:
         resource.setrlimit(resource.RLIMIT_NPROC, (0, 0))
 
 
-def drop_privileges(uid: int) -> bool:
-    """Become ``uid`` (group ``uid``, no supplementary groups). Only possible from root."""
+PR_SET_KEEPCAPS = 8
+CAP_DAC_READ_SEARCH = 2
+_LINUX_CAPABILITY_VERSION_3 = 0x20080522
+
+
+class _CapHeader(ctypes.Structure):
+    _fields_ = [("version", ctypes.c_uint32), ("pid", ctypes.c_int)]
+
+
+class _CapData(ctypes.Structure):
+    _fields_ = [("effective", ctypes.c_uint32), ("permitted", ctypes.c_uint32),
+                ("inheritable", ctypes.c_uint32)]
+
+
+def readable_by_others(paths: Iterable[str]) -> bool:
+    """Whether a user with no relation to the owners can reach and read every path.
+
+    Python installed under a private home (e.g. pyenv in a 0700 /root) is not; then workers
+    running as an unprivileged uid need CAP_DAC_READ_SEARCH to import lazily loaded modules.
+    """
+    for path in paths:
+        current = os.path.abspath(path)
+        while True:
+            try:
+                mode = os.stat(current).st_mode
+            except OSError:
+                return False
+            need = 0o005 if os.path.isdir(current) else 0o004
+            if mode & need != need:
+                return False
+            parent = os.path.dirname(current)
+            if parent == current:
+                break
+            current = parent
+    return True
+
+
+def drop_privileges(uid: int, keep_read_search: bool = False) -> bool:
+    """Become ``uid`` (group ``uid``, no supplementary groups). Only possible from root.
+
+    With ``keep_read_search`` the process keeps exactly one capability, CAP_DAC_READ_SEARCH,
+    so it can read Python's files under a private home. Only pass it when Landlock confines
+    reads (Landlock is not bypassed by capabilities) and seccomp denies open_by_handle_at.
+    """
     if os.geteuid() != 0:
         return False
     os.setgroups([])
+    if keep_read_search:
+        _prctl(PR_SET_KEEPCAPS, 1)
     os.setresgid(uid, uid, uid)
     os.setresuid(uid, uid, uid)
+    if keep_read_search:
+        bit = 1 << CAP_DAC_READ_SEARCH
+        data = (_CapData * 2)(_CapData(bit, bit, 0), _CapData(0, 0, 0))
+        header = _CapHeader(_LINUX_CAPABILITY_VERSION_3, 0)
+        if _libc.capset(ctypes.byref(header), data) != 0:
+            raise OSError(ctypes.get_errno(), f"capset: {_errno_text()}")
+        _prctl(PR_SET_KEEPCAPS, 0)
     return os.geteuid() == uid
 
 

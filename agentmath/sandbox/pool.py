@@ -264,7 +264,11 @@ class Session:
                 status = await asyncio.wait_for(asyncio.shield(worker.exit_status), _EXIT_WAIT_S)
             self.pool.release_worker(worker)
             await self._replace_worker()
-            reason = _death_reason(status) if status else f"the sandbox channel failed ({exc})"
+            if worker.channel.violation is not None:
+                reason = (f"the sandbox process broke the protocol "
+                          f"({worker.channel.violation}) and was stopped")
+            else:
+                reason = _death_reason(status) if status else f"the sandbox channel failed ({exc})"
             return ExecResult(
                 error=f"SandboxCrash: {reason}; the session was restarted and earlier "
                       "variables are lost",
@@ -272,7 +276,7 @@ class Session:
                 duration_ms=(time.perf_counter() - start) * 1000.0)
         finally:
             timer.cancel()
-        return _result_from_reply(reply)
+        return _result_from_reply(reply, self.pool.config)
 
     async def _replace_worker(self) -> None:
         self.restarts += 1
@@ -306,21 +310,36 @@ def _expire(fut: asyncio.Future[Any]) -> None:
 
 _RESULT_FIELDS = {"stdout", "stderr", "value", "error", "error_type", "error_line",
                   "truncated", "duration_ms"}  # fmt: skip
+_MAX_ERROR_CHARS = 4000
 
 
-def _result_from_reply(reply: dict[str, Any]) -> ExecResult:
-    """Build a result from a worker's reply, keeping only known fields of the right types."""
+def _recap(text: str, limit: int) -> tuple[str, bool]:
+    """Head and tail of ``text`` within ``limit`` (plus a marker): the host's own cap."""
+    slack = 100  # the worker's own truncation marker fits within this
+    if len(text) <= limit + slack:
+        return text, False
+    half = limit // 2
+    return f"{text[:half]}\n... [{len(text) - 2 * half} characters omitted] ...\n" \
+           f"{text[-half:]}", True
+
+
+def _result_from_reply(reply: dict[str, Any], config: SandboxConfig) -> ExecResult:
+    """Build a result from a worker's reply: known fields of the right types, re-capped.
+
+    The worker caps its output itself, but a snippet controls its worker and could send
+    anything, so the host enforces the limits again.
+    """
     fields: dict[str, Any] = {}
+    truncated = bool(reply.get("truncated", False))
+    limits = {"stdout": config.max_output_chars, "stderr": config.max_output_chars,
+              "value": config.max_value_chars, "error": _MAX_ERROR_CHARS, "error_type": 200}
     for key in _RESULT_FIELDS & reply.keys():
         value = reply[key]
-        if key in ("stdout", "stderr") and isinstance(value, str):
+        if key in limits and isinstance(value, str):
+            fields[key], cut = _recap(value, limits[key])
+            truncated = truncated or (cut and key != "error")
+        elif key == "error_line" and isinstance(value, int) and not isinstance(value, bool):
             fields[key] = value
-        elif key in ("value", "error", "error_type") and isinstance(value, str | None):
-            fields[key] = value
-        elif key == "error_line" and isinstance(value, int | None):
-            fields[key] = value
-        elif key == "truncated":
-            fields[key] = bool(value)
         elif key == "duration_ms" and isinstance(value, int | float):
             fields[key] = float(value)
-    return ExecResult(**fields)
+    return ExecResult(truncated=truncated, **fields)

@@ -88,10 +88,11 @@ def send_message(sock: socket.socket, message: dict[str, Any]) -> None:
 class FrameBuffer:
     """Incremental frame parser for the host's asyncio protocols."""
 
-    __slots__ = ("_buf",)
+    __slots__ = ("_buf", "max_frame")
 
-    def __init__(self) -> None:
+    def __init__(self, max_frame: int = MAX_FRAME) -> None:
         self._buf = bytearray()
+        self.max_frame = max_frame
 
     def feed(self, data: bytes) -> list[dict[str, Any]]:
         """Add bytes; return the complete messages they finish, in order."""
@@ -99,8 +100,9 @@ class FrameBuffer:
         out = []
         while len(self._buf) >= HEADER.size:
             (size,) = HEADER.unpack_from(self._buf)
-            if size > MAX_FRAME:
-                raise ProtocolError(f"frame of {size} bytes exceeds the {MAX_FRAME} byte limit")
+            if size > self.max_frame:
+                raise ProtocolError(
+                    f"frame of {size} bytes exceeds the {self.max_frame} byte limit")
             end = HEADER.size + size
             if len(self._buf) < end:
                 break

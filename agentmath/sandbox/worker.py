@@ -111,7 +111,6 @@ class Executor:
         self.max_output_chars = max_output_chars
         self.max_value_chars = max_value_chars
         self.cells: list[str] = []  # sources, for error messages that quote a line
-        self._stdin = io.StringIO("")  # input() sees end of file
 
     def _compile(self, code: str, filename: str) -> tuple[Any, Any]:
         tree = ast.parse(code, filename, "exec")
@@ -125,7 +124,10 @@ class Executor:
     def _describe_error(self, exc: BaseException, cell: int) -> tuple[str, int | None]:
         """'Type: message (line N: source)' with N the innermost line of the current cell."""
         etype = type(exc).__name__
-        message = str(exc) if not isinstance(exc, SyntaxError) else (exc.msg or "")
+        try:
+            message = str(exc) if not isinstance(exc, SyntaxError) else (exc.msg or "")
+        except Exception:  # noqa: BLE001 - a user exception whose __str__ itself fails
+            message = "<exception str() failed>"
         where_cell, line = None, None
         if isinstance(exc, SyntaxError) and exc.filename and exc.filename.startswith("<cell-"):
             where_cell, line = int(exc.filename[6:-1]), exc.lineno
@@ -154,7 +156,8 @@ class Executor:
         out, err = CappedStream(self.max_output_chars), CappedStream(self.max_output_chars)
         result: dict[str, Any] = {}
         saved = sys.stdout, sys.stderr, sys.stdin
-        sys.stdout, sys.stderr, sys.stdin = out, err, self._stdin
+        # A fresh stdin per cell: input() sees end of file even after a cell closed it.
+        sys.stdout, sys.stderr, sys.stdin = out, err, io.StringIO("")
         start = time.perf_counter()
         try:
             body, expr = self._compile(code, filename)
@@ -186,7 +189,8 @@ def _apply_protections(spec: dict[str, Any], ctx: dict[str, Any]) -> dict[str, A
     """Per-worker protections, in the only order that works (uid, limits, Landlock, seccomp)."""
     done: dict[str, Any] = {}
     isolation.die_with_parent(ctx["zygote_pid"])
-    done["setuid"] = isolation.drop_privileges(spec["uid"]) if ctx["root"] else False
+    done["setuid"] = (isolation.drop_privileges(spec["uid"], ctx.get("keep_read", False))
+                      if ctx["root"] else False)
     isolation.die_with_parent(ctx["zygote_pid"])  # a uid change clears the death signal
     isolation.set_limits(spec["memory_mb"], spec["cpu_s"], unprivileged=os.geteuid() != 0)
     # Below the host in priority: a spinning snippet must not delay the host's timeout timer.
@@ -223,4 +227,6 @@ def worker_main(chan_fd: int, spec: dict[str, Any], ctx: dict[str, Any]) -> None
             reply = executor.run(str(request.get("code", "")))
         else:
             reply = {"error": f"unknown op {request.get('op')!r}"}
+        reply["id"] = request.get("id")
+        del request  # the request id should not linger where a snippet can find it easily
         send_message(sock, reply)

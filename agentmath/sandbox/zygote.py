@@ -38,11 +38,17 @@ def _send(ctrl: socket.socket, message: dict[str, Any]) -> None:
 def _prepare(setup: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
     """Preload modules and apply the zygote-wide protections. Returns (ctx, report)."""
     preload_errors = {}
-    for name in setup.get("preload", []):
+    # Codecs are imported lazily by str.encode/decode; load them all while files are readable.
+    import encodings
+    import pkgutil
+
+    codecs = [f"encodings.{m.name}" for m in pkgutil.iter_modules(encodings.__path__)]
+    for name in [*setup.get("preload", []), *setup.get("allowed", []), *codecs]:
         try:
             importlib.import_module(name)
         except Exception as exc:  # noqa: BLE001 - a missing optional module is reported
-            preload_errors[name] = f"{type(exc).__name__}: {exc}"
+            if not name.startswith("encodings."):  # platform-specific codecs may be absent
+                preload_errors[name] = f"{type(exc).__name__}: {exc}"
     devnull = os.open("/dev/null", os.O_RDWR)  # opened before Landlock forbids it
     os.dup2(devnull, 0)
     os.dup2(devnull, 1)
@@ -52,10 +58,15 @@ def _prepare(setup: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
     pkg_dir = os.path.dirname(os.path.dirname(os.path.abspath(isolation.__file__)))
     read_paths = isolation.python_read_paths([pkg_dir])
     abi, landlock_note = isolation.landlock_readonly(read_paths)
+    keep_read = (os.geteuid() == 0 and abi > 0 and program is not None
+                 and not isolation.readable_by_others(read_paths[:4]))
+    if keep_read:
+        landlock_note += ("; Python lives under a private directory, so workers keep "
+                          "CAP_DAC_READ_SEARCH (reads stay confined by Landlock)")
     gc.collect()
     gc.freeze()  # the heap stays shared with workers instead of being touched by their gc
     root = os.geteuid() == 0 and "user" not in netns_note
-    ctx = {"zygote_pid": os.getpid(), "root": root, "seccomp": program}
+    ctx = {"zygote_pid": os.getpid(), "root": root, "seccomp": program, "keep_read": keep_read}
     report = {
         "pid": os.getpid(),
         "python": sys.version.split()[0],

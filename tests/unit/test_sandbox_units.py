@@ -110,6 +110,10 @@ def test_blocking_send_recv_roundtrip_and_eof() -> None:
         assert recv_message(d) is None
 
 
+def test_lone_surrogates_cross_the_boundary() -> None:
+    assert FrameBuffer().feed(encode({"s": "a\ud800b"})) == [{"s": "a\ud800b"}]
+
+
 def test_encode_is_json_not_pickle() -> None:
     frame = encode({"k": "v"})
     (size,) = struct.unpack(">I", frame[:4])

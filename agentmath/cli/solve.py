@@ -1,0 +1,68 @@
+"""``agentmath solve``: run the agent loop on one problem and show the trajectory."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import typer
+
+from agentmath.cli._common import JSON_OPTION, out_console, print_json, usage_error
+
+
+def default_model_dir() -> Path:
+    """Where ``agentmath demo`` saves its trained tool model (the embedded default)."""
+    return Path.home() / ".cache" / "agentmath" / "demo-tool-model"
+
+
+def solve(
+    problem: str = typer.Argument(..., help="The problem text."),
+    backend: str = typer.Option("hf", help="openai | hf | vllm"),
+    model: str = typer.Option(None, help="Served model name (openai) or model directory "
+                              "(hf, vllm). Default: the model trained by `agentmath demo`."),
+    base_url: str = typer.Option(None, "--base-url", help="OpenAI-compatible server URL."),
+    fmt: str = typer.Option("code_interpreter", "--format", help="Tool format name."),
+    temperature: float = typer.Option(0.0, min=0.0, max=5.0, help="Sampling temperature."),
+    max_tool_calls: int = typer.Option(8, min=0, help="Tool calls allowed."),
+    max_model_tokens: int = typer.Option(1024, min=1, help="Model tokens allowed."),
+    tool_timeout: float = typer.Option(10.0, min=0.01, help="Seconds per snippet."),
+    system_prompt: str = typer.Option(None, help="System prompt (default: the format's)."),
+    json_out: bool = JSON_OPTION,
+) -> None:
+    """Solve one problem with a model that calls the sandbox; show reasoning, code and outputs."""
+    from agentmath.backends import make_backend
+    from agentmath.backends.base import SamplingParams
+    from agentmath.config import LoopConfig
+    from agentmath.errors import AgentMathError
+    from agentmath.formats import get_format
+    from agentmath.loop import run_episode
+    from agentmath.sandbox import SandboxPool
+
+    if model is None:
+        model = str(default_model_dir())
+        if backend != "openai" and not Path(model).exists():
+            usage_error(f"no --model given and no demo model at {model}: run `agentmath demo` "
+                        "first, or pass --model")
+    try:
+        tool_format = get_format(fmt)
+        loop_cfg = LoopConfig(max_tool_calls=max_tool_calls, max_model_tokens=max_model_tokens,
+                              tool_timeout_s=tool_timeout, system_prompt=system_prompt)
+        engine = make_backend(backend, model, base_url=base_url)
+    except (AgentMathError, ValueError) as exc:
+        usage_error(str(exc))
+
+    async def go():  # noqa: ANN202 - local
+        async with SandboxPool() as pool:
+            try:
+                return await run_episode(problem, engine, tool_format, pool, loop_cfg,
+                                         SamplingParams(temperature=temperature))
+            finally:
+                await engine.aclose()
+
+    traj = asyncio.run(go())
+    if json_out:
+        print_json(traj.to_dict())
+        return
+    from agentmath.cli._trajectory_view import render_trajectory
+
+    render_trajectory(traj, out_console())
