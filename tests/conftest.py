@@ -1,16 +1,8 @@
-"""Fixtures shared by every test tier."""
+"""Fixtures shared by every test tier (model and server fixtures live in tests/fixtures)."""
 
 from __future__ import annotations
 
-from pathlib import Path
+from tests.fixtures.models import tiny_model_dir
+from tests.fixtures.vllm_server import vllm_server
 
-import pytest
-
-
-@pytest.fixture(scope="session")
-def tool_model_dir() -> Path:
-    """A tiny model trained (once, then cached) to emit <code> blocks; see fixtures/tool_model."""
-    pytest.importorskip("torch", reason="needs the 'train' extra (torch, transformers)")
-    from tests.fixtures.tool_model import build_tool_model
-
-    return build_tool_model()
+__all__ = ["tiny_model_dir", "vllm_server"]

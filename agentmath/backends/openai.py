@@ -136,7 +136,8 @@ class OpenAIBackend:
                    tools: Sequence[dict[str, Any]] | None = None, max_tokens: int = 1024,
                    sampling: SamplingParams | None = None,
                    **extra: Any) -> dict[str, Any]:
-        """One ``/v1/chat/completions`` turn; returns the assistant message dict.
+        """One ``/v1/chat/completions`` turn; returns the assistant message dict
+        (plus ``finish_reason``, and ``token_ids``/``usage`` when the server reports them).
 
         Not token-exact: the server renders the whole conversation from text on each call
         (earlier assistant turns are re-tokenized, tool calls are parsed out of generated
@@ -162,6 +163,12 @@ class OpenAIBackend:
             raise BackendError(f"malformed chat response from "
                                f"{self._url('/v1/chat/completions')}: {_snippet(data)}") from exc
         message["finish_reason"] = choice.get("finish_reason")
+        # Where the server reports them (vLLM with return_token_ids), keep the sampled ids and
+        # the usage counts: they are the honest token counts of a non-token-exact turn.
+        if choice.get("token_ids") is not None:
+            message["token_ids"] = list(choice["token_ids"])
+        if isinstance(data.get("usage"), dict):
+            message["usage"] = data["usage"]
         return message
 
     # ------------------------------------------------------------------------------ HTTP

@@ -80,7 +80,7 @@ def worker_main(fd: int, parent_pid: int, preload: Sequence[str], memory_mb: int
             _resolve(name)()
         else:
             importlib.import_module(name)
-    conn.send(("ready", os.getpid()))
+    _reply(conn, ("ready", os.getpid()))
     while True:
         try:
             message = conn.recv()
@@ -94,9 +94,24 @@ def worker_main(fd: int, parent_pid: int, preload: Sequence[str], memory_mb: int
         except Exception as exc:  # noqa: BLE001 - reported to the caller, never lost
             reply = ("error", f"{type(exc).__name__}: {exc}")
         try:
-            conn.send(reply)
-        except (pickle.PicklingError, TypeError, AttributeError) as exc:
-            conn.send(("error", f"the result cannot be sent back: {exc}"))
+            _reply(conn, reply)
+        except (TypeError, ValueError) as exc:
+            _reply(conn, ("error", f"the result cannot be sent back: {exc}"))
+
+
+def _reply(conn: Connection, reply: tuple[str, Any]) -> None:
+    """Send a reply as JSON, never pickle: a worker parses untrusted model output (sympy's
+    parser evaluates strings), so what it sends back must not be able to run code here."""
+    conn.send_bytes(json.dumps(list(reply)).encode())
+
+
+def _read_reply(conn: Connection) -> tuple[str, Any]:
+    """Read a worker's JSON reply; anything malformed counts as the worker failing."""
+    try:
+        tag, value = json.loads(conn.recv_bytes(1 << 20))
+    except (ValueError, TypeError) as exc:
+        raise EOFError(f"malformed reply from a grading worker: {exc}") from exc
+    return str(tag), value
 
 
 # A plain subprocess, not multiprocessing's spawn: spawn re-imports the parent's __main__ in
@@ -137,7 +152,7 @@ class _Worker:
             return
         try:
             if self.conn.poll(timeout):
-                tag, _ = self.conn.recv()
+                tag, _ = _read_reply(self.conn)
                 self.ready = tag == "ready"
         except (EOFError, OSError):
             pass
@@ -283,7 +298,7 @@ class VerifierPool:
             if not worker.conn.poll(timeout):
                 self._forget(worker)
                 return CallResult("timeout", error=f"verification exceeded {timeout:g} s")
-            tag, value = worker.conn.recv()
+            tag, value = _read_reply(worker.conn)
         except (EOFError, OSError):
             return self._died(worker)
         self._release(worker)
@@ -293,7 +308,10 @@ class VerifierPool:
 
     def _died(self, worker: _Worker) -> CallResult:
         """Report a worker that died mid-call (crash, OOM kill) and replace it."""
-        code = worker.process.poll()
+        try:  # its end of the pipe closes just before it is reaped: wait briefly for the code
+            code = worker.process.wait(timeout=2)
+        except subprocess.TimeoutExpired:
+            code = None
         self._forget(worker)
         return CallResult("error", error=f"grading worker died (exit code {code})")
 

@@ -16,15 +16,34 @@ from agentmath._lazy import require
 
 SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
 
-# ChatML, as Qwen2.5 writes it (system, user, assistant and tool turns). Kept prefix-preserving:
+# Added (non-special) tokens, as in Qwen2.5: vLLM's hermes tool parser looks them up by id.
+TOOL_TOKENS = ["<tool_call>", "</tool_call>", "<tool_response>", "</tool_response>"]
+
+# ChatML, as Qwen2.5 writes it: system, user, assistant (with tool_calls) and tool turns, and
+# the tool schemas listed in the system turn when ``tools`` is given. It is prefix-preserving:
 # rendering a conversation and then one more turn only appends text.
 CHAT_TEMPLATE = (
+    "{%- set sys = (messages[0]['content'] if messages and messages[0]['role'] == 'system'"
+    " else '') %}"
+    "{%- if tools %}"
+    "{{- '<|im_start|>system\\n' + sys + '\\n\\n# Tools\\n\\n<tools>' }}"
+    "{%- for tool in tools %}{{- '\\n' + (tool | tojson) }}{%- endfor %}"
+    "{{- '\\n</tools>\\nCall a tool with <tool_call>\\n{\"name\": <name>, \"arguments\": "
+    "<args>}\\n</tool_call><|im_end|>\\n' }}"
+    "{%- elif sys %}{{- '<|im_start|>system\\n' + sys + '<|im_end|>\\n' }}{%- endif %}"
     "{%- for message in messages %}"
-    "{%- if message['role'] == 'tool' %}"
+    "{%- if message['role'] == 'system' %}"
+    "{%- elif message['role'] == 'tool' %}"
     "{{- '<|im_start|>user\\n<tool_response>\\n' + message['content'] + "
     "'\\n</tool_response><|im_end|>\\n' }}"
     "{%- else %}"
-    "{{- '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>\\n' }}"
+    "{{- '<|im_start|>' + message['role'] + '\\n' + (message['content'] or '') }}"
+    "{%- for call in message.get('tool_calls') or [] %}"
+    "{%- set args = call['function']['arguments'] %}"
+    "{{- '\\n<tool_call>\\n{\"name\": \"' + call['function']['name'] + '\", \"arguments\": '"
+    " + (args if args is string else (args | tojson)) + '}\\n</tool_call>' }}"
+    "{%- endfor %}"
+    "{{- '<|im_end|>\\n' }}"
     "{%- endif %}"
     "{%- endfor %}"
     "{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}{%- endif %}"
@@ -59,6 +78,8 @@ def build_tokenizer(texts: Iterable[str], out_dir: str | Path | None = None,
         vocab_size=vocab_size, special_tokens=SPECIAL_TOKENS, show_progress=False,
         initial_alphabet=tk.pre_tokenizers.ByteLevel.alphabet())
     tokenizer.train_from_iterator(texts, trainer=trainer)
+    tokenizer.add_tokens([tk.AddedToken(t, special=False, normalized=False)
+                          for t in TOOL_TOKENS])
     fast = transformers.PreTrainedTokenizerFast(
         tokenizer_object=tokenizer, eos_token="<|im_end|>", pad_token="<|endoftext|>",
         bos_token=None, unk_token=None, chat_template=CHAT_TEMPLATE)

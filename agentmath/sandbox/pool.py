@@ -220,7 +220,8 @@ class Session:
         if not self._holds_slot:
             await self.pool._session_slots.acquire()
             self._holds_slot = True
-        if self._worker is not None and self._worker.exit_status.done():
+        if self._worker is not None and (self._worker.exit_status.done() or self._worker.killed
+                                         or self._worker.channel.closed.done()):
             # Died between snippets (e.g. its CPU budget ran out): say so on the next result.
             self._lost_between = True
             self.pool.release_worker(self._worker)

@@ -141,21 +141,50 @@ async def test_every_format_runs_in_the_loop(tokenizer, pool, fmt):
     assert traj.answer == "42"
 
 
-async def test_real_model_token_exact(tool_model_dir, pool):
-    """A real (tiny, trained) model and tokenizer: ids sent at every turn are the recorded prefix."""
-    from agentmath.backends.hf import HFBackend
-    from tests.fixtures.tool_model import SYSTEM
+SYSTEM = "You are a helpful math assistant."
+# The tiny test model writes one of three call styles; greedy decoding picks one per prompt.
+REAL_FORMATS = ("code_interpreter", "markdown", "openai_tools")
 
-    inner = HFBackend(str(tool_model_dir))
-    rec = RecordingBackend(inner)
-    traj = await run_episode(
-        "Compute 123 * 456.", rec, get_format("code_interpreter"), pool,
-        LoopConfig(system_prompt=SYSTEM, max_model_tokens=200),
-        SamplingParams(temperature=0.0))
-    await inner.aclose()
-    assert len(traj.tool_calls) >= 1, traj.completion_text
-    assert traj.tool_calls[0].result.stdout.strip() == "56088"
-    assert len(rec.sent) >= 2
-    assert_token_exact(traj, rec)
-    model = [s for s in traj.segments if s.source == "model"]
-    assert all(s.logprobs is not None and len(s.logprobs) == len(s.token_ids) for s in model)
+
+async def _real_model_episodes(backend, pool) -> list[Trajectory]:
+    """One greedy episode per call style; each must be token-exact, one must call the tool."""
+    trajs = []
+    for name in REAL_FORMATS:
+        rec = RecordingBackend(backend)
+        traj = await run_episode("What is 123 * 45?", rec, get_format(name), pool,
+                                 LoopConfig(system_prompt=SYSTEM, max_model_tokens=160),
+                                 SamplingParams(temperature=0.0))
+        assert traj.finish_reason != "error", traj.error
+        assert_token_exact(traj, rec)
+        model = [s for s in traj.segments if s.source == "model"]
+        assert all(s.logprobs is not None and len(s.logprobs) == len(s.token_ids)
+                   for s in model)
+        trajs.append(traj)
+    calls = [c for t in trajs for c in t.tool_calls]
+    assert calls, [t.completion_text for t in trajs]
+    assert all(c.result.ok for c in calls), calls  # the model's code really ran
+    return trajs
+
+
+async def test_real_model_token_exact_hf(tiny_model_dir, pool):
+    """A real model and tokenizer (transformers): ids sent at every turn are the recorded prefix."""
+    from agentmath.backends.hf import HFBackend
+
+    backend = HFBackend(str(tiny_model_dir))
+    try:
+        await _real_model_episodes(backend, pool)
+    finally:
+        await backend.aclose()
+
+
+@pytest.mark.vllm
+async def test_real_model_token_exact_vllm(vllm_server, pool):
+    """The same through a real vLLM server (OpenAI-compatible completions with token ids)."""
+    from agentmath.backends.openai import OpenAIBackend
+
+    backend = OpenAIBackend(vllm_server, "tiny", timeout_s=60)
+    try:
+        trajs = await _real_model_episodes(backend, pool)
+    finally:
+        await backend.aclose()
+    assert any(t.finish_reason == "answered" for t in trajs)
