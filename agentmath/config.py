@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import tomllib
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, ClassVar, TypeVar
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -160,3 +160,33 @@ class LoopConfig(StrictModel):
         "End the episode as soon as a model turn contains a final answer (\\boxed{...})."))
     system_prompt: str | None = Field(None, description=(
         "System prompt; None uses the tool format's own instructions."))
+
+
+class EvalConfig(StrictModel):
+    """One evaluation run (``agentmath eval``). Fields marked *identity* must match on resume."""
+
+    dataset: str = Field(..., min_length=1, description=(
+        "Built-in name (math500, aime24, ...), a JSONL/JSON/Parquet file or a hub id (identity)."))
+    samples: int = Field(1, ge=1, le=4096, description="Samples per problem (identity).")
+    limit: int | None = Field(None, ge=1, description="Only the first N problems (identity).")
+    backend: str = Field("openai", description="openai | hf | vllm (identity).")
+    model: str = Field(..., min_length=1, description="Served name or model path (identity).")
+    base_url: str | None = Field(None, description="OpenAI-compatible server URL.")
+    format: str = Field("code_interpreter", description="Tool format name (identity).")
+    temperature: float = Field(0.7, ge=0, le=5, description="Sampling temperature (identity).")
+    top_p: float = Field(1.0, gt=0, le=1, description="Nucleus sampling (identity).")
+    top_k: int = Field(-1, ge=-1, description="Top-k sampling, -1 off (identity).")
+    seed: int = Field(0, ge=0, description="Base seed; each sample's seed derives from it.")
+    concurrency: int = Field(32, ge=1, le=100_000, description=(
+        "Samples in flight at once (not identity: a resumed run may change it)."))
+    data_dir: str | None = Field(None, description="Where to look for built-in datasets.")
+    problem_field: str = Field("problem", description="Problem field of a custom dataset.")
+    answer_field: str = Field("answer", description="Answer field of a custom dataset.")
+    id_field: str = Field("id", description="Id field of a custom dataset.")
+    grade_timeout_s: float = Field(10.0, gt=0, le=600, description="Per-answer grading limit.")
+    loop: LoopConfig = Field(default_factory=LoopConfig, description="Episode budgets.")
+    sandbox: SandboxConfig = Field(default_factory=SandboxConfig, description="Sandbox limits.")
+
+    #: Fields that may differ between a run and its resumption.
+    RESUMABLE_FIELDS: ClassVar[frozenset[str]] = frozenset(
+        {"concurrency", "base_url", "data_dir", "grade_timeout_s"})

@@ -9,7 +9,9 @@ from __future__ import annotations
 import typer
 
 from agentmath import __version__
+from agentmath.cli import datasets as datasets_cmd
 from agentmath.cli import demo as demo_cmd
+from agentmath.cli import eval as eval_cmd
 from agentmath.cli import grade as grade_cmd
 from agentmath.cli import sandbox as sandbox_cmd
 from agentmath.cli import solve as solve_cmd
@@ -23,8 +25,10 @@ app = typer.Typer(
 )
 app.add_typer(sandbox_cmd.app, name="sandbox")
 app.command("demo")(demo_cmd.demo)
+app.command("datasets")(datasets_cmd.datasets)
 grade_cmd.register(app)
 app.command("solve")(solve_cmd.solve)
+app.command("eval")(eval_cmd.eval_command)
 
 
 def _print_version(value: bool) -> None:

@@ -1,0 +1,121 @@
+"""``agentmath eval``: evaluate a model with tools on a benchmark, resumably."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any
+
+import typer
+
+from agentmath.cli._common import JSON_OPTION, err_console, out_console, print_json, usage_error
+
+
+def _build_config(config_file: Path | None, sets: list[str] | None,
+                  options: dict[str, Any]) -> Any:
+    """EvalConfig from a file, ``--set`` overrides, then the explicit options (which win)."""
+    from pydantic import ValidationError
+
+    from agentmath.config import EvalConfig, apply_overrides, read_config_file
+    from agentmath.errors import ConfigError
+
+    try:
+        data = read_config_file(config_file) if config_file is not None else {}
+        data = apply_overrides(data, sets or [])
+        data.update({k: v for k, v in options.items() if v is not None})
+        loop = dict(data.get("loop", {}))
+        for key in ("max_tool_calls", "max_model_tokens", "max_total_tokens", "system_prompt"):
+            if options.get(f"loop_{key}") is not None:
+                loop[key] = options[f"loop_{key}"]
+            data.pop(f"loop_{key}", None)
+        data["loop"] = loop
+        return EvalConfig.model_validate(data)
+    except ConfigError as exc:
+        usage_error(str(exc))
+    except ValidationError as exc:
+        problems = "; ".join(f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}"
+                             for e in exc.errors())
+        usage_error(f"invalid eval settings: {problems}")
+
+
+def eval_command(
+    dataset: str = typer.Option(..., help="math500 | aime24 | aime25 | hmmt25 | gsm8k | amc23, "
+                                "a JSONL/JSON/Parquet file, or a hub id."),
+    model: str = typer.Option(..., help="Served model name (openai) or model directory."),
+    out: Path = typer.Option(..., "--out", "-o", help="Run directory (resumes if it exists)."),
+    backend: str = typer.Option(None, help="openai | hf | vllm (default openai)."),
+    base_url: str = typer.Option(None, "--base-url", help="OpenAI-compatible server URL."),
+    fmt: str = typer.Option(None, "--format", help="Tool format (default code_interpreter)."),
+    samples: int = typer.Option(None, help="Samples per problem (default 1)."),
+    concurrency: int = typer.Option(None, help="Samples in flight (default 32)."),
+    temperature: float = typer.Option(None, help="Sampling temperature (default 0.7)."),
+    top_p: float = typer.Option(None, "--top-p", help="Nucleus sampling (default 1.0)."),
+    seed: int = typer.Option(None, help="Base seed (default 0)."),
+    limit: int = typer.Option(None, help="Only the first N problems."),
+    data_dir: str = typer.Option(None, "--data-dir", help="Where built-in datasets live."),
+    problem_field: str = typer.Option(None, "--problem-field", help="Custom data field."),
+    answer_field: str = typer.Option(None, "--answer-field", help="Custom data field."),
+    id_field: str = typer.Option(None, "--id-field", help="Custom data field."),
+    max_tool_calls: int = typer.Option(None, "--max-tool-calls", help="Per episode."),
+    max_model_tokens: int = typer.Option(None, "--max-model-tokens", help="Per episode."),
+    system_prompt: str = typer.Option(None, "--system-prompt", help="Default: the format's."),
+    config_file: Path = typer.Option(None, "--config", "-c", help="EvalConfig file (TOML/YAML)."),
+    sets: list[str] = typer.Option(None, "--set", "-s", help="Override a field: key=value."),
+    json_out: bool = JSON_OPTION,
+) -> None:
+    """Run every sample of every problem through the agent loop and the sandbox; write
+    samples.jsonl (resumable after any interruption), config.json and metrics.json."""
+    from agentmath.backends import make_backend
+    from agentmath.errors import AgentMathError
+
+    config = _build_config(config_file, sets, {
+        "dataset": dataset, "model": model, "backend": backend, "base_url": base_url,
+        "format": fmt, "samples": samples, "concurrency": concurrency,
+        "temperature": temperature, "top_p": top_p, "seed": seed, "limit": limit,
+        "data_dir": data_dir, "problem_field": problem_field, "answer_field": answer_field,
+        "id_field": id_field, "loop_max_tool_calls": max_tool_calls,
+        "loop_max_model_tokens": max_model_tokens, "loop_system_prompt": system_prompt})
+    try:
+        engine = make_backend(config.backend, config.model, base_url=config.base_url)
+    except (AgentMathError, ValueError) as exc:
+        usage_error(str(exc))
+    try:
+        metrics = asyncio.run(_run(config, out, engine, quiet=json_out))
+    except AgentMathError as exc:
+        usage_error(str(exc))
+    if json_out:
+        print_json(metrics)
+        return
+    from rich.table import Table
+
+    from agentmath.eval.metrics import metrics_table_rows
+
+    table = Table(title=f"{config.dataset} · {config.model} · {config.format}")
+    table.add_column("metric")
+    table.add_column("value", justify="right")
+    for name, value in metrics_table_rows(metrics):
+        table.add_row(name, value)
+    out_console().print(table)
+    out_console().print(f"run directory: {out}")
+
+
+async def _run(config: Any, out: Path, engine: Any, quiet: bool) -> dict[str, Any]:
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
+
+    from agentmath.eval.runner import run_eval
+
+    progress = Progress(TextColumn("[bold]eval"), BarColumn(), MofNCompleteColumn(),
+                        TextColumn("{task.fields[stats]}"), console=err_console(),
+                        disable=quiet, transient=False)
+    task = progress.add_task("eval", total=None, stats="")
+
+    def update(p: dict[str, Any]) -> None:
+        acc = p["correct"] / p["fresh"] if p["fresh"] else 0.0
+        progress.update(task, completed=p["done"], total=p["total"],
+                        stats=f"acc {acc:.1%} · {p['rate']:.2f} samples/s")
+
+    try:
+        with progress:
+            return await run_eval(config, out, engine, progress=update)
+    finally:
+        await engine.aclose()
