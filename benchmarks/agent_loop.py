@@ -2,7 +2,7 @@
 
 Run: ``.venv/bin/python benchmarks/agent_loop.py`` (``--quick`` for a smoke run).
 
-* overhead per turn: an *instant* backend (pre-tokenized turns, no model) and an *instant*
+* overhead per turn: an *instant* backend (scripted turns, byte tokens, no model) and an *instant*
   sandbox (a stub that returns a result at once), so what is timed is the loop itself:
   budgets, segment bookkeeping, format parsing/rendering, answer extraction;
 * episodes in flight: N concurrent episodes whose model calls each take 50 ms (a sleep standing
@@ -16,10 +16,9 @@ import argparse
 import asyncio
 import resource
 import time
-from collections.abc import Sequence
 from typing import Any
 
-from agentmath.backends.base import Generation, SamplingParams
+from agentmath.backends.scripted import ScriptedBackend
 from agentmath.config import LoopConfig, SandboxConfig
 from agentmath.formats import get_format
 from agentmath.loop import run_episode
@@ -31,47 +30,6 @@ TURNS = [
     "Now add one.\n<code>\nx + 1\n</code>",
     "The answer is \\boxed{121932631112635270}.",
 ]
-
-
-class InstantBackend:
-    """Returns pre-tokenized turns at once (or after ``delay`` seconds)."""
-
-    name = "instant"
-
-    def __init__(self, delay: float = 0.0) -> None:
-        # A fixed fake tokenization (one id per character) costs nothing per call.
-        self.turn_ids = [[ord(c) % 50000 for c in t] for t in TURNS]
-        self.delay = delay
-
-    async def render_prompt(self, messages: Sequence[dict[str, str]]) -> list[int]:
-        return [1] * 64
-
-    async def tokenize(self, text: str) -> list[int]:
-        return [2] * (len(text) // 4 + 1)
-
-    async def generate(self, prompt_ids: Sequence[int], *, stop: Sequence[str],
-                       max_tokens: int, sampling: SamplingParams) -> Generation:
-        if self.delay:
-            await asyncio.sleep(self.delay)
-        turn = sum(1 for t in prompt_ids if t == 2) and min(  # which turn: count tool segments
-            len(TURNS) - 1, _turn_index(prompt_ids))
-        text = TURNS[turn]
-        reason = "stop" if "</code>" in text else "eos"
-        return Generation(self.turn_ids[turn], text, reason, "\n</code>" if reason == "stop"
-                          else None, None)
-
-    async def aclose(self) -> None:
-        return None
-
-
-def _turn_index(prompt_ids: Sequence[int]) -> int:
-    # Tool segments are runs of id 2; count the runs.
-    runs, prev = 0, None
-    for t in prompt_ids:
-        if t == 2 and prev != 2:
-            runs += 1
-        prev = t
-    return runs
 
 
 class InstantSession:
@@ -89,7 +47,7 @@ class InstantPool:
 
 async def overhead(episodes: int) -> float:
     """Mean loop time per turn (ms) with an instant backend and sandbox."""
-    backend, pool = InstantBackend(), InstantPool()
+    backend, pool = ScriptedBackend(TURNS), InstantPool()
     await run_episode("q", backend, FMT, pool)  # warm up (imports, math-verify extraction)
     t = time.perf_counter()
     turns = 0
@@ -102,7 +60,7 @@ async def overhead(episodes: int) -> float:
 
 async def in_flight(n: int, pool: Any, delay: float) -> tuple[float, int]:
     """Run n concurrent episodes; returns (wall seconds, episodes answered)."""
-    backend = InstantBackend(delay)
+    backend = ScriptedBackend(TURNS, delay=delay)
     cfg = LoopConfig(time_limit_s=3600)
     t = time.perf_counter()
     trajs = await asyncio.gather(*(run_episode("q", backend, FMT, pool, cfg)

@@ -7,12 +7,13 @@ import json
 import pytest
 
 from agentmath.backends.base import SamplingParams
+from agentmath.backends.scripted import ScriptedBackend
 from agentmath.config import LoopConfig, SandboxConfig
 from agentmath.formats import get_format
 from agentmath.loop import run_episode
 from agentmath.sandbox import SandboxPool
 from agentmath.trajectory import Trajectory
-from tests.fixtures.backends import RecordingBackend, ScriptedBackend
+from tests.fixtures.backends import RecordingBackend
 
 pytestmark = pytest.mark.integration
 
@@ -58,7 +59,7 @@ def _offsets(traj: Trajectory):
 
 
 async def test_episode_runs_tools_with_state_and_answers(tokenizer, pool):
-    rec = RecordingBackend(ScriptedBackend(tokenizer, [TURN_1, TURN_2, FINAL]))
+    rec = RecordingBackend(ScriptedBackend([TURN_1, TURN_2, FINAL], tokenizer))
     traj = await run_episode("What is 123*456+1?", rec, get_format("code_interpreter"), pool)
     assert traj.finish_reason == "answered"
     assert traj.answer == "56089"
@@ -72,7 +73,7 @@ async def test_episode_runs_tools_with_state_and_answers(tokenizer, pool):
 
 
 async def test_trajectory_json_round_trip_is_lossless(tokenizer, pool):
-    traj = await run_episode("q", ScriptedBackend(tokenizer, [TURN_1, FINAL]),
+    traj = await run_episode("q", ScriptedBackend([TURN_1, FINAL], tokenizer),
                              get_format("code_interpreter"), pool)
     again = Trajectory.from_json(traj.to_json())
     assert again == traj
@@ -82,7 +83,7 @@ async def test_trajectory_json_round_trip_is_lossless(tokenizer, pool):
 
 
 async def test_tool_budget_ends_episode(tokenizer, pool):
-    backend = ScriptedBackend(tokenizer, [TURN_1, TURN_1, TURN_1, FINAL])
+    backend = ScriptedBackend([TURN_1, TURN_1, TURN_1, FINAL], tokenizer)
     traj = await run_episode("q", backend, get_format("code_interpreter"), pool,
                              LoopConfig(max_tool_calls=2))
     assert traj.finish_reason == "tool_budget"
@@ -90,7 +91,7 @@ async def test_tool_budget_ends_episode(tokenizer, pool):
 
 
 async def test_token_budget_ends_episode(tokenizer, pool):
-    backend = ScriptedBackend(tokenizer, [TURN_1, TURN_2, FINAL])
+    backend = ScriptedBackend([TURN_1, TURN_2, FINAL], tokenizer)
     traj = await run_episode("q", backend, get_format("code_interpreter"), pool,
                              LoopConfig(max_model_tokens=30))
     assert traj.finish_reason == "token_budget"
@@ -98,14 +99,14 @@ async def test_token_budget_ends_episode(tokenizer, pool):
 
 
 async def test_eos_without_answer(tokenizer, pool):
-    traj = await run_episode("q", ScriptedBackend(tokenizer, ["I do not know."]),
+    traj = await run_episode("q", ScriptedBackend(["I do not know."], tokenizer),
                              get_format("code_interpreter"), pool)
     assert traj.finish_reason == "eos"
     assert traj.answer is None
 
 
 async def test_backend_failure_is_data_not_a_crash(tokenizer, pool):
-    backend = ScriptedBackend(tokenizer, [TURN_1, FINAL], fail_at=1)
+    backend = ScriptedBackend([TURN_1, FINAL], tokenizer, fail_at=1)
     traj = await run_episode("q", backend, get_format("code_interpreter"), pool)
     assert traj.finish_reason == "error"
     assert "server unavailable" in traj.error
@@ -114,7 +115,7 @@ async def test_backend_failure_is_data_not_a_crash(tokenizer, pool):
 
 async def test_tool_error_and_timeout_are_shown_to_the_model(tokenizer, pool):
     turns = ["<code>\n1/0\n</code>", "<code>\nwhile True: pass\n</code>", FINAL]
-    traj = await run_episode("q", ScriptedBackend(tokenizer, turns),
+    traj = await run_episode("q", ScriptedBackend(turns, tokenizer),
                              get_format("code_interpreter"), pool,
                              LoopConfig(tool_timeout_s=0.5))
     first, second = traj.tool_calls
@@ -125,7 +126,7 @@ async def test_tool_error_and_timeout_are_shown_to_the_model(tokenizer, pool):
 
 
 async def test_text_only_run_without_sandbox(tokenizer):
-    traj = await run_episode("q", ScriptedBackend(tokenizer, [TURN_1]),
+    traj = await run_episode("q", ScriptedBackend([TURN_1], tokenizer),
                              get_format("code_interpreter"), None)
     assert traj.finish_reason == "tool_budget"
     assert traj.tool_calls == []
@@ -135,7 +136,7 @@ async def test_text_only_run_without_sandbox(tokenizer):
 async def test_every_format_runs_in_the_loop(tokenizer, pool, fmt):
     f = get_format(fmt)
     turn = "Compute.\n" + f.render_call("y = 6 * 7\ny") + "\n"
-    traj = await run_episode("q", ScriptedBackend(tokenizer, [turn, "\\boxed{42}"]), f, pool)
+    traj = await run_episode("q", ScriptedBackend([turn, "\\boxed{42}"], tokenizer), f, pool)
     assert traj.finish_reason == "answered", traj.error
     assert traj.tool_calls[0].result.value == "42"
     assert traj.answer == "42"
