@@ -13,6 +13,7 @@ from agentmath.cli import datasets as datasets_cmd
 from agentmath.cli import demo as demo_cmd
 from agentmath.cli import eval as eval_cmd
 from agentmath.cli import grade as grade_cmd
+from agentmath.cli import report as report_cmd
 from agentmath.cli import sandbox as sandbox_cmd
 from agentmath.cli import solve as solve_cmd
 
@@ -28,6 +29,7 @@ app.command("demo")(demo_cmd.demo)
 app.command("datasets")(datasets_cmd.datasets)
 grade_cmd.register(app)
 app.command("solve")(solve_cmd.solve)
+app.command("report")(report_cmd.report)
 app.command("eval")(eval_cmd.eval_command)
 
 

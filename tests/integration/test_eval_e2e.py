@@ -19,8 +19,9 @@ pytestmark = [pytest.mark.integration, pytest.mark.vllm]
 DATA = Path(__file__).resolve().parents[3] / "shared" / "data"
 
 
-def eval_cmd(server: str, out: Path, *extra: str) -> list[str]:
-    return [sys.executable, "-m", "agentmath.cli", "eval", "--dataset", "gsm8k", "--limit",
+def eval_cmd(server: str, out: Path, *extra: str, dataset: tuple[str, ...] = (
+        "--dataset", "gsm8k")) -> list[str]:
+    return [sys.executable, "-m", "agentmath.cli", "eval", *dataset, "--limit",
             "6", "--samples", "3", "--backend", "openai", "--base-url", server, "--model",
             "tiny", "--format", "code_interpreter", "--concurrency", "4", "--temperature",
             "1.0", "--max-model-tokens", "96", "--system-prompt",
@@ -49,19 +50,27 @@ def test_eval_runs_and_computes_metrics(vllm_server, tmp_path):
     first = records[0]
     assert first["trajectory"]["segments"][0]["source"] == "prompt"
     assert {"model_tokens", "tool_calls", "finish_reason", "extracted", "correct"} <= set(first)
-    assert sum(r["tool_calls"] for r in records) > 0  # the tiny model really called tools
 
     # A resumed run with a different sampling config is refused, naming the field.
-    again = subprocess.run(eval_cmd(vllm_server, out)[:-2] + ["--temperature", "0.2",
-                                                               "--json"],
+    again = subprocess.run(eval_cmd(vllm_server, out, "--temperature", "0.2"),
                            capture_output=True, text=True, timeout=300)
     assert again.returncode == 2 and "temperature" in again.stderr
+
+
+def arithmetic_dataset(path: Path) -> tuple[str, ...]:
+    """A custom JSONL with its own field names, in the style the tiny model was trained on."""
+    rows = [{"qid": f"q{i}", "question": f"What is {100 + i} * {7 + i}?",
+             "target": str((100 + i) * (7 + i))} for i in range(6)]
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return ("--dataset", str(path), "--problem-field", "question", "--answer-field", "target",
+            "--id-field", "qid")
 
 
 def test_eval_resumes_after_kill_9_exactly_once(vllm_server, tmp_path):
     out = tmp_path / "run"
     samples = out / "samples.jsonl"
-    proc = subprocess.Popen(eval_cmd(vllm_server, out),
+    data = arithmetic_dataset(tmp_path / "arith.jsonl")
+    proc = subprocess.Popen(eval_cmd(vllm_server, out, dataset=data),
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                             start_new_session=True)
     deadline = time.monotonic() + 300
@@ -73,8 +82,12 @@ def test_eval_resumes_after_kill_9_exactly_once(vllm_server, tmp_path):
     proc.wait()
     partial = len(lines(samples))
     assert 3 <= partial < 18, partial
-    done = subprocess.run(eval_cmd(vllm_server, out),
+    done = subprocess.run(eval_cmd(vllm_server, out, dataset=data),
                           capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
-    keys = Counter((r["problem_id"], r["sample_index"]) for r in lines(samples))
+    records = lines(samples)
+    keys = Counter((r["problem_id"], r["sample_index"]) for r in records)
     assert len(keys) == 18 and set(keys.values()) == {1}
+    assert sum(r["tool_calls"] for r in records) > 0  # the tiny model really called tools
+    metrics = json.loads(done.stdout.strip().splitlines()[-1])
+    assert metrics["n_samples"] == 18

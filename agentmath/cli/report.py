@@ -1,0 +1,73 @@
+"""``agentmath report``: compare evaluation runs; write tables, plots and a trajectory viewer.
+
+Prints the comparison table (``--format table|markdown|csv``, or one JSON document with
+``--json``) and writes ``comparison.md``, ``comparison.csv``, the PNG plots and ``viewer.html``
+into ``--out``. Exit codes: 0 done; 2 a run directory is missing or malformed, or bad usage.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+from agentmath.cli._common import JSON_OPTION, out_console, print_json, usage_error
+
+FORMATS = ("table", "markdown", "csv")
+RUN_DIRS_ARGUMENT = typer.Argument(
+    ..., metavar="RUN_DIR...", help="Run directories (config.json, metrics.json, samples.jsonl).")
+OUT_OPTION = typer.Option(
+    Path("reports/latest"), "--out", "-o", metavar="DIR",
+    help="Directory for the report files (created if needed).")
+FORMAT_OPTION = typer.Option("table", "--format", "-f", help="table | markdown | csv")
+MAX_CHARS_OPTION = typer.Option(
+    20_000, "--max-chars", min=200, help="Cap on the characters of each text in viewer.html.")
+
+
+def report(
+    run_dirs: list[Path] = RUN_DIRS_ARGUMENT,
+    out: Path = OUT_OPTION,
+    fmt: str = FORMAT_OPTION,
+    max_chars: int = MAX_CHARS_OPTION,
+    json_out: bool = JSON_OPTION,
+) -> None:
+    """Compare runs: print a table; write comparison.md/.csv, PNG plots and viewer.html."""
+    from agentmath.errors import DataError
+    from agentmath.report import (
+        comparison_rows,
+        load_run,
+        make_plots,
+        render_csv,
+        render_markdown,
+        render_rich_table,
+        write_viewer,
+    )
+
+    if fmt not in FORMATS:
+        usage_error(f"--format must be one of {', '.join(FORMATS)}, not {fmt!r}")
+    try:
+        runs = [load_run(path) for path in run_dirs]
+        rows = comparison_rows(runs)
+        out.mkdir(parents=True, exist_ok=True)
+        markdown_path = out / "comparison.md"
+        markdown_path.write_text(render_markdown(rows), encoding="utf-8")
+        csv_path = out / "comparison.csv"
+        csv_path.write_text(render_csv(rows), encoding="utf-8")
+        plots = make_plots(runs, out)
+        viewer = write_viewer(runs, out, max_chars=max_chars)
+    except DataError as exc:
+        usage_error(str(exc))
+    except OSError as exc:
+        usage_error(f"cannot write the report into {out}: {exc}", code=1)
+    files = {"markdown": str(markdown_path), "csv": str(csv_path),
+             "plots": [str(p) for p in plots], "viewer": str(viewer)}
+    if json_out:
+        print_json({"rows": rows, "files": files})
+        return
+    console = out_console()
+    if fmt == "table":
+        console.print(render_rich_table(rows, title="Run comparison"))
+    else:
+        typer.echo(render_markdown(rows) if fmt == "markdown" else render_csv(rows), nl=False)
+    for path in [markdown_path, csv_path, *plots, viewer]:
+        typer.echo(f"wrote {path}")

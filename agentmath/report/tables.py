@@ -1,0 +1,267 @@
+"""Load evaluation run directories and compare them in tables (rich, markdown, CSV).
+
+A run directory holds ``config.json``, ``metrics.json`` and ``samples.jsonl``. The first two are
+read eagerly and checked; samples are read lazily (they can be large) by :meth:`Run.samples`.
+Every problem with the files is reported as a :class:`~agentmath.errors.DataError` that names
+the file (and the line, for samples).
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from agentmath.errors import DataError
+
+if TYPE_CHECKING:
+    from rich.table import Table
+
+CONFIG_FILE = "config.json"
+METRICS_FILE = "metrics.json"
+SAMPLES_FILE = "samples.jsonl"
+
+#: Metric keys a run must have; the rest of metrics.json is optional.
+_REQUIRED_METRICS: tuple[tuple[str, ...], ...] = (
+    ("n_problems",), ("n_samples",), ("k",), ("avg", "value"), ("maj", "value"), ("pass",),
+)
+
+
+@dataclass
+class Run:
+    """One evaluation run: its directory, config and metrics; samples are read on demand."""
+
+    path: Path
+    config: dict[str, Any]
+    metrics: dict[str, Any]
+    _samples: list[dict[str, Any]] | None = field(default=None, repr=False)
+
+    @property
+    def name(self) -> str:
+        """The run's name from its config, else the directory name."""
+        name = self.config.get("name")
+        return str(name) if name else self.path.name
+
+    def iter_samples(self) -> Iterator[dict[str, Any]]:
+        """Yield sample records from ``samples.jsonl`` one at a time (blank lines skipped)."""
+        path = self.path / SAMPLES_FILE
+        if not path.is_file():
+            raise DataError(f"{path}: missing (every run directory needs {SAMPLES_FILE})")
+        with path.open(encoding="utf-8") as handle:
+            for lineno, line in enumerate(handle, start=1):
+                if line.strip():
+                    yield _parse_sample(path, lineno, line)
+
+    def samples(self) -> list[dict[str, Any]]:
+        """All sample records, read once on first use and cached."""
+        if self._samples is None:
+            self._samples = list(self.iter_samples())
+        return self._samples
+
+
+def _parse_sample(path: Path, lineno: int, line: str) -> dict[str, Any]:
+    """One samples.jsonl line as a dict; DataError naming file and line when malformed."""
+    try:
+        record = json.loads(line)
+    except json.JSONDecodeError as exc:
+        raise DataError(f"{path}: line {lineno}: not valid JSON ({exc.msg})") from exc
+    if not isinstance(record, dict):
+        raise DataError(f"{path}: line {lineno}: expected a JSON object")
+    for key in ("problem_id", "sample_index"):
+        if key not in record:
+            raise DataError(f"{path}: line {lineno}: missing field {key!r}")
+    return record
+
+
+def _read_json_object(path: Path) -> dict[str, Any]:
+    """A JSON file that must hold an object; DataError naming the file otherwise."""
+    if not path.is_file():
+        raise DataError(f"{path}: missing (every run directory needs {path.name})")
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise DataError(f"{path}: not valid JSON ({exc})") from exc
+    if not isinstance(data, dict):
+        raise DataError(f"{path}: expected a JSON object, got {type(data).__name__}")
+    return data
+
+
+def _check_metrics(path: Path, metrics: dict[str, Any]) -> None:
+    """Raise DataError naming the file and key when a required metric is absent or not numeric."""
+    for keys in _REQUIRED_METRICS:
+        node: Any = metrics
+        for key in keys:
+            if not isinstance(node, dict) or key not in node:
+                raise DataError(f"{path}: missing key {'.'.join(keys)!r}")
+            node = node[key]
+        expected_dict = keys == ("pass",)
+        ok = isinstance(node, dict) if expected_dict else _is_number(node)
+        if not ok:
+            kind = "an object" if expected_dict else "a number"
+            raise DataError(f"{path}: key {'.'.join(keys)!r} must be {kind}, got {node!r}")
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def load_run(path: str | Path) -> Run:
+    """Load a run directory: read and check ``config.json`` and ``metrics.json``.
+
+    Samples are not read here (see :meth:`Run.samples`). Raises :class:`DataError` naming the
+    file when the directory or a file is missing or malformed.
+    """
+    root = Path(path)
+    if not root.is_dir():
+        raise DataError(f"{root}: not a run directory (expected {CONFIG_FILE}, {METRICS_FILE}, "
+                        f"{SAMPLES_FILE})")
+    config = _read_json_object(root / CONFIG_FILE)
+    metrics_path = root / METRICS_FILE
+    metrics = _read_json_object(metrics_path)
+    _check_metrics(metrics_path, metrics)
+    return Run(path=root, config=config, metrics=metrics)
+
+
+def _get(data: dict[str, Any], *keys: str) -> Any:
+    """A nested value, or None when any key on the way is absent."""
+    node: Any = data
+    for key in keys:
+        if not isinstance(node, dict) or key not in node:
+            return None
+        node = node[key]
+    return node
+
+
+def _pass_keys(runs: Sequence[Run]) -> list[str]:
+    """The pass@n keys present in any run, in numeric order."""
+    keys = {str(key) for run in runs for key in (run.metrics.get("pass") or {})}
+    return sorted(keys, key=lambda k: (int(k) if k.isdigit() else 10**9, k))
+
+
+def comparison_rows(runs: Sequence[Run]) -> list[dict[str, Any]]:
+    """One flat dict per run, with the same keys for all runs (missing values are None).
+
+    Accuracies and rates are fractions in [0, 1]; tokens are means per sample.
+    """
+    pass_keys = _pass_keys(runs)
+    rows: list[dict[str, Any]] = []
+    for run in runs:
+        m, c = run.metrics, run.config
+        ci = _get(m, "avg", "ci95") or [None, None]
+        row: dict[str, Any] = {
+            "run": run.name, "model": c.get("model"), "format": c.get("format"),
+            "dataset": c.get("dataset"), "problems": m.get("n_problems"), "k": m.get("k"),
+            "avg": _get(m, "avg", "value"), "avg_stderr": _get(m, "avg", "stderr"),
+            "avg_ci95_lo": ci[0] if len(ci) > 0 else None,
+            "avg_ci95_hi": ci[1] if len(ci) > 1 else None,
+            "maj": _get(m, "maj", "value"),
+        }
+        for key in pass_keys:
+            row[f"pass@{key}"] = _get(m, "pass", key)
+        row.update({
+            "model_tokens_mean": _get(m, "tokens", "model_mean"),
+            "model_tokens_median": _get(m, "tokens", "model_median"),
+            "total_tokens_mean": _get(m, "tokens", "total_mean"),
+            "tool_calls_per_sample": _get(m, "tools", "calls_per_sample"),
+            "tool_error_rate": _get(m, "tools", "error_rate"),
+            "tool_timeout_rate": _get(m, "tools", "timeout_rate"),
+            "duration_ms_mean": m.get("duration_ms_mean"),
+        })
+        rows.append(row)
+    return rows
+
+
+_PERCENT_KEYS = {"avg", "avg_stderr", "avg_ci95_lo", "avg_ci95_hi", "maj", "tool_error_rate",
+                 "tool_timeout_rate"}
+
+
+def format_cell(key: str, value: Any) -> str:
+    """A value as people read it: accuracies and rates in percent, tokens rounded."""
+    if value is None:
+        return "-"
+    if not _is_number(value):
+        return str(value)
+    if key in _PERCENT_KEYS or key.startswith("pass@"):
+        return f"{100 * value:.1f}"
+    if key in ("tool_calls_per_sample",):
+        return f"{value:.2f}"
+    if isinstance(value, float):
+        return f"{value:.0f}" if abs(value) >= 100 else f"{value:.1f}"
+    return str(value)
+
+
+def _headers(rows: Sequence[dict[str, Any]]) -> list[str]:
+    return list(rows[0]) if rows else []
+
+
+def column_label(key: str) -> str:
+    """The column title shown to people: percent columns say so (``avg %``)."""
+    return f"{key} %" if key in _PERCENT_KEYS or key.startswith("pass@") else key
+
+
+def render_markdown(rows: Sequence[dict[str, Any]]) -> str:
+    """A GitHub-flavoured markdown table (accuracies and rates in percent)."""
+    headers = _headers(rows)
+    if not headers:
+        return ""
+
+    def cell(text: str) -> str:
+        return text.replace("\\", "\\\\").replace("|", "\\|").replace("\n", " ")
+
+    lines = ["| " + " | ".join(column_label(h) for h in headers) + " |",
+             "|" + "|".join("---" for _ in headers) + "|"]
+    for row in rows:
+        lines.append("| " + " | ".join(cell(format_cell(h, row[h])) for h in headers) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def render_csv(rows: Sequence[dict[str, Any]]) -> str:
+    """CSV with a header line and raw values (fractions, not percent); None is empty."""
+    buffer = io.StringIO()
+    writer = csv.DictWriter(buffer, fieldnames=_headers(rows), lineterminator="\n")
+    writer.writeheader()
+    for row in rows:
+        writer.writerow({k: ("" if v is None else v) for k, v in row.items()})
+    return buffer.getvalue()
+
+
+#: Columns of the terminal table (the markdown and CSV files have them all), with short titles.
+_COMPACT = {"run": "run", "k": "k", "avg": "avg %", "avg_stderr": "±", "maj": "maj %",
+            "model_tokens_mean": "tokens", "tool_calls_per_sample": "calls",
+            "tool_error_rate": "err %"}
+
+
+def render_rich_table(rows: Sequence[dict[str, Any]], title: str | None = None,
+                      full: bool = False) -> Table:
+    """A :class:`rich.table.Table` of the rows (accuracies and rates in percent).
+
+    By default it shows a compact set of columns that fits a terminal (pass@k only for the
+    largest k); ``full=True`` shows every column.
+    """
+    from rich.table import Table
+
+    headers = _headers(rows)
+    if full:
+        columns = {h: column_label(h) for h in headers}
+    else:
+        passes = [h for h in headers if h.startswith("pass@")]
+        columns = {}
+        for header, label in _COMPACT.items():
+            if header in headers:
+                columns[header] = label
+            if header == "maj" and passes:  # pass@k for the largest k, after maj
+                columns[passes[-1]] = column_label(passes[-1])
+    table = Table(title=title, show_lines=False)
+    for header, label in columns.items():
+        longest = max((len(format_cell(header, row[header])) for row in rows), default=0)
+        if any(_is_number(row[header]) for row in rows):  # values never wrap; titles may
+            table.add_column(label, justify="right", min_width=longest)
+        else:
+            table.add_column(label, overflow="fold", min_width=min(longest, 16), max_width=40)
+    for row in rows:
+        table.add_row(*(format_cell(h, row[h]) for h in columns))
+    return table
