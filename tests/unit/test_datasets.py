@@ -294,9 +294,9 @@ def test_parquet_works_or_says_pip_install(tmp_path: Path) -> None:
         path.write_bytes(b"PAR1")
         assert "pip install pyarrow" in _error(path)
         return
-    pq.write_table(pa.Table.from_pylist([{"q": "p1", "a": 1.0}, {"q": "p2", "a": "b"}]), path)
+    pq.write_table(pa.Table.from_pylist([{"q": "p1", "a": 1.0}, {"q": "p2", "a": 2.5}]), path)
     tasks = load_tasks(str(path), problem_field="q", answer_field="a")
-    assert [(t.id, t.answer) for t in tasks] == [("0", "1"), ("1", "b")]
+    assert [(t.id, t.problem, t.answer) for t in tasks] == [("0", "p1", "1"), ("1", "p2", "2.5")]
 
 
 # --- CLI --------------------------------------------------------------------------------------

@@ -1,0 +1,95 @@
+"""Evaluation-harness benchmark: overhead per sample, and samples/s with a real tiny model.
+
+Run: ``.venv/bin/python benchmarks/eval_overhead.py`` (``--quick`` for a smoke run).
+
+* overhead per sample: ``run_eval`` with a scripted backend (no model) on a synthetic dataset,
+  through the real sandbox, grading and the samples.jsonl store — what the harness itself costs;
+* throughput: the tiny test model (built offline, cached) through the ``hf`` backend, which
+  batches concurrent requests, at several ``--concurrency`` levels; concurrency 1 is the
+  sequential baseline.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # for tests.fixtures.models
+
+from agentmath.backends.scripted import ScriptedBackend  # noqa: E402
+from agentmath.config import EvalConfig, LoopConfig  # noqa: E402
+from agentmath.eval.runner import run_eval  # noqa: E402
+
+
+def write_dataset(path: Path, n: int) -> Path:
+    rows = [{"id": f"p{i}", "problem": f"What is {100 + i} * {7 + i}?",
+             "answer": str((100 + i) * (7 + i))} for i in range(n)]
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+async def overhead(tmp: Path, problems: int, samples: int) -> float:
+    """Milliseconds per sample of the harness with an instant scripted model."""
+    data = write_dataset(tmp / "data.jsonl", problems)
+    turns = ["Compute.\n<code>\nprint(6 * 7)\n</code>", "The answer is \\boxed{42}."]
+    cfg = EvalConfig(dataset=str(data), model="scripted", samples=samples, concurrency=64)
+    start = time.perf_counter()
+    await run_eval(cfg, tmp / "run-overhead", ScriptedBackend(turns))
+    return (time.perf_counter() - start) * 1000 / (problems * samples)
+
+
+async def throughput(tmp: Path, model_dir: Path, concurrency: int, n: int) -> float:
+    """Samples per second with the tiny model through the batching hf backend."""
+    from agentmath.backends.hf import HFBackend
+
+    data = write_dataset(tmp / f"data-{concurrency}.jsonl", n)
+    cfg = EvalConfig(dataset=str(data), model=str(model_dir), backend="hf", samples=1,
+                     concurrency=concurrency, temperature=0.0,
+                     loop=LoopConfig(max_model_tokens=64,
+                                     system_prompt="You are a helpful math assistant."))
+    backend = HFBackend(str(model_dir))
+    start = time.perf_counter()
+    try:
+        await run_eval(cfg, tmp / f"run-c{concurrency}", backend)
+    finally:
+        await backend.aclose()
+    return n / (time.perf_counter() - start)
+
+
+async def main(quick: bool) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    from tests.fixtures.models import build_tiny_model_dir
+
+    rows = []
+    with tempfile.TemporaryDirectory() as d:
+        tmp = Path(d)
+        per = await overhead(tmp, 20 if quick else 100, 4)
+        rows.append(("harness overhead per sample (scripted model, real sandbox)",
+                     f"{per:.2f} ms", ""))
+        model_dir = build_tiny_model_dir()
+        n = 16 if quick else 64
+        base = None
+        for conc in (1, 4, 16) if quick else (1, 4, 16, 64):
+            rate = await throughput(tmp, model_dir, conc, n)
+            base = base or rate
+            rows.append((f"tiny model (hf backend), concurrency {conc}", f"{rate:.2f} samples/s",
+                         f"{rate / base:.1f}x vs concurrency 1"))
+    table = Table(title="agentmath evaluation-harness benchmark")
+    for col in ("measure", "result", "vs baseline"):
+        table.add_column(col)
+    for row in rows:
+        table.add_row(*row)
+    Console().print(table)
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--quick", action="store_true", help="smaller (smoke run)")
+    asyncio.run(main(parser.parse_args().quick))
