@@ -27,6 +27,14 @@ class _Request:
     future: asyncio.Future[Generation]
 
 
+def _batch_key(req: _Request) -> tuple[Any, ...]:
+    """Requests that can share one ``generate`` call. Per-request seeds are not part of it: a
+    batch samples from one generator seeded by its first request, so sampled outputs are
+    reproducible for the same schedule but not per request (greedy decoding is unaffected)."""
+    s = req.sampling
+    return req.stop, s.temperature, s.top_p, s.top_k, s.logprobs
+
+
 class HFBackend:
     """Generate with ``transformers`` from a model directory or loaded objects."""
 
@@ -92,8 +100,7 @@ class HFBackend:
             batch, rest = [first], []
             while not self._queue.empty() and len(batch) < self.max_batch:
                 req = self._queue.get_nowait()
-                same = (req.stop, req.sampling) == (first.stop, first.sampling)
-                (batch if same else rest).append(req)
+                (batch if _batch_key(req) == _batch_key(first) else rest).append(req)
             for req in rest:
                 self._queue.put_nowait(req)
             try:
