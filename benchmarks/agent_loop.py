@@ -18,6 +18,8 @@ import resource
 import time
 from typing import Any
 
+from _common import print_table
+
 from agentmath.backends.scripted import ScriptedBackend
 from agentmath.config import LoopConfig, SandboxConfig
 from agentmath.formats import get_format
@@ -73,9 +75,6 @@ def peak_rss_mib() -> float:
 
 
 async def main(quick: bool) -> None:
-    from rich.console import Console
-    from rich.table import Table
-
     k = 10 if quick else 1
     rows = []
     per_turn = await overhead(2000 // k)
@@ -91,12 +90,7 @@ async def main(quick: bool) -> None:
         wall, ok = await in_flight(m, pool, 0.05)
     rows.append((f"{m:,} episodes, 50 ms model calls, real sandbox (64 live sessions)",
                  f"{wall:.1f} s, {ok:,} answered, {m * 2 / wall:,.0f} tool calls/s", ""))
-    table = Table(title="agentmath agent-loop benchmark")
-    for col in ("measure", "result", "goal"):
-        table.add_column(col)
-    for row in rows:
-        table.add_row(*row)
-    Console().print(table)
+    print_table("agentmath agent-loop benchmark", ("measure", "result", "goal"), rows)
 
 
 if __name__ == "__main__":

@@ -21,6 +21,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # for tests.fixtures.models
 
+from _common import print_table  # noqa: E402
+
 from agentmath.backends.scripted import ScriptedBackend  # noqa: E402
 from agentmath.config import EvalConfig, LoopConfig  # noqa: E402
 from agentmath.eval.runner import run_eval  # noqa: E402
@@ -69,9 +71,6 @@ async def throughput(tmp: Path, model_dir: Path, concurrency: int, n: int) -> fl
 
 
 async def main(quick: bool) -> None:
-    from rich.console import Console
-    from rich.table import Table
-
     from tests.fixtures.models import build_tiny_model_dir
 
     rows = []
@@ -90,12 +89,8 @@ async def main(quick: bool) -> None:
             base = base or rate
             rows.append((f"tiny model (hf backend), concurrency {conc}", f"{rate:.2f} samples/s",
                          f"{rate / base:.1f}x vs concurrency 1"))
-    table = Table(title="agentmath evaluation-harness benchmark")
-    for col in ("measure", "result", "vs baseline"):
-        table.add_column(col)
-    for row in rows:
-        table.add_row(*row)
-    Console().print(table)
+    print_table("agentmath evaluation-harness benchmark", ("measure", "result", "vs baseline"),
+                rows)
 
 
 if __name__ == "__main__":

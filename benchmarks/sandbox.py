@@ -17,6 +17,8 @@ import sys
 import time
 from typing import Any
 
+from _common import print_table
+
 from agentmath.config import SandboxConfig
 from agentmath.sandbox import Sandbox, SandboxPool
 
@@ -205,19 +207,11 @@ def main() -> None:
     if args.json:
         print(json.dumps({"rows": table, "protections": result["protections"]}, indent=2))
         return
-    from rich.console import Console
-    from rich.table import Table
-
-    out = Table(title=f"agentmath sandbox benchmark ({result['cpus']} CPUs, Python "
-                      f"{result['python']}; pool start {result['pool_start_ms']:.0f} ms)")
-    for col in ("metric", "agentmath", "baseline: python -c per snippet", "goal"):
-        out.add_column(col)
-    for row in table:
-        out.add_row(*row)
-    console = Console()
-    console.print(out)
+    print_table(f"agentmath sandbox benchmark ({result['cpus']} CPUs, Python "
+                f"{result['python']}; pool start {result['pool_start_ms']:.0f} ms)",
+                ("metric", "agentmath", "baseline: python -c per snippet", "goal"), table)
     active = [k for k, v in result["protections"].items() if v]
-    console.print(f"protections active: {', '.join(active) or 'none'}")
+    print(f"protections active: {', '.join(active) or 'none'}")
 
 
 if __name__ == "__main__":
