@@ -33,32 +33,18 @@ def report(
 ) -> None:
     """Compare runs: print a table; write comparison.md/.csv, PNG plots and viewer.html."""
     from agentmath.errors import DataError
-    from agentmath.report import (
-        comparison_rows,
-        load_run,
-        make_plots,
-        render_csv,
-        render_markdown,
-        render_rich_table,
-        write_viewer,
-    )
+    from agentmath.report import render_csv, render_markdown, render_rich_table, write_report
 
     if fmt not in FORMATS:
         usage_error(f"--format must be one of {', '.join(FORMATS)}, not {fmt!r}")
     try:
-        runs = [load_run(path) for path in run_dirs]
-        rows = comparison_rows(runs)
-        out.mkdir(parents=True, exist_ok=True)
-        markdown_path = out / "comparison.md"
-        markdown_path.write_text(render_markdown(rows), encoding="utf-8")
-        csv_path = out / "comparison.csv"
-        csv_path.write_text(render_csv(rows), encoding="utf-8")
-        plots = make_plots(runs, out)
-        viewer = write_viewer(runs, out, max_chars=max_chars)
+        written = write_report(run_dirs, out, max_chars=max_chars)
     except DataError as exc:
         usage_error(str(exc))
     except OSError as exc:
         usage_error(f"cannot write the report into {out}: {exc}", code=1)
+    rows, plots = written["rows"], written["plots"]
+    markdown_path, csv_path, viewer = written["markdown"], written["csv"], written["viewer"]
     files = {"markdown": str(markdown_path), "csv": str(csv_path),
              "plots": [str(p) for p in plots], "viewer": str(viewer)}
     if json_out:

@@ -1,0 +1,220 @@
+"""Code injection end to end: plans parse in every format, the real sandbox verifies them,
+broken trajectories are dropped with their reason, and the loop replays a record exactly."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import pytest
+
+from agentmath.backends.scripted import ScriptedBackend
+from agentmath.config import LoopConfig, SandboxConfig
+from agentmath.data.convert import (
+    ConversionReport,
+    Piece,
+    RuleBasedConverter,
+    call_text,
+    inject,
+    read_jsonl,
+    text_only_example,
+    write_jsonl,
+)
+from agentmath.data.synthetic import Step, SyntheticProblem, generate_problems
+from agentmath.errors import DataError
+from agentmath.formats import get_format
+from agentmath.loop import build_messages, run_episode
+from agentmath.sandbox import ExecResult, SandboxPool
+
+pytestmark = pytest.mark.integration
+FORMATS = ("markdown", "tool_call", "code_interpreter", "openai_tools")
+PROBLEMS = generate_problems(12, seed=11)
+
+
+@pytest.fixture
+async def pool():
+    async with SandboxPool(SandboxConfig(spare_workers=1, max_sessions=8)) as p:
+        yield p
+
+
+def _joined(record: dict) -> str:
+    return "".join(piece["text"] for piece in record["completion"])
+
+
+class WrongExpression(RuleBasedConverter):
+    """Writes ``+ 1`` into the last step's snippet: it runs, but prints the wrong value."""
+
+    def convert(self, problem: SyntheticProblem) -> list[Piece] | None:
+        pieces = super().convert(problem) or []
+        last = max(i for i, p in enumerate(pieces) if p.kind == "code")
+        pieces[last] = Piece("code", pieces[last].text.replace("\nprint(", " + 1\nprint("))
+        return pieces
+
+
+class ForgetsState(RuleBasedConverter):
+    """Refers to a name no snippet defined: the snippet raises NameError."""
+
+    def code(self, step: Step) -> str:
+        return f"{step.name} = undefined_name + 1\nprint({step.name})"
+
+
+class NoPlan(RuleBasedConverter):
+    def convert(self, problem: SyntheticProblem) -> list[Piece] | None:
+        return None
+
+
+class AnswersEarly(RuleBasedConverter):
+    """Puts a boxed answer before the first call: the loop would stop there."""
+
+    def lead(self, step: Step) -> str:
+        return f"Guess: \\boxed{{{step.value}}}. " + super().lead(step)
+
+
+@pytest.mark.parametrize("name", FORMATS)
+def test_every_call_is_found_by_find_call(name: str) -> None:
+    fmt = get_format(name)
+    for problem in PROBLEMS:
+        text = ""
+        pieces = RuleBasedConverter().convert(problem)
+        assert pieces is not None and pieces[-1].kind == "text"
+        codes = [p for p in pieces if p.kind == "code"]
+        assert len(codes) == len(problem.steps)
+        for piece, step in zip(pieces[::2], problem.steps, strict=False):
+            assert str(step.value) not in piece.text  # the lead leaves the result out
+        for piece in pieces:
+            if piece.kind == "text":
+                text += piece.text
+                continue
+            text += call_text(fmt, piece.text)
+            call = fmt.find_call(text)
+            assert call is not None and call.code == piece.text
+            assert not text[call.end:].strip()
+            assert any(text.endswith(stop) for stop in fmt.stop_strings) or \
+                text.endswith(fmt.render_call(piece.text))
+            text += fmt.render(ExecResult(stdout="1\n"))
+        assert fmt.find_call(text) is None  # the final text holds no unanswered call
+
+
+async def test_inject_keeps_verified_trajectories(pool: SandboxPool) -> None:
+    fmt = get_format("code_interpreter")
+    report = await inject(PROBLEMS, RuleBasedConverter(), fmt, pool, concurrency=4)
+    assert report.kept == len(PROBLEMS) and not report.dropped and not report.failures
+    for record, problem in zip(report.records, PROBLEMS, strict=True):
+        assert set(record) == {"id", "messages", "completion", "answer"}
+        assert record["id"] == problem.id and record["answer"] == problem.answer
+        assert record["messages"] == build_messages(problem.problem, fmt)
+        flags = [piece["train"] for piece in record["completion"]]
+        assert flags == [True, False] * len(problem.steps) + [True]
+        outputs = [p["text"] for p in record["completion"] if not p["train"]]
+        assert outputs == [fmt.render(ExecResult(stdout=f"{s.value}\n"), max_chars=2000)
+                           for s in problem.steps]
+        assert record["completion"][-1]["text"].endswith(f"\\boxed{{{problem.answer}}}.")
+    assert "kept 12/12" in report.summary()
+
+
+async def test_state_carries_across_snippets(pool: SandboxPool) -> None:
+    problem = next(p for p in PROBLEMS if len(p.steps) == 3)
+    converter = RuleBasedConverter()
+    later = converter.code(problem.steps[1])
+    assert problem.steps[0].name in later and str(problem.steps[0].value) not in later
+    alone = await pool.run(later)  # a fresh session does not know the earlier name
+    assert alone.error_type == "NameError"
+    report = await inject([problem], converter, get_format("markdown"), pool)
+    assert report.kept == 1
+
+
+async def test_broken_trajectories_are_dropped_with_reasons(pool: SandboxPool) -> None:
+    fmt = get_format("tool_call")
+    good, wrong_expr, no_state, tampered, bad_gold, no_plan, early = PROBLEMS[:7]
+    steps = list(tampered.steps)
+    steps[0] = dataclasses.replace(steps[0], value=steps[0].value + 7)
+    tampered = dataclasses.replace(tampered, steps=tuple(steps))
+    bad_gold = dataclasses.replace(bad_gold, answer=str(int(bad_gold.answer) + 1))
+    cases = [(good, RuleBasedConverter()), (wrong_expr, WrongExpression()),
+             (no_state, ForgetsState()), (tampered, RuleBasedConverter()),
+             (bad_gold, RuleBasedConverter()), (no_plan, NoPlan()), (early, AnswersEarly())]
+    report = ConversionReport()
+    for problem, converter in cases:
+        part = await inject([problem], converter, fmt, pool)
+        report.records += part.records
+        report.dropped.update(part.dropped)
+        report.failures += part.failures
+    assert [r["id"] for r in report.records] == [good.id]
+    assert dict(report.dropped) == {"mismatch": 2, "error": 1, "wrong_answer": 1,
+                                    "no_plan": 1, "malformed": 1}
+    by_id = {f["id"]: f for f in report.failures}
+    assert by_id[no_state.id]["reason"] == "error" and "NameError" in by_id[no_state.id]["detail"]
+    assert by_id[wrong_expr.id]["reason"] == "mismatch"
+    assert by_id[tampered.id]["reason"] == "mismatch"
+    assert by_id[bad_gold.id]["reason"] == "wrong_answer"
+    assert by_id[early.id]["reason"] == "malformed"
+    assert report.total == len(cases)
+
+
+async def test_mixed_batch_counts_every_problem(pool: SandboxPool) -> None:
+    report = await inject(PROBLEMS, WrongExpression(), get_format("markdown"), pool)
+    assert report.kept == 0 and report.dropped["mismatch"] == len(PROBLEMS)
+    assert len(report.failures) == len(PROBLEMS)
+
+
+@pytest.mark.parametrize("name", FORMATS)
+async def test_agent_loop_replays_the_completion_exactly(name: str, pool: SandboxPool) -> None:
+    """Feed the record's model pieces to the real loop: its trajectory must be the record."""
+    fmt = get_format(name)
+    problems = PROBLEMS[:3]
+    report = await inject(problems, RuleBasedConverter(), fmt, pool)
+    assert report.kept == len(problems)
+    for record, problem in zip(report.records, problems, strict=True):
+        turns = [p["text"] for p in record["completion"] if p["train"]]
+        traj = await run_episode(problem.problem, ScriptedBackend(turns), fmt, pool,
+                                 LoopConfig())
+        assert traj.meta["messages"] == record["messages"]
+        assert traj.completion_text == _joined(record)
+        sources = [s.source for s in traj.segments if s.source != "prompt"]
+        assert sources == ["model" if p["train"] else "tool" for p in record["completion"]]
+        assert traj.finish_reason == "answered" and traj.answer == problem.answer
+
+
+async def test_custom_system_prompt_reaches_the_messages(pool: SandboxPool) -> None:
+    fmt = get_format("code_interpreter")
+    report = await inject(PROBLEMS[:1], RuleBasedConverter(), fmt, pool,
+                          system_prompt="Use the tool.")
+    assert report.records[0]["messages"][0] == {"role": "system", "content": "Use the tool."}
+
+
+def test_text_only_example() -> None:
+    problem = PROBLEMS[0]
+    record = text_only_example(problem, "Think step by step.")
+    assert record["messages"] == build_messages(problem.problem, get_format("markdown"),
+                                                "Think step by step.")
+    assert record["completion"] == [{"text": problem.cot, "train": True}]
+    assert record["answer"] == problem.answer and record["id"] == problem.id
+
+
+def test_jsonl_round_trip_and_errors(tmp_path: Path) -> None:
+    records = [text_only_example(p) for p in PROBLEMS[:3]]
+    path = tmp_path / "sub" / "out.jsonl"
+    assert write_jsonl(records, path) == 3
+    assert read_jsonl(path) == records
+    path.write_text(path.read_text() + "{not json\n", encoding="utf-8")
+    with pytest.raises(DataError, match=r"out\.jsonl:4: invalid JSON"):
+        read_jsonl(path)
+    path.write_text("[1, 2]\n", encoding="utf-8")
+    with pytest.raises(DataError, match=r"out\.jsonl:1: expected a JSON object"):
+        read_jsonl(path)
+    with pytest.raises(DataError, match="cannot read"):
+        read_jsonl(tmp_path / "missing.jsonl")
+
+
+class FenceInCode(RuleBasedConverter):
+    """A snippet holding the markdown stop string: generation would stop inside it."""
+
+    def code(self, step: Step) -> str:
+        return f"s = '''\n```\n'''\n{super().code(step)}"
+
+
+async def test_snippet_that_the_format_cannot_carry_is_dropped(pool: SandboxPool) -> None:
+    report = await inject(PROBLEMS[:1], FenceInCode(), get_format("markdown"), pool)
+    assert report.kept == 0 and dict(report.dropped) == {"malformed": 1}
+    report = await inject(PROBLEMS[:1], FenceInCode(), get_format("code_interpreter"), pool)
+    assert report.kept == 1
