@@ -1,169 +1,69 @@
-"""``agentmath demo``: the project's main job on an embedded default.
-
-Until the real demo (training tiny models) exists, it runs a built-in *scripted*
-tool-integrated solution (see :mod:`agentmath.examples`) through one sandbox session, shows
-the trajectory, and checks the computed answer against the known one.
-"""
+"""``agentmath demo``: the project's main job — train two tiny models on the CPU and show
+that tool use beats text-only reasoning (see agentmath/recipes/demo.py)."""
 
 from __future__ import annotations
 
-import json
-import time
 from pathlib import Path
 from typing import Any
 
 import typer
 
-from agentmath.cli._common import (
-    JSON_OPTION,
-    load_sandbox_config,
-    out_console,
-    print_json,
-    start_sandbox,
-    usage_error,
-)
+from agentmath.cli._common import JSON_OPTION, err_console, out_console, print_json, usage_error
 
-DEFAULT_OUT = Path("runs/demo")
-OUT_OPTION = typer.Option(DEFAULT_OUT, "--out", "-o", metavar="DIR",
-                          help="Directory for trajectory.json (created if missing).")
-SCRIPTED_NOTE = ("Scripted example: the reasoning and code were written by hand (no model yet); "
-                 "every code cell really runs in the sandbox and the answer is checked.")
+OUT_OPTION = typer.Option(Path("runs/demo"), "--out", "-o", metavar="DIR",
+                          help="Where data, models, runs and the report go.")
 
 
-def run_example(example: Any, sandbox: Any) -> list[dict[str, Any]]:
-    """Run every code cell of ``example`` in one session of ``sandbox``; return the steps."""
-    steps: list[dict[str, Any]] = []
-    with sandbox.session() as session:
-        for step in example.steps:
-            result = session.run(step.code).to_dict() if step.code is not None else None
-            steps.append({"text": step.text, "code": step.code, "result": result})
-    return steps
-
-
-def summarize(example: Any, steps: list[dict[str, Any]], sandbox: Any,
-              timings: dict[str, float]) -> dict[str, Any]:
-    """The machine-readable summary of a demo run (also written to ``--out``)."""
-    from agentmath.examples import extract_boxed, normalize_answer
-
-    results = [s["result"] for s in steps if s["result"] is not None]
-    computed = results[-1]["value"] if results else None
-    boxed = extract_boxed(example.final)
-    cells_ok = all(r["error"] is None and not r["timed_out"] for r in results)
-    expected = normalize_answer(example.answer)
-    correct = (cells_ok and normalize_answer(computed) == expected
-               and normalize_answer(boxed) == expected)
-    cell_ms = [round(r["duration_ms"], 2) for r in results]
-    return {
-        "example": example.name, "scripted": True, "note": SCRIPTED_NOTE,
-        "problem": example.problem, "expected": example.answer, "computed": computed,
-        "boxed": boxed, "correct": correct, "steps": steps, "final": example.final,
-        "timings_ms": {"sandbox_start": round(timings["start"], 1), "cells": cell_ms,
-                       "cells_total": round(sum(cell_ms), 2),
-                       "total": round(timings["total"], 1)},
-        "protections": sandbox.protections, "notes": sandbox.notes,
-    }
-
-
-def _render_step(console: Any, index: int, step: dict[str, Any]) -> None:
-    """Print one step: reasoning text, highlighted code, and what the sandbox returned."""
-    from rich.panel import Panel
-    from rich.syntax import Syntax
-    from rich.text import Text
-
-    console.print(Text(step["text"]), "")
-    if step["code"] is None:
-        return
-    console.print(Panel(Syntax(step["code"], "python", theme="ansi_dark", word_wrap=True),
-                        title=f"cell {index}", title_align="left", border_style="blue"))
-    result = step["result"]
-    out = Text()
-    if result["stdout"]:
-        out.append(result["stdout"].rstrip("\n") + "\n")
-    if result["stderr"]:
-        out.append(result["stderr"].rstrip("\n") + "\n", style="yellow")
-    if result["value"] is not None:
-        out.append("=> ", style="dim").append(result["value"] + "\n", style="bold")
-    if result["error"] is not None:
-        out.append(result["error"] + "\n", style="red")
-    out.rstrip()
-    console.print(Panel(out or Text("(no output)", style="dim"), title="sandbox output",
-                        title_align="left", subtitle=f"{result['duration_ms']:.1f} ms",
-                        subtitle_align="right", border_style="green" if result["error"] is None
-                        and not result["timed_out"] else "red"))
-
-
-def render(summary: dict[str, Any]) -> None:
-    """Show the trajectory, the answer check, timings and protections to a person."""
-    from rich.panel import Panel
-    from rich.rule import Rule
-    from rich.text import Text
+def _render(summary: dict[str, Any]) -> None:
+    from rich.table import Table
 
     console = out_console()
-    console.print(Rule(f"agentmath demo: {summary['example']}"))
-    console.print(Text(summary["note"], style="italic yellow"), "")
-    console.print(Panel(Text(summary["problem"]), title="problem", title_align="left"))
-    code_index = 0
-    for step in summary["steps"]:
-        _render_step(console, code_index, step)
-        code_index += step["code"] is not None
-    console.print(Panel(Text(summary["final"]), title="final answer", title_align="left",
-                        border_style="magenta"))
-    verdict = "[bold green]correct[/]" if summary["correct"] else "[bold red]WRONG[/]"
-    console.print(f"check: expected {summary['expected']}, computed {summary['computed']}, "
-                  f"boxed {summary['boxed']} -> {verdict}", highlight=False)
-    t = summary["timings_ms"]
-    console.print(f"timings: sandbox start {t['sandbox_start']:.0f} ms, cells "
-                  f"{', '.join(f'{ms:.1f}' for ms in t['cells'])} ms "
-                  f"(sum {t['cells_total']:.1f} ms), total {t['total']:.0f} ms", highlight=False)
-    active = [n for n, on in summary["protections"].items() if on]
-    missing = [n for n, on in summary["protections"].items() if not on]
-    console.print(f"protections active ({len(active)}/{len(summary['protections'])}): "
-                  f"{', '.join(active) or 'none'}", highlight=False)
-    if missing:
-        console.print(f"[yellow]not active:[/] {', '.join(missing)} (see "
-                      "`agentmath sandbox info`)", highlight=False)
-    if summary.get("out"):
-        console.print(f"trajectory written to {summary['out']}", highlight=False)
-
-
-def _write(out: Path, summary: dict[str, Any]) -> Path:
-    """Write the summary to ``out/trajectory.json``; exit 1 with a message if that fails."""
-    path = out / "trajectory.json"
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(summary, indent=2, ensure_ascii=False) + "\n",
-                        encoding="utf-8")
-    except OSError as exc:
-        usage_error(f"cannot write the trajectory to {path}: {exc.strerror or exc}", code=1)
-    return path
+    table = Table(title="agentmath demo: held-out synthetic problems (greedy, 1 sample each)")
+    for col in ("model", "accuracy", "mean model tokens", "tool calls / sample", "problems"):
+        table.add_column(col, justify="right" if col != "model" else "left")
+    for row in summary["models"]:
+        table.add_row(row["model"], f"{row['accuracy']:.1%}", f"{row['mean_model_tokens']:.0f}",
+                      f"{row['tool_calls_per_sample']:.2f}", str(row["n"]))
+    console.print(table)
+    conv = summary["conversion"]
+    console.print(f"code injection: {conv['kept']} verified tool trajectories kept, dropped "
+                  f"{conv['dropped'] or 'none'}; total time {summary['seconds']:.0f} s")
+    console.print(f"report: {summary['report'].get('viewer')} (and plots beside it)")
+    console.print(f"tool model saved to {summary['tool_model']} (the default for "
+                  "`agentmath solve`)")
 
 
 def demo(
     out: Path = OUT_OPTION,
-    no_out: bool = typer.Option(False, "--no-out", help="Write no files."),
-    as_json: bool = JSON_OPTION,
+    seed: int = typer.Option(0, min=0, help="Seed for data, models, training, sampling."),
+    steps: int = typer.Option(None, min=1, help="SFT steps per model (default 500)."),
+    train_problems: int = typer.Option(None, "--train-problems", min=10,
+                                       help="Training problems (default 1200)."),
+    test_problems: int = typer.Option(None, "--test-problems", min=5,
+                                      help="Held-out problems (default 100)."),
+    save_model: bool = typer.Option(True, "--save-model/--no-save-model",
+                                    help="Save the tool model as solve's default."),
+    json_out: bool = JSON_OPTION,
 ) -> None:
-    """Solve a built-in example problem with the sandbox and check the answer.
+    """Train a text-only and a tool-using tiny model with the same budget on synthetic
+    problems, evaluate both through the agent loop and the sandbox, compare them."""
+    from agentmath.cli.solve import default_model_dir
+    from agentmath.errors import AgentMathError, MissingExtraError
+    from agentmath.recipes.demo import DemoConfig, run_demo
 
-    For now the solution is a scripted, hand-written tool-integrated trajectory (no model
-    yet): each code cell runs in one sandbox session, then the computed and boxed answers are
-    checked against the known answer. Exits 1 if the answer is wrong.
-    """
-    from agentmath.examples import DEFAULT_EXAMPLE, EXAMPLES
-
-    example = EXAMPLES[DEFAULT_EXAMPLE]
-    config = load_sandbox_config(None, None)
-    began = time.perf_counter()
-    with start_sandbox(config) as sandbox:
-        started = time.perf_counter()
-        steps = run_example(example, sandbox)
-        timings = {"start": (started - began) * 1000.0,
-                   "total": (time.perf_counter() - began) * 1000.0}
-        summary = summarize(example, steps, sandbox, timings)
-    summary["out"] = None if no_out else str(_write(out, summary))
-    if as_json:
+    overrides = {"seed": seed, "steps": steps, "train_problems": train_problems,
+                 "test_problems": test_problems}
+    cfg = DemoConfig(**{k: v for k, v in overrides.items() if v is not None})
+    console = err_console()
+    try:
+        with console.status("starting") as status:
+            summary = run_demo(cfg, out, default_model_dir() if save_model else None,
+                               stage=lambda msg: (status.update(msg), console.log(msg)))
+    except MissingExtraError as exc:
+        usage_error(str(exc))
+    except AgentMathError as exc:
+        usage_error(str(exc), code=1)
+    if json_out:
         print_json(summary)
     else:
-        render(summary)
-    if not summary["correct"]:
-        raise typer.Exit(1)
+        _render(summary)

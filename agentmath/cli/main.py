@@ -12,9 +12,11 @@ from agentmath import __version__
 from agentmath.cli import datasets as datasets_cmd
 from agentmath.cli import demo as demo_cmd
 from agentmath.cli import eval as eval_cmd
+from agentmath.cli import example as example_cmd
 from agentmath.cli import grade as grade_cmd
 from agentmath.cli import report as report_cmd
 from agentmath.cli import sandbox as sandbox_cmd
+from agentmath.cli import sft as sft_cmd
 from agentmath.cli import solve as solve_cmd
 
 app = typer.Typer(
@@ -26,11 +28,13 @@ app = typer.Typer(
 )
 app.add_typer(sandbox_cmd.app, name="sandbox")
 app.command("demo")(demo_cmd.demo)
+app.command("example")(example_cmd.example)
 app.command("datasets")(datasets_cmd.datasets)
 grade_cmd.register(app)
 app.command("solve")(solve_cmd.solve)
 app.command("report")(report_cmd.report)
 app.command("eval")(eval_cmd.eval_command)
+app.command("sft")(sft_cmd.sft)
 
 
 def _print_version(value: bool) -> None:

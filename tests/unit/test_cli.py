@@ -45,7 +45,7 @@ ALL_COMMANDS = _command_paths(typer.main.get_command(app))
 
 
 def test_every_command_is_found() -> None:
-    assert {("sandbox", "exec"), ("sandbox", "info"), ("demo",)} <= set(ALL_COMMANDS)
+    assert {("sandbox", "exec"), ("sandbox", "info"), ("example",), ("demo",)} <= set(ALL_COMMANDS)
 
 
 @pytest.mark.parametrize("path", ALL_COMMANDS, ids=lambda p: " ".join(p) or "agentmath")
@@ -169,8 +169,8 @@ def test_sandbox_info_table() -> None:
     assert "seccomp" in result.output and "protection" in result.output
 
 
-def test_demo_json_reports_correct_answer(tmp_path: Path) -> None:
-    result = runner.invoke(app, ["demo", "--json", "--out", str(tmp_path / "run")])
+def test_example_json_reports_correct_answer(tmp_path: Path) -> None:
+    result = runner.invoke(app, ["example", "--json", "--out", str(tmp_path / "run")])
     assert result.exit_code == 0, result.output
     summary = json.loads(result.stdout)
     assert summary["correct"] is True and summary["scripted"] is True
@@ -180,11 +180,11 @@ def test_demo_json_reports_correct_answer(tmp_path: Path) -> None:
     assert saved["correct"] is True and len(saved["steps"]) == 3
 
 
-def test_demo_rich_output_is_honest(tmp_path: Path) -> None:
-    result = runner.invoke(app, ["demo", "--no-out"])
+def test_example_rich_output_is_honest(tmp_path: Path) -> None:
+    result = runner.invoke(app, ["example", "--no-out"])
     assert result.exit_code == 0, result.output
     text = _flat(result.output)
-    assert "no model yet" in text and "correct" in text and "\\boxed{" in text
+    assert "no model" in text and "correct" in text and "\\boxed{" in text
 
 
 def test_exec_rejects_stdin_that_is_not_utf8() -> None:

@@ -1,0 +1,113 @@
+"""``agentmath sft``: supervised fine-tuning with tool-output masking (agentmath.train.sft)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, NoReturn
+
+import typer
+
+from agentmath.cli._common import JSON_OPTION, out_console, print_json
+from agentmath.cli._common import usage_error as _usage_error
+
+
+def usage_error(message: str, code: int = 2) -> NoReturn:
+    """_common.usage_error with rich markup escaped ("agentmath[train]" is not a style tag)."""
+    from rich.markup import escape
+
+    _usage_error(escape(message), code)
+
+
+# Options with a Path/list type, declared once at module level (ruff B008).
+DATA_OPTION = typer.Option(..., "--data", "-d", metavar="FILE.jsonl", help=(
+    "SFT examples: {messages, completion: [{text, train}]} per line."))
+OUT_OPTION = typer.Option(..., "--out", "-o", help=(
+    "Run directory: checkpoints, loss.jsonl, final/ (resumes if it has checkpoints)."))
+CONFIG_OPTION = typer.Option(None, "--config", "-c", metavar="FILE",
+                             help="SFTConfig file (TOML/YAML; its 'sft' table if it has one).")
+SET_OPTION = typer.Option(None, "--set", "-s", metavar="KEY=VALUE",
+                          help="Override a config field, e.g. --set warmup_steps=10 (repeatable).")
+
+
+def _build_config(config_file: Path | None, sets: list[str] | None,
+                  options: dict[str, Any]) -> Any:
+    """SFTConfig from a file (its ``sft`` table if it has one), ``--set``, then the options."""
+    from pydantic import ValidationError
+
+    from agentmath.config import apply_overrides, read_config_file
+    from agentmath.errors import ConfigError
+    from agentmath.train.sft import SFTConfig
+
+    try:
+        data = read_config_file(config_file) if config_file is not None else {}
+        if isinstance(data.get("sft"), dict):
+            data = data["sft"]
+        data = apply_overrides(data, [s.removeprefix("sft.") for s in sets or []])
+        data.update({k: v for k, v in options.items() if v is not None})
+        return SFTConfig.model_validate(data)
+    except ConfigError as exc:
+        usage_error(str(exc))
+    except ValidationError as exc:
+        problems = "; ".join(f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}"
+                             for e in exc.errors())
+        usage_error(f"invalid sft settings: {problems}")
+
+
+def sft(
+    data: Path = DATA_OPTION,
+    model: str = typer.Option(..., "--model", "-m", help="Model directory (HF format) to tune."),
+    out: Path = OUT_OPTION,
+    lora: bool = typer.Option(None, "--lora/--full", help="Train a LoRA adapter (merged in "
+                              "final/) or all the weights (default: the config's, full)."),
+    max_steps: int = typer.Option(None, "--max-steps", help="Optimizer steps."),
+    lr: float = typer.Option(None, "--lr", help="Peak learning rate."),
+    batch_size: int = typer.Option(None, "--batch-size", help="Examples per micro-batch."),
+    grad_accum: int = typer.Option(None, "--grad-accum", help="Micro-batches per step."),
+    max_length: int = typer.Option(None, "--max-length", help="Tokens kept per example."),
+    seed: int = typer.Option(None, "--seed", help="Seed of the init and the data order."),
+    resume: bool = typer.Option(True, "--resume/--restart", help=(
+        "Continue from the newest checkpoint in --out, or start over (deleting them).")),
+    config_file: Path = CONFIG_OPTION,
+    sets: list[str] = SET_OPTION,
+    json_out: bool = JSON_OPTION,
+) -> None:
+    """Fine-tune a model on tool-integrated trajectories; loss only on the model's own tokens
+    (prompt and tool output are masked). Needs `pip install 'agentmath[train]'`."""
+    from agentmath._lazy import require
+    from agentmath.errors import AgentMathError, MissingExtraError
+
+    config = _build_config(config_file, sets, {
+        "lora": lora, "max_steps": max_steps, "learning_rate": lr, "batch_size": batch_size,
+        "grad_accum": grad_accum, "max_length": max_length, "seed": seed})
+    try:
+        for module in ["torch", "transformers"] + (["peft"] if config.lora else []):
+            require(module, "train")  # before any data or model is read
+        from agentmath.train.sft import train_sft
+
+        result = train_sft(config, data, model, out, progress=not json_out, resume=resume)
+    except MissingExtraError as exc:
+        usage_error(f"agentmath sft needs the training extra: {exc}")
+    except AgentMathError as exc:
+        usage_error(str(exc))
+    except OSError as exc:  # unreadable model directory, disk full, ...
+        usage_error(f"{type(exc).__name__}: {exc}", code=1)
+    if json_out:
+        print_json(result.to_dict())
+        return
+    from rich.table import Table
+
+    table = Table(title=f"sft · {model}")
+    table.add_column("")
+    table.add_column("value")
+    examples = result.examples
+    rows = [("steps", str(result.steps)),
+            ("final loss", "-" if result.final_loss is None else f"{result.final_loss:.4f}"),
+            ("trainable tokens", f"{result.trainable_tokens:,}"),
+            ("examples", f"{examples['kept']} kept of {examples['total']} "
+                         f"({examples['truncated']} truncated, {examples['dropped']} dropped)"),
+            ("resumed from", "-" if result.resumed_from is None else f"step {result.resumed_from}"),
+            ("final model", result.final_dir or "-"), ("adapter", result.adapter_dir or "-"),
+            ("loss log", result.loss_log), ("wall time", f"{result.wall_time_s:.1f} s")]
+    for name, value in rows:
+        table.add_row(name, value)
+    out_console().print(table)

@@ -1,0 +1,449 @@
+"""Supervised fine-tuning with AgentMath's selective feedback masking.
+
+A tool-integrated trajectory is a prompt, then pieces the model wrote (reasoning, code) and
+pieces the interpreter wrote (tool output). The model must learn to write the former, never to
+predict the latter (tool output is the environment's feedback; training on it teaches the model
+to hallucinate results). So labels are -100 on the prompt and every ``train: false`` piece and
+the ids elsewhere, the final ``<|im_end|>`` included. Tokenization matches the agent loop: the
+prompt is rendered once by the chat template and each piece is encoded on its own and appended.
+
+A plain torch loop: AdamW, linear warmup/decay, gradient accumulation (the loss is the mean over
+all trainable tokens of an optimizer step, however it is split), a seeded data order that is a
+pure function of the step, checkpoints with optimizer/scheduler/RNG state, and exact resume.
+LoRA (PEFT, every linear layer but the head): the adapter is saved to ``out_dir/adapter/`` (for
+vLLM's ``--lora-modules``) *and* merged in ``out_dir/final/``, which any loader then takes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import random
+import shutil
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from pydantic import Field
+
+from agentmath._lazy import require
+from agentmath.config import StrictModel
+from agentmath.errors import ConfigError, DataError
+
+IGNORE_INDEX = -100
+STATE_FILE = "trainer_state.pt"
+_STRUCTURAL = ("lora", "lora_r", "lora_alpha")  # resuming under other values is an error
+
+
+class SFTConfig(StrictModel):
+    """Hyperparameters of one supervised fine-tuning run (see agentmath/train/sft.py)."""
+
+    learning_rate: float = Field(1e-5, gt=0, le=1.0, description="Peak LR; then linear to ~0.")
+    max_steps: int = Field(1000, ge=1, le=10**8, description="Optimizer steps in all.")
+    batch_size: int = Field(8, ge=1, le=4096, description="Examples per micro-batch (padded).")
+    grad_accum: int = Field(1, ge=1, le=4096, description="Micro-batches per optimizer step.")
+    max_length: int = Field(4096, ge=8, le=2**20, description=(
+        "Tokens kept per example; longer ones are cut, and dropped if nothing trainable is left."))
+    warmup_steps: int = Field(0, ge=0, le=10**8, description="Steps of linear warmup.")
+    weight_decay: float = Field(0.0, ge=0, le=10, description="AdamW decay (matrices only).")
+    max_grad_norm: float = Field(1.0, ge=0, le=1e6, description="Gradient clip norm; 0: none.")
+    seed: int = Field(0, ge=0, le=2**63 - 1, description="Seeds torch and the data order.")
+    lora: bool = Field(False, description="Train a LoRA adapter on every linear layer (PEFT).")
+    lora_r: int = Field(16, ge=1, le=4096, description="LoRA rank.")
+    lora_alpha: float = Field(32.0, gt=0, le=1e6, description="LoRA scale numerator (/ lora_r).")
+    lora_dropout: float = Field(0.0, ge=0, lt=1, description="Dropout on the LoRA input.")
+    checkpoint_every: int = Field(500, ge=0, le=10**8, description=(
+        "Save out_dir/checkpoint-STEP every this many steps and at the end; 0: never."))
+    keep_checkpoints: int = Field(2, ge=0, le=10**5, description="Newest kept; 0 keeps all.")
+    log_every: int = Field(1, ge=1, le=10**8, description="Steps per loss.jsonl record.")
+    device: str = Field("auto", min_length=1, description="'auto' (cuda if any), 'cpu', ...")
+    bf16: bool = Field(False, description="bfloat16 autocast (weights, optimizer stay fp32).")
+
+
+@dataclass
+class SFTResult:
+    """What a run did and where it put things."""
+
+    final_loss: float | None  # mean loss over the trainable tokens of the last step trained
+    steps: int  # optimizer steps done, counting those done before a resume
+    trainable_tokens: int  # trainable (loss-bearing) tokens seen, counting before a resume
+    out_dir: str
+    final_dir: str | None  # HF model + tokenizer (LoRA merged); None when stopped early
+    adapter_dir: str | None  # the LoRA adapter alone, when lora
+    loss_log: str
+    checkpoints: list[str]
+    resumed_from: int | None  # the checkpoint step this run started from
+    wall_time_s: float  # this invocation's time
+    examples: dict[str, int]  # total, kept, truncated, dropped
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready dict."""
+        return asdict(self)
+
+
+def _check_example(row: Any, where: str) -> dict[str, Any]:
+    """Validate one row's shape, raising DataError naming ``where`` and the field."""
+    if not isinstance(row, dict):
+        raise DataError(f"{where}: a row must be a JSON object, not {type(row).__name__}")
+    for name, keys in (("messages", {"role": str, "content": str}),
+                       ("completion", {"text": str, "train": bool})):
+        items = row.get(name)
+        if not isinstance(items, list) or not items:
+            raise DataError(f"{where}: field {name!r}: must be a non-empty list of objects "
+                            f"with {' and '.join(keys)}")
+        for i, item in enumerate(items):
+            for key, kind in keys.items():
+                if not isinstance(item, dict) or not isinstance(item.get(key), kind):
+                    raise DataError(f"{where}: field '{name}[{i}].{key}': must be "
+                                    f"{'a string' if kind is str else 'true or false'}")
+    return row
+
+
+def load_examples(path: str | Path) -> list[dict[str, Any]]:
+    """Read an SFT JSONL file (one ``{id, messages, completion, answer}`` object a line).
+
+    Blank lines are skipped; a malformed row raises DataError naming the file, line and field,
+    so that a bad converter output fails before any model is loaded.
+    """
+    path = Path(path)
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise DataError(f"{path}: cannot read SFT data: {exc}") from exc
+    rows = []
+    for number, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise DataError(f"{path}:{number}: not valid JSON: {exc.msg}") from exc
+        rows.append(_check_example(row, f"{path}:{number}"))
+    return rows
+
+
+def _encode(tokenizer: Any, example: dict[str, Any]) -> tuple[list[int], list[int]]:
+    """Uncut ids and labels of one example (see tokenize_example)."""
+    if tokenizer.eos_token_id is None:
+        raise DataError("the tokenizer has no EOS token; SFT appends it to every example")
+    prompt = tokenizer.apply_chat_template(example["messages"], tokenize=False,
+                                           add_generation_prompt=True)
+    ids = list(tokenizer.encode(prompt, add_special_tokens=False))
+    labels = [IGNORE_INDEX] * len(ids)
+    for piece in example["completion"]:
+        piece_ids = list(tokenizer.encode(piece["text"], add_special_tokens=False))
+        ids += piece_ids
+        labels += piece_ids if piece["train"] else [IGNORE_INDEX] * len(piece_ids)
+    ids.append(tokenizer.eos_token_id)
+    labels.append(tokenizer.eos_token_id)
+    return ids, labels
+
+
+def _cut(ids: list[int], labels: list[int], max_length: int
+         ) -> tuple[list[int], list[int]] | None:
+    """Cut to ``max_length``; None when no trainable target is left (labels[0] never is)."""
+    ids, labels = ids[:max_length], labels[:max_length]
+    if all(label == IGNORE_INDEX for label in labels[1:]):
+        return None
+    return ids, labels
+
+
+def tokenize_example(tokenizer: Any, example: dict[str, Any],
+                     max_length: int) -> tuple[list[int], list[int]] | None:
+    """Token ids and labels of one example, exactly as the agent loop would see them.
+
+    ids = chat-template prompt + each completion piece encoded separately + EOS. Labels are the
+    ids on ``train: true`` pieces and on the EOS, IGNORE_INDEX (-100) on the prompt and on
+    ``train: false`` (tool output) pieces; labels are aligned with ids (the loss shifts them).
+    Both are cut to ``max_length``; None when no trainable token survives the cut.
+    """
+    return _cut(*_encode(tokenizer, example), max_length)
+
+
+def tokenize_examples(tokenizer: Any, examples: list[dict[str, Any]], max_length: int
+                      ) -> tuple[list[tuple[list[int], list[int]]], dict[str, int]]:
+    """Tokenize every example; also count total, kept, truncated and dropped examples."""
+    encoded, truncated = [], 0
+    for example in examples:
+        ids, labels = _encode(tokenizer, example)
+        pair = _cut(ids, labels, max_length)
+        truncated += pair is not None and len(ids) > max_length
+        if pair is not None:
+            encoded.append(pair)
+    stats = {"total": len(examples), "kept": len(encoded), "truncated": truncated,
+             "dropped": len(examples) - len(encoded)}
+    return encoded, stats
+
+
+def masked_lm_loss(logits: Any, labels: Any, loss_mask: Any = None,
+                   reduction: str = "mean") -> Any:
+    """Next-token cross entropy of ``logits`` [B, T, V] against ``labels`` [B, T].
+
+    Position t's logits predict labels[t + 1]; labels equal to -100 carry no loss and no
+    gradient. ``loss_mask`` (bool [B, T], optional) masks too, whatever the label id there.
+    ``reduction``: "mean" over trainable tokens (0 when there are none) or "sum".
+    """
+    torch = require("torch", "train")
+    if reduction not in ("mean", "sum"):
+        raise ValueError(f"reduction must be 'mean' or 'sum', not {reduction!r}")
+    if loss_mask is not None:
+        labels = labels.masked_fill(~loss_mask.bool(), IGNORE_INDEX)
+    shift_logits = logits[:, :-1, :].float()
+    shift_labels = labels[:, 1:].to(shift_logits.device)
+    total = torch.nn.functional.cross_entropy(
+        shift_logits.reshape(-1, shift_logits.size(-1)), shift_labels.reshape(-1),
+        ignore_index=IGNORE_INDEX, reduction="sum")
+    count = (shift_labels != IGNORE_INDEX).sum().clamp(min=1)
+    return total if reduction == "sum" else total / count
+
+
+def _load(model: Any, tokenizer: Any, config: SFTConfig, device: Any) -> tuple[Any, Any]:
+    """The model (LoRA-wrapped when asked) on ``device`` in train mode, and its tokenizer."""
+    torch = require("torch", "train")
+    transformers = require("transformers", "train")
+    if isinstance(model, str | Path):
+        if tokenizer is None:
+            tokenizer = transformers.AutoTokenizer.from_pretrained(str(model))
+        model = transformers.AutoModelForCausalLM.from_pretrained(str(model),
+                                                                  dtype=torch.float32)
+    elif tokenizer is None:
+        raise ConfigError("train_sft: pass tokenizer= when model is a model object")
+    torch.manual_seed(config.seed)
+    if config.lora:
+        peft = require("peft", "train")
+        model = peft.get_peft_model(model, peft.LoraConfig(
+            r=config.lora_r, lora_alpha=config.lora_alpha, lora_dropout=config.lora_dropout,
+            target_modules="all-linear", task_type="CAUSAL_LM"))
+    return model.to(device).train(), tokenizer
+
+
+def _optimizer(model: Any, config: SFTConfig) -> tuple[Any, Any]:
+    """AdamW (decay on matrices only) and a linear warmup/decay LambdaLR over max_steps."""
+    torch = require("torch", "train")
+    params = [p for p in model.parameters() if p.requires_grad]
+    groups = [{"params": [p for p in params if p.ndim >= 2], "weight_decay": config.weight_decay},
+              {"params": [p for p in params if p.ndim < 2], "weight_decay": 0.0}]
+    optimizer = torch.optim.AdamW(groups, lr=config.learning_rate)
+    warmup, total = config.warmup_steps, config.max_steps
+
+    def factor(done: int) -> float:  # ``done`` optimizer steps taken before this one
+        if done < warmup:
+            return (done + 1) / warmup
+        return max(0.0, (total - done) / max(1, total - warmup))
+
+    return optimizer, torch.optim.lr_scheduler.LambdaLR(optimizer, factor)
+
+
+def _step_indices(step: int, n: int, config: SFTConfig, orders: dict[int, list[int]]
+                  ) -> list[list[int]]:
+    """Example indices of each micro-batch of optimizer step ``step`` (1-based).
+
+    The data is a stream of epochs, each a permutation seeded by (seed, epoch): the indices
+    of a step depend on nothing but the step, which is what makes resume exact.
+    """
+    per_step, picked = config.batch_size * config.grad_accum, []
+    for pos in range((step - 1) * per_step, step * per_step):
+        epoch = pos // n
+        if epoch not in orders:
+            orders.clear()  # keep one epoch's order in memory
+            orders[epoch] = random.Random(f"{config.seed}:{epoch}").sample(range(n), n)
+        picked.append(orders[epoch][pos % n])
+    return [picked[i:i + config.batch_size] for i in range(0, per_step, config.batch_size)]
+
+
+def _collate(pairs: list[tuple[list[int], list[int]]], pad_id: int) -> tuple[Any, Any, Any]:
+    """Right-pad a micro-batch to its longest example: (input_ids, attention_mask, labels)."""
+    torch = require("torch", "train")
+    width = max(len(ids) for ids, _ in pairs)
+    ids = torch.full((len(pairs), width), pad_id, dtype=torch.long)
+    labels = torch.full((len(pairs), width), IGNORE_INDEX, dtype=torch.long)
+    lengths = torch.tensor([len(seq) for seq, _ in pairs])
+    mask = (torch.arange(width)[None, :] < lengths[:, None]).long()
+    for row, (seq, lab) in enumerate(pairs):
+        ids[row, :len(seq)] = torch.tensor(seq)
+        labels[row, :len(lab)] = torch.tensor(lab)
+    return ids, mask, labels
+
+
+def _train_step(model: Any, batches: list[tuple[Any, Any, Any]], optimizer: Any,
+                scheduler: Any, config: SFTConfig, device: Any) -> tuple[float, int, float]:
+    """One optimizer step over the micro-batches: (mean loss, trainable tokens, lr used)."""
+    torch = require("torch", "train")
+    n_tokens = sum(int((labels[:, 1:] != IGNORE_INDEX).sum()) for _, _, labels in batches)
+    autocast = (torch.autocast(device_type=device.type, dtype=torch.bfloat16) if config.bf16
+                else contextlib.nullcontext())
+    total = 0.0
+    for ids, mask, labels in batches:
+        with autocast:
+            logits = model(input_ids=ids.to(device), attention_mask=mask.to(device)).logits
+        loss = masked_lm_loss(logits, labels.to(device), reduction="sum") / max(1, n_tokens)
+        loss.backward()
+        total += float(loss.detach())
+    if config.max_grad_norm > 0:
+        torch.nn.utils.clip_grad_norm_([p for p in model.parameters() if p.requires_grad],
+                                       config.max_grad_norm)
+    lr = float(optimizer.param_groups[0]["lr"])
+    optimizer.step()
+    scheduler.step()
+    optimizer.zero_grad(set_to_none=True)
+    return total, n_tokens, lr
+
+
+def _checkpoints(out_dir: Path) -> list[tuple[int, Path]]:
+    """Complete checkpoints under ``out_dir`` (those with a state file), oldest first."""
+    return sorted((int(p.name[11:]), p) for p in out_dir.glob("checkpoint-*")
+                  if p.name[11:].isdigit() and (p / STATE_FILE).exists())
+
+
+def _save_checkpoint(out_dir: Path, step: int, model: Any, tokenizer: Any, optimizer: Any,
+                     scheduler: Any, state: dict[str, Any], keep: int) -> None:
+    """Write checkpoint-STEP atomically (built in a temp dir, then renamed); prune old ones."""
+    torch = require("torch", "train")
+    target, tmp = out_dir / f"checkpoint-{step}", out_dir / f".checkpoint-{step}.tmp"
+    shutil.rmtree(tmp, ignore_errors=True)
+    model.save_pretrained(str(tmp))
+    tokenizer.save_pretrained(str(tmp))
+    rng = {"torch": torch.get_rng_state()}
+    if torch.cuda.is_available():
+        rng["cuda"] = torch.cuda.get_rng_state_all()
+    torch.save({**state, "step": step, "optimizer": optimizer.state_dict(),
+                "scheduler": scheduler.state_dict(), "rng": rng}, tmp / STATE_FILE)
+    shutil.rmtree(target, ignore_errors=True)
+    tmp.rename(target)
+    if keep:
+        for _, old in _checkpoints(out_dir)[:-keep]:
+            shutil.rmtree(old, ignore_errors=True)
+
+
+def _restore(path: Path, model: Any, optimizer: Any, scheduler: Any, config: SFTConfig,
+             device: Any) -> dict[str, Any]:
+    """Load weights, optimizer, scheduler and RNG state from a checkpoint into the run."""
+    torch = require("torch", "train")  # weights_only: a checkpoint cannot run code
+    state = torch.load(path / STATE_FILE, map_location="cpu", weights_only=True)
+    changed = [k for k in _STRUCTURAL if state["config"][k] != getattr(config, k)]
+    if changed:
+        raise ConfigError(f"{path}: cannot resume: {', '.join(changed)} differ from the "
+                          f"checkpoint's; use another out_dir or resume=False")
+    if config.lora:
+        peft = require("peft", "train")
+        peft.set_peft_model_state_dict(model, peft.utils.load_peft_weights(str(path)))
+    else:
+        loaded = type(model).from_pretrained(str(path), dtype=torch.float32)
+        model.load_state_dict(loaded.state_dict())
+    model.to(device)
+    optimizer.load_state_dict(state["optimizer"])
+    scheduler.load_state_dict(state["scheduler"])
+    torch.set_rng_state(state["rng"]["torch"])
+    if "cuda" in state["rng"] and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["rng"]["cuda"])
+    return state
+
+
+def _truncate_log(log: Path, step: int) -> None:
+    """Keep only the loss records up to ``step`` (a killed run may have logged past it)."""
+    lines = log.read_text().splitlines() if log.exists() else []
+    log.write_text("".join(f"{x}\n" for x in lines if x.strip() and json.loads(x)["step"] <= step))
+
+
+def _save_final(out_dir: Path, model: Any, tokenizer: Any, lora: bool) -> tuple[Path, Path | None]:
+    """Save final/ (LoRA merged into the weights) and, for LoRA, the adapter to adapter/."""
+    adapter = out_dir / "adapter" if lora else None
+    if adapter is not None:
+        model.save_pretrained(str(adapter))
+        model = model.merge_and_unload()
+    final = out_dir / "final"
+    model.save_pretrained(str(final))
+    tokenizer.save_pretrained(str(final))
+    return final, adapter
+
+
+def _progress(enabled: bool, total: int, done: int) -> tuple[Any, Any]:
+    """A rich progress bar on stderr (a disabled one when not ``enabled``) and its task."""
+    import rich.console
+    import rich.progress as rp
+
+    bar = rp.Progress(rp.TextColumn("[bold]sft"), rp.BarColumn(), rp.MofNCompleteColumn(),
+                      rp.TextColumn("{task.fields[stats]}"), rp.TimeRemainingColumn(),
+                      console=rich.console.Console(stderr=True), disable=not enabled)
+    return bar, bar.add_task("sft", total=total, completed=done, stats="")
+
+
+def _prepare(config: SFTConfig, data: Any, model: Any, out_dir: Path, tokenizer: Any,
+             resume: bool) -> dict[str, Any]:
+    """Load data and model, build the optimizer, and restore the latest checkpoint if any."""
+    torch = require("torch", "train")
+    examples = ([_check_example(row, f"data[{i}]") for i, row in enumerate(data)]
+                if isinstance(data, list) else load_examples(data))
+    device = torch.device(("cuda" if torch.cuda.is_available() else "cpu")
+                          if config.device == "auto" else config.device)
+    model, tokenizer = _load(model, tokenizer, config, device)
+    encoded, stats = tokenize_examples(tokenizer, examples, config.max_length)
+    if not encoded:
+        raise DataError(f"no example has a trainable token within max_length={config.max_length}")
+    optimizer, scheduler = _optimizer(model, config)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    found = _checkpoints(out_dir) if resume else []
+    if not resume:
+        for stale in [*out_dir.glob("checkpoint-*"), out_dir / "loss.jsonl"]:
+            shutil.rmtree(stale) if stale.is_dir() else stale.unlink(missing_ok=True)
+    state = (_restore(found[-1][1], model, optimizer, scheduler, config, device)
+             if found else {"step": 0, "tokens": 0, "loss": None})
+    _truncate_log(out_dir / "loss.jsonl", state["step"])
+    (out_dir / "sft_config.json").write_text(json.dumps(
+        {"config": config.model_dump(), "examples": stats}, indent=2) + "\n")
+    return {"model": model, "tokenizer": tokenizer, "encoded": encoded, "stats": stats,
+            "optimizer": optimizer, "scheduler": scheduler, "device": device, "state": state,
+            "resumed_from": found[-1][0] if found else None}
+
+
+def train_sft(config: SFTConfig, data: str | Path | list[dict[str, Any]], model: Any,
+              out_dir: str | Path, *, tokenizer: Any = None, progress: bool = True,
+              resume: bool = True, stop_after: int | None = None) -> SFTResult:
+    """Fine-tune ``model`` (a directory or a loaded model + ``tokenizer``) on ``data``.
+
+    Loss only on model-written tokens (see the module docstring). With ``resume`` the run
+    continues from the newest complete ``out_dir/checkpoint-*``; otherwise it starts over,
+    deleting the run's old checkpoints and log. ``stop_after`` ends the run after that step
+    as a kill would (no final model): for time-sliced jobs and for testing resume.
+    """
+    started, out_dir = time.monotonic(), Path(out_dir)
+    run = _prepare(config, data, model, out_dir, tokenizer, resume)
+    model, state, device = run["model"], run["state"], run["device"]
+    pad_id = run["tokenizer"].pad_token_id
+    pad_id = run["tokenizer"].eos_token_id if pad_id is None else pad_id  # masked anyway
+    step, tokens, last_loss = state["step"], state["tokens"], state["loss"]
+    orders: dict[int, list[int]] = {}
+    log, window = out_dir / "loss.jsonl", [0.0, 0]  # token-weighted loss since last record
+    bar, task = _progress(progress, config.max_steps, step)
+    with bar, log.open("a", encoding="utf-8", buffering=1) as log_file:
+        while step < config.max_steps and (stop_after is None or step < stop_after):
+            step += 1
+            batches = [_collate([run["encoded"][i] for i in idx], pad_id)
+                       for idx in _step_indices(step, len(run["encoded"]), config, orders)]
+            last_loss, n, lr = _train_step(model, batches, run["optimizer"], run["scheduler"],
+                                           config, device)
+            tokens += n
+            window = [window[0] + last_loss * n, window[1] + n]
+            if step % config.log_every == 0 or step == config.max_steps:
+                record = {"step": step, "loss": window[0] / max(1, window[1]), "lr": lr,
+                          "tokens": window[1], "total_tokens": tokens,
+                          "elapsed_s": round(time.monotonic() - started, 3)}
+                log_file.write(json.dumps(record) + "\n")  # line-buffered: a kill loses none
+                window = [0.0, 0]
+            if config.checkpoint_every and (step % config.checkpoint_every == 0
+                                            or step == config.max_steps):
+                _save_checkpoint(out_dir, step, model, run["tokenizer"], run["optimizer"],
+                                 run["scheduler"], {"tokens": tokens, "loss": last_loss,
+                                                    "config": config.model_dump()},
+                                 config.keep_checkpoints)
+            bar.update(task, completed=step, stats=f"loss {last_loss:.4f} · lr {lr:.2e}")
+    final = adapter = None
+    if step >= config.max_steps:
+        final, adapter = _save_final(out_dir, model, run["tokenizer"], config.lora)
+    return SFTResult(
+        final_loss=last_loss, steps=step, trainable_tokens=tokens, out_dir=str(out_dir),
+        final_dir=str(final) if final else None, adapter_dir=str(adapter) if adapter else None,
+        loss_log=str(log), checkpoints=[str(p) for _, p in _checkpoints(out_dir)],
+        resumed_from=run["resumed_from"], wall_time_s=time.monotonic() - started,
+        examples=run["stats"])
