@@ -44,8 +44,14 @@ def print_json(data: Any) -> None:
 
 
 def usage_error(message: str, code: int = 2) -> NoReturn:
-    """Report a usage problem on stderr as ``Error: message`` and exit with ``code``."""
-    err_console().print(f"[bold red]Error:[/] {message}", highlight=False, soft_wrap=True)
+    """Report a usage problem on stderr as ``Error: message`` and exit with ``code``.
+
+    The message is printed literally (escaped), so ``agentmath[train]`` keeps its brackets.
+    """
+    from rich.markup import escape
+
+    err_console().print(f"[bold red]Error:[/] {escape(message)}", highlight=False,
+                        soft_wrap=True)
     raise typer.Exit(code)
 
 

@@ -191,3 +191,15 @@ def test_exec_rejects_stdin_that_is_not_utf8() -> None:
     result = runner.invoke(app, ["sandbox", "exec"], input=b"x = '\xff\xfe'\n")
     assert result.exit_code == 2
     assert "not valid UTF-8" in _flat(result.output)
+
+
+def test_usage_errors_print_brackets_literally(capsys) -> None:
+    import typer as _typer
+
+    from agentmath.cli._common import usage_error
+
+    try:
+        usage_error("install it with: pip install 'agentmath[train]'")
+    except _typer.Exit as exc:
+        assert exc.exit_code == 2
+    assert "agentmath[train]" in capsys.readouterr().err
