@@ -34,12 +34,14 @@ class DemoConfig(StrictModel):
     """Sizes and budgets of the demo (defaults finish in minutes on 2 CPU cores)."""
 
     seed: int = Field(0, ge=0, description="Seeds data, models, training and sampling.")
-    train_problems: int = Field(1200, ge=10, le=1_000_000, description="Training problems.")
+    train_problems: int = Field(1500, ge=10, le=1_000_000, description="Training problems.")
     test_problems: int = Field(100, ge=5, le=100_000, description="Held-out problems.")
-    model_size: str = Field("tiny", description="A size from agentmath.models.tiny.SIZES.")
+    model_size: str = Field("micro", description="A size from agentmath.models.tiny.SIZES.")
+    max_digits: int = Field(4, ge=3, le=6, description=(
+        "Largest operand size in digits (3-digit numbers and up defeat mental arithmetic)."))
     steps: int = Field(500, ge=1, le=10**7, description="SFT steps for each model (same).")
     batch_size: int = Field(16, ge=1, le=4096, description="SFT batch size.")
-    learning_rate: float = Field(2e-3, gt=0, le=1, description="SFT peak learning rate.")
+    learning_rate: float = Field(3e-3, gt=0, le=1, description="SFT peak learning rate.")
     max_length: int = Field(512, ge=64, le=8192, description="Tokens per training example.")
     eval_max_tokens: int = Field(320, ge=16, le=8192, description="Model tokens per episode.")
     vocab_size: int = Field(1024, ge=300, le=65536, description="Tokenizer vocabulary size.")
@@ -51,7 +53,8 @@ Stage = Callable[[str], None]
 def _problems(cfg: DemoConfig) -> tuple[list[Any], list[Any]]:
     from agentmath.data.synthetic import generate_problems, split
 
-    problems = generate_problems(cfg.train_problems + cfg.test_problems, cfg.seed)
+    problems = generate_problems(cfg.train_problems + cfg.test_problems, cfg.seed,
+                                 digits=(3, cfg.max_digits))
     return split(problems, cfg.test_problems, cfg.seed)
 
 
