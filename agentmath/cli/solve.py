@@ -39,10 +39,13 @@ def solve(
     from agentmath.sandbox import SandboxPool
 
     if model is None:
+        from agentmath.recipes.demo import TOOL_SYSTEM
+
         model = str(default_model_dir())
         if backend != "openai" and not Path(model).exists():
             usage_error(f"no --model given and no demo model at {model}: run `agentmath demo` "
                         "first, or pass --model")
+        system_prompt = system_prompt or TOOL_SYSTEM  # the prompt the demo model was trained on
     try:
         tool_format = get_format(fmt)
         loop_cfg = LoopConfig(max_tool_calls=max_tool_calls, max_model_tokens=max_model_tokens,

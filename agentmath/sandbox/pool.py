@@ -64,6 +64,7 @@ class SandboxPool:
         self.zygote_restarts = 0
         self.protections: dict[str, bool] = {}
         self.notes: list[str] = []
+        self.preload_errors: dict[str, str] = {}
 
     async def __aenter__(self) -> SandboxPool:
         await self.start()
@@ -79,7 +80,7 @@ class SandboxPool:
         await self._zygote.start()
         report = self._zygote.report
         self.notes = [n for n in report.get("notes", []) if n]
-        self.preload_errors: dict[str, str] = report.get("preload_errors", {})
+        self.preload_errors = dict(report.get("preload_errors", {}))
         first = await self._spawn()
         self.protections = self._merge_protections(report["zygote_protections"],
                                                    first.protections)
