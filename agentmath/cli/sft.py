@@ -3,20 +3,11 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any
 
 import typer
 
-from agentmath.cli._common import JSON_OPTION, out_console, print_json
-from agentmath.cli._common import usage_error as _usage_error
-
-
-def usage_error(message: str, code: int = 2) -> NoReturn:
-    """_common.usage_error with rich markup escaped ("agentmath[train]" is not a style tag)."""
-    from rich.markup import escape
-
-    _usage_error(escape(message), code)
-
+from agentmath.cli._common import JSON_OPTION, out_console, print_json, usage_error
 
 # Options with a Path/list type, declared once at module level (ruff B008).
 DATA_OPTION = typer.Option(..., "--data", "-d", metavar="FILE.jsonl", help=(
