@@ -55,6 +55,44 @@ def usage_error(message: str, code: int = 2) -> NoReturn:
     raise typer.Exit(code)
 
 
+def _merge(base: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
+    """``base`` updated with the non-None values of ``extra``, nested dicts merged."""
+    out = dict(base)
+    for key, value in extra.items():
+        if isinstance(value, dict):
+            out[key] = _merge(out.get(key) or {}, value)
+        elif value is not None:
+            out[key] = value
+    return out
+
+
+def build_config(model: Any, what: str, config_file: Path | None, sets: list[str] | None,
+                 options: dict[str, Any], section: str | None = None) -> Any:
+    """A config of type ``model`` from a file (its ``section`` table if it has one), ``--set``
+    overrides, then the command's options (None values skipped, nested dicts merged).
+
+    Any problem exits 2 with a message naming the file or the invalid ``what`` settings.
+    """
+    from pydantic import ValidationError
+
+    from agentmath.config import apply_overrides, read_config_file
+    from agentmath.errors import ConfigError
+
+    try:
+        data = read_config_file(config_file) if config_file is not None else {}
+        if section is not None and isinstance(data.get(section), dict):
+            data = data[section]
+        prefix = f"{section}." if section is not None else ""
+        data = apply_overrides(data, [s.removeprefix(prefix) for s in sets or []])
+        return model.model_validate(_merge(data, options))
+    except ConfigError as exc:
+        usage_error(str(exc))
+    except ValidationError as exc:
+        problems = "; ".join(f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}"
+                             for e in exc.errors())
+        usage_error(f"invalid {what} settings: {problems}")
+
+
 def _sandbox_section(path: Path) -> str | None:
     """``"sandbox"`` when the file has a top-level sandbox table, else None (whole file)."""
     from agentmath.config import read_config_file

@@ -8,34 +8,14 @@ from typing import Any
 
 import typer
 
-from agentmath.cli._common import JSON_OPTION, err_console, out_console, print_json, usage_error
-
-
-def _build_config(config_file: Path | None, sets: list[str] | None,
-                  options: dict[str, Any]) -> Any:
-    """EvalConfig from a file, ``--set`` overrides, then the explicit options (which win)."""
-    from pydantic import ValidationError
-
-    from agentmath.config import EvalConfig, apply_overrides, read_config_file
-    from agentmath.errors import ConfigError
-
-    try:
-        data = read_config_file(config_file) if config_file is not None else {}
-        data = apply_overrides(data, sets or [])
-        data.update({k: v for k, v in options.items() if v is not None})
-        loop = dict(data.get("loop", {}))
-        for key in ("max_tool_calls", "max_model_tokens", "max_total_tokens", "system_prompt"):
-            if options.get(f"loop_{key}") is not None:
-                loop[key] = options[f"loop_{key}"]
-            data.pop(f"loop_{key}", None)
-        data["loop"] = loop
-        return EvalConfig.model_validate(data)
-    except ConfigError as exc:
-        usage_error(str(exc))
-    except ValidationError as exc:
-        problems = "; ".join(f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}"
-                             for e in exc.errors())
-        usage_error(f"invalid eval settings: {problems}")
+from agentmath.cli._common import (
+    JSON_OPTION,
+    build_config,
+    err_console,
+    out_console,
+    print_json,
+    usage_error,
+)
 
 
 def eval_command(
@@ -66,15 +46,16 @@ def eval_command(
     """Run every sample of every problem through the agent loop and the sandbox; write
     samples.jsonl (resumable after any interruption), config.json and metrics.json."""
     from agentmath.backends import make_backend
+    from agentmath.config import EvalConfig
     from agentmath.errors import AgentMathError
 
-    config = _build_config(config_file, sets, {
+    config = build_config(EvalConfig, "eval", config_file, sets, {
         "dataset": dataset, "model": model, "backend": backend, "base_url": base_url,
         "format": fmt, "samples": samples, "concurrency": concurrency,
         "temperature": temperature, "top_p": top_p, "seed": seed, "limit": limit,
         "data_dir": data_dir, "problem_field": problem_field, "answer_field": answer_field,
-        "id_field": id_field, "loop_max_tool_calls": max_tool_calls,
-        "loop_max_model_tokens": max_model_tokens, "loop_system_prompt": system_prompt})
+        "id_field": id_field, "loop": {"max_tool_calls": max_tool_calls,
+        "max_model_tokens": max_model_tokens, "system_prompt": system_prompt}})
     try:
         engine = make_backend(config.backend, config.model, base_url=config.base_url)
     except (AgentMathError, ValueError) as exc:

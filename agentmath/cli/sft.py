@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 import typer
 
-from agentmath.cli._common import JSON_OPTION, out_console, print_json, usage_error
+from agentmath.cli._common import JSON_OPTION, build_config, out_console, print_json, usage_error
 
 # Options with a Path/list type, declared once at module level (ruff B008).
 DATA_OPTION = typer.Option(..., "--data", "-d", metavar="FILE.jsonl", help=(
@@ -18,30 +17,6 @@ CONFIG_OPTION = typer.Option(None, "--config", "-c", metavar="FILE",
                              help="SFTConfig file (TOML/YAML; its 'sft' table if it has one).")
 SET_OPTION = typer.Option(None, "--set", "-s", metavar="KEY=VALUE",
                           help="Override a config field, e.g. --set warmup_steps=10 (repeatable).")
-
-
-def _build_config(config_file: Path | None, sets: list[str] | None,
-                  options: dict[str, Any]) -> Any:
-    """SFTConfig from a file (its ``sft`` table if it has one), ``--set``, then the options."""
-    from pydantic import ValidationError
-
-    from agentmath.config import apply_overrides, read_config_file
-    from agentmath.errors import ConfigError
-    from agentmath.train.sft import SFTConfig
-
-    try:
-        data = read_config_file(config_file) if config_file is not None else {}
-        if isinstance(data.get("sft"), dict):
-            data = data["sft"]
-        data = apply_overrides(data, [s.removeprefix("sft.") for s in sets or []])
-        data.update({k: v for k, v in options.items() if v is not None})
-        return SFTConfig.model_validate(data)
-    except ConfigError as exc:
-        usage_error(str(exc))
-    except ValidationError as exc:
-        problems = "; ".join(f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}"
-                             for e in exc.errors())
-        usage_error(f"invalid sft settings: {problems}")
 
 
 def sft(
@@ -66,8 +41,9 @@ def sft(
     (prompt and tool output are masked). Needs `pip install 'agentmath[train]'`."""
     from agentmath._lazy import require
     from agentmath.errors import AgentMathError, MissingExtraError
+    from agentmath.train.sft import SFTConfig
 
-    config = _build_config(config_file, sets, {
+    config = build_config(SFTConfig, "sft", config_file, sets, section="sft", options={
         "lora": lora, "max_steps": max_steps, "learning_rate": lr, "batch_size": batch_size,
         "grad_accum": grad_accum, "max_length": max_length, "seed": seed})
     try:
