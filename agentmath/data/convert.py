@@ -12,6 +12,12 @@ Output records (one JSON object per line), read by the SFT module::
     {"id": ..., "messages": [system, user], "answer": ...,
      "completion": [{"text": ..., "train": true}, {"text": <tool output>, "train": false}, ...]}
 
+or, for native tool calling (``native=True``), a chat record that the SFT module renders with
+the tokenizer's chat template (assistant turns trained, the rest masked)::
+
+    {"id": ..., "messages": [system, user, assistant+tool_calls, tool, ..., assistant],
+     "tools": [<the python tool schema>], "answer": ...}
+
 ``messages`` come from :func:`agentmath.loop.build_messages`, so training prompts are the
 inference prompts. The completion's concatenated text is exactly what the agent loop produces:
 each model turn ends where generation stops (the format's stop string), the tool output is
@@ -34,6 +40,7 @@ from agentmath.config import LoopConfig
 from agentmath.data.synthetic import Step, SyntheticProblem
 from agentmath.errors import DataError, SandboxError
 from agentmath.formats.base import ToolFormat
+from agentmath.formats.openai_tools import OPENAI_TOOLS, TOOL_NAME, tool_message, tool_spec
 from agentmath.grading import averify, extract_answer
 from agentmath.loop import build_messages
 from agentmath.sandbox.pool import SandboxPool
@@ -177,22 +184,23 @@ def _printed_ok(result: ExecResult, expected: int) -> bool:
 
 
 async def _execute(pieces: Sequence[Piece], steps: Sequence[Step], fmt: ToolFormat,
-                   pool: SandboxPool, timeout: float,
-                   max_output_chars: int) -> list[dict[str, Any]]:
-    """Run the code pieces in one session and assemble the completion; raise _Drop on a
-    failed check."""
+                   pool: SandboxPool, timeout: float) -> list[tuple[Piece, ExecResult | None]]:
+    """Run the code pieces in one session; each piece with its result (None for text).
+
+    Raises _Drop on a failed check: a snippet that does not survive the format, fails, or
+    does not print its step's value.
+    """
     n_code = sum(p.kind == "code" for p in pieces)
     if n_code != len(steps):
         raise _Drop("mismatch", f"{n_code} snippets for {len(steps)} steps")
-    completion: list[dict[str, Any]] = []
+    events: list[tuple[Piece, ExecResult | None]] = []
     index = 0
     async with pool.session() as session:
         for piece in pieces:
             if piece.kind == "text":
-                completion.append({"text": piece.text, "train": True})
+                events.append((piece, None))
                 continue
-            call = call_text(fmt, piece.text)
-            found = fmt.find_call(call)
+            found = fmt.find_call(call_text(fmt, piece.text))
             if found is None or found.code != piece.text:
                 raise _Drop("malformed", f"snippet {index + 1} does not survive the format "
                             "(the call text parses to different code)")
@@ -202,11 +210,44 @@ async def _execute(pieces: Sequence[Piece], steps: Sequence[Step], fmt: ToolForm
             if not _printed_ok(result, steps[index].value):
                 raise _Drop("mismatch", f"snippet {index + 1} printed "
                             f"{result.stdout.strip()!r}, expected {steps[index].value}")
-            completion.append({"text": call, "train": True})
+            events.append((piece, result))
+            index += 1
+    return events
+
+
+def _completion(events: Sequence[tuple[Piece, ExecResult | None]], fmt: ToolFormat,
+                max_output_chars: int) -> list[dict[str, Any]]:
+    """The text-format completion: model pieces (train) and rendered tool output (not)."""
+    completion: list[dict[str, Any]] = []
+    for piece, result in events:
+        if result is None:
+            completion.append({"text": piece.text, "train": True})
+        else:
+            completion.append({"text": call_text(fmt, piece.text), "train": True})
             completion.append({"text": fmt.render(result, max_chars=max_output_chars),
                                "train": False})
-            index += 1
     return _merge(completion)
+
+
+def _chat_turns(events: Sequence[tuple[Piece, ExecResult | None]],
+                max_output_chars: int) -> list[dict[str, Any]]:
+    """The native-tool-calling turns: an assistant message per call (its lead text as content,
+    one ``python`` tool call), the ``tool`` message the chat loop would send, then the answer."""
+    turns: list[dict[str, Any]] = []
+    content = ""
+    for piece, result in events:
+        if result is None:
+            content += piece.text
+            continue
+        call_id = f"call_{len(turns) // 2}"
+        call = {"id": call_id, "type": "function", "function": {
+            "name": TOOL_NAME, "arguments": json.dumps({"code": piece.text},
+                                                       ensure_ascii=False)}}
+        turns.append({"role": "assistant", "content": content.strip(), "tool_calls": [call]})
+        turns.append(tool_message(call_id, result, max_chars=max_output_chars))
+        content = ""
+    turns.append({"role": "assistant", "content": content.strip()})
+    return turns
 
 
 def _merge(completion: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -222,37 +263,58 @@ def _merge(completion: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 async def convert_one(problem: SyntheticProblem, converter: Converter, fmt: ToolFormat,
                       pool: SandboxPool, *, system_prompt: str | None = None,
-                      timeout: float = 10.0,
-                      max_output_chars: int | None = None) -> dict[str, Any]:
+                      timeout: float = 10.0, max_output_chars: int | None = None,
+                      native: bool = False) -> dict[str, Any]:
     """The verified record of one problem; raises :class:`ConversionError` when a check
-    fails (see :func:`inject`)."""
+    fails (see :func:`inject`).
+
+    ``native``: a chat record for native tool calling instead (``fmt`` is ignored): the whole
+    conversation in ``messages`` (assistant turns with ``tool_calls``, ``tool`` turns) and the
+    tool schema in ``tools``, the prompt as :func:`agentmath.chat_loop.run_chat_episode` sends
+    it (default system prompt: its ``CHAT_SYSTEM_PROMPT``).
+    """
     limit = max_output_chars or LoopConfig().max_output_chars
+    check_fmt = OPENAI_TOOLS if native else fmt
     try:
         pieces = converter.convert(problem)
         if not pieces:
             raise _Drop("no_plan", f"converter {converter.name!r} gave no plan")
-        completion = await _execute(pieces, problem.steps, fmt, pool, timeout, limit)
-        _check_turns(completion, fmt)
-        predicted = extract_answer("".join(p["text"] for p in completion if p["train"]))
+        events = await _execute(pieces, problem.steps, check_fmt, pool, timeout)
+        if native:
+            turns = _chat_turns(events, limit)
+            final = turns[-1]["content"]
+        else:
+            completion = _completion(events, fmt, limit)
+            _check_turns(completion, fmt)
+            final = "".join(p["text"] for p in completion if p["train"])
+        predicted = extract_answer(final)
         if not await averify(problem.answer, predicted):
             raise _Drop("wrong_answer", f"final answer {predicted!r} != gold {problem.answer}")
     except _Drop as drop:
         raise ConversionError(problem.id, drop.reason, drop.detail) from None
     except SandboxError as exc:
         raise ConversionError(problem.id, "error", f"sandbox failure: {exc}") from exc
+    if native:
+        from agentmath.chat_loop import CHAT_SYSTEM_PROMPT  # noqa: PLC0415 - avoids a cycle
+
+        messages = build_messages(problem.problem, OPENAI_TOOLS,
+                                  system_prompt or CHAT_SYSTEM_PROMPT)
+        return {"id": problem.id, "messages": messages + turns, "tools": [tool_spec()],
+                "answer": problem.answer}
     return {"id": problem.id, "messages": build_messages(problem.problem, fmt, system_prompt),
             "completion": completion, "answer": problem.answer}
 
 
 async def inject(problems: Sequence[SyntheticProblem], converter: Converter, fmt: ToolFormat,
                  pool: SandboxPool, *, concurrency: int = 8, system_prompt: str | None = None,
-                 timeout: float = 10.0,
-                 max_output_chars: int | None = None) -> ConversionReport:
+                 timeout: float = 10.0, max_output_chars: int | None = None,
+                 native: bool = False) -> ConversionReport:
     """Convert, execute and verify every problem; keep only fully verified trajectories.
 
     ``system_prompt`` (default: the format's instructions) and ``max_output_chars`` (default:
     :class:`LoopConfig`'s) must match what the agent loop uses at inference. Records keep the
-    input order; drops are counted by reason in the report, never silently.
+    input order; drops are counted by reason in the report, never silently. ``native``:
+    chat records for native tool calling (see :func:`convert_one`).
     """
     started = time.perf_counter()
     gate = asyncio.Semaphore(max(concurrency, 1))
@@ -262,7 +324,7 @@ async def inject(problems: Sequence[SyntheticProblem], converter: Converter, fmt
             try:
                 return await convert_one(problem, converter, fmt, pool,
                                          system_prompt=system_prompt, timeout=timeout,
-                                         max_output_chars=max_output_chars)
+                                         max_output_chars=max_output_chars, native=native)
             except ConversionError as exc:
                 return exc
 

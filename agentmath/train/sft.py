@@ -30,8 +30,13 @@ from pydantic import Field
 from agentmath._lazy import require
 from agentmath.config import StrictModel
 from agentmath.errors import ConfigError, DataError
+from agentmath.train.chat_records import (
+    IGNORE_INDEX,
+    check_chat_record,
+    encode_chat,
+    is_chat_record,
+)
 
-IGNORE_INDEX = -100
 STATE_FILE = "trainer_state.pt"
 _STRUCTURAL = ("lora", "lora_r", "lora_alpha")  # resuming under other values is an error
 
@@ -83,9 +88,15 @@ class SFTResult:
 
 
 def _check_example(row: Any, where: str) -> dict[str, Any]:
-    """Validate one row's shape, raising DataError naming ``where`` and the field."""
+    """Validate one row's shape, raising DataError naming ``where`` and the field.
+
+    A row without ``completion`` is a chat record (native tool calling), see
+    :mod:`agentmath.train.chat_records`.
+    """
     if not isinstance(row, dict):
         raise DataError(f"{where}: a row must be a JSON object, not {type(row).__name__}")
+    if is_chat_record(row):
+        return check_chat_record(row, where)
     for name, keys in (("messages", {"role": str, "content": str}),
                        ("completion", {"text": str, "train": bool})):
         items = row.get(name)
@@ -127,6 +138,8 @@ def _encode(tokenizer: Any, example: dict[str, Any]) -> tuple[list[int], list[in
     """Uncut ids and labels of one example (see tokenize_example)."""
     if tokenizer.eos_token_id is None:
         raise DataError("the tokenizer has no EOS token; SFT appends it to every example")
+    if is_chat_record(example):
+        return encode_chat(tokenizer, example)
     prompt = tokenizer.apply_chat_template(example["messages"], tokenize=False,
                                            add_generation_prompt=True)
     ids = list(tokenizer.encode(prompt, add_special_tokens=False))
@@ -156,6 +169,8 @@ def tokenize_example(tokenizer: Any, example: dict[str, Any],
     ids = chat-template prompt + each completion piece encoded separately + EOS. Labels are the
     ids on ``train: true`` pieces and on the EOS, IGNORE_INDEX (-100) on the prompt and on
     ``train: false`` (tool output) pieces; labels are aligned with ids (the loss shifts them).
+    A chat record (no ``completion``) is encoded by :func:`~agentmath.train.chat_records.
+    encode_chat`: assistant turns trained, everything else masked.
     Both are cut to ``max_length``; None when no trainable token survives the cut.
     """
     return _cut(*_encode(tokenizer, example), max_length)

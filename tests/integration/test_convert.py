@@ -218,3 +218,35 @@ async def test_snippet_that_the_format_cannot_carry_is_dropped(pool: SandboxPool
     assert report.kept == 0 and dict(report.dropped) == {"malformed": 1}
     report = await inject(PROBLEMS[:1], FenceInCode(), get_format("code_interpreter"), pool)
     assert report.kept == 1
+
+
+async def test_native_records_replay_through_the_chat_loop(pool: SandboxPool) -> None:
+    """A native record's assistant turns, replayed by the chat loop, give back the record's
+    conversation exactly: same prompt, same tool messages (the sandbox's real output)."""
+    from agentmath.chat_loop import run_chat_episode
+    from agentmath.formats.openai_tools import tool_spec
+    from tests.integration.test_chat_loop import FakeChatBackend
+
+    problems = PROBLEMS[:3]
+    report = await inject(problems, RuleBasedConverter(), get_format("markdown"), pool,
+                          native=True)
+    assert report.kept == len(problems)
+    for record, problem in zip(report.records, problems, strict=True):
+        assert "completion" not in record and record["tools"] == [tool_spec()]
+        messages = record["messages"]
+        assert [m["role"] for m in messages[:2]] == ["system", "user"]
+        assert len([m for m in messages if m["role"] == "tool"]) == len(problem.steps)
+        replies = [{**m, "finish_reason": "tool_calls" if m.get("tool_calls") else "stop"}
+                   for m in messages if m["role"] == "assistant"]
+        backend = FakeChatBackend(replies)
+        traj = await run_chat_episode(problem.problem, backend, pool)
+        assert traj.finish_reason == "answered" and traj.answer == problem.answer
+        assert backend.seen[-1] == messages[:-1]  # the whole conversation before the answer
+        step_values = [str(s.value) for s in problem.steps]
+        assert [t.result.stdout.strip() for t in traj.tool_calls] == step_values
+
+
+async def test_native_records_drop_like_text_records(pool: SandboxPool) -> None:
+    report = await inject(PROBLEMS[:4], WrongExpression(), get_format("markdown"), pool,
+                          native=True)
+    assert report.kept == 0 and report.dropped["mismatch"] == 4
