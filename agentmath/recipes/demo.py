@@ -24,10 +24,11 @@ from typing import Any
 
 from pydantic import Field
 
-from agentmath.config import EvalConfig, LoopConfig, SandboxConfig, StrictModel
+from agentmath.config import EvalConfig, LoopConfig, StrictModel
 
 TOOL_SYSTEM = "Solve the problem. Run Python in <code> blocks; results come back in <interpreter>."
 TEXT_SYSTEM = "Solve the problem step by step."
+FORMAT = "code_interpreter"
 
 
 class DemoConfig(StrictModel):
@@ -48,47 +49,6 @@ class DemoConfig(StrictModel):
 
 
 Stage = Callable[[str], None]
-
-
-def _problems(cfg: DemoConfig) -> tuple[list[Any], list[Any]]:
-    from agentmath.data.synthetic import generate_problems, split
-
-    problems = generate_problems(cfg.train_problems + cfg.test_problems, cfg.seed,
-                                 digits=(3, cfg.max_digits))
-    return split(problems, cfg.test_problems, cfg.seed)
-
-
-async def _tool_examples(train: list[Any], fmt: Any) -> tuple[list[dict], dict[str, Any]]:
-    from agentmath.data.convert import RuleBasedConverter, inject
-    from agentmath.sandbox import SandboxPool
-
-    async with SandboxPool(SandboxConfig(spare_workers=4)) as pool:
-        report = await inject(train, RuleBasedConverter(), fmt, pool, concurrency=16,
-                              system_prompt=TOOL_SYSTEM)
-    stats = {"kept": len(report.records), "dropped": dict(report.dropped),
-             "seconds": round(report.seconds, 1)}
-    return report.records, stats
-
-
-def _corpus(*example_sets: list[dict]) -> list[str]:
-    texts = []
-    for examples in example_sets:
-        for ex in examples:
-            texts.extend(m["content"] for m in ex["messages"])
-            texts.append("".join(p["text"] for p in ex["completion"]))
-    return texts
-
-
-def _train(cfg: DemoConfig, examples: list[dict], tokenizer: Any, out: Path) -> Any:
-    from agentmath.models.tiny import build_model
-    from agentmath.train.sft import SFTConfig, train_sft
-
-    model = build_model(tokenizer, cfg.model_size, seed=cfg.seed)
-    sft = SFTConfig(learning_rate=cfg.learning_rate, max_steps=cfg.steps,
-                    batch_size=cfg.batch_size, max_length=cfg.max_length,
-                    warmup_steps=min(50, cfg.steps // 10), seed=cfg.seed, checkpoint_every=0)
-    return train_sft(sft, examples, model, out, tokenizer=tokenizer, progress=True,
-                     resume=False)
 
 
 async def _evaluate(cfg: DemoConfig, model_dir: str, system: str, data: Path,
@@ -120,25 +80,35 @@ def run_demo(cfg: DemoConfig, out: Path, save_model_to: Path | None,
     """Run every stage; returns the machine-readable summary (also written to out)."""
     from agentmath.data.convert import text_only_example, write_jsonl
     from agentmath.data.synthetic import to_task_rows
-    from agentmath.formats import get_format
     from agentmath.models.tiny import build_tokenizer
+    from agentmath.recipes.tool_model import (
+        corpus_texts,
+        make_problems,
+        tool_records,
+        train_model,
+    )
 
     started = time.monotonic()
     out.mkdir(parents=True, exist_ok=True)
-    fmt = get_format("code_interpreter")
     stage("generating problems")
-    train, test = _problems(cfg)
+    train, test = make_problems(cfg.seed, cfg.train_problems, cfg.test_problems, cfg.max_digits)
     write_jsonl(to_task_rows(test), out / "test.jsonl")
     stage(f"code injection: executing {len(train)} trajectories in the sandbox")
-    tool_examples, conversion = asyncio.run(_tool_examples(train, fmt))
+    tool_examples, by_format = asyncio.run(tool_records(
+        train, [FORMAT], system_prompts={FORMAT: TOOL_SYSTEM}))
+    conversion = by_format[FORMAT]
     text_examples = [text_only_example(p, TEXT_SYSTEM) for p in train]
     stage("building the tokenizer and two identical tiny models")
-    tokenizer = build_tokenizer(_corpus(tool_examples, text_examples), vocab_size=cfg.vocab_size)
+    tokenizer = build_tokenizer(corpus_texts(tool_examples + text_examples),
+                                vocab_size=cfg.vocab_size)
     runs = {}
     for name, examples, system in (("text-only", text_examples, TEXT_SYSTEM),
                                    ("tool", tool_examples, TOOL_SYSTEM)):
         stage(f"SFT of the {name} model ({cfg.steps} steps)")
-        result = _train(cfg, examples, tokenizer, out / f"model-{name}")
+        result = train_model(examples, tokenizer, out / f"model-{name}", size=cfg.model_size,
+                             steps=cfg.steps, batch_size=cfg.batch_size,
+                             learning_rate=cfg.learning_rate, max_length=cfg.max_length,
+                             seed=cfg.seed)
         stage(f"evaluating the {name} model on {len(test)} held-out problems")
         metrics = asyncio.run(_evaluate(cfg, result.final_dir, system, out / "test.jsonl",
                                         out / f"run-{name}"))

@@ -82,24 +82,25 @@ async def test_chat_episode_tool_budget(pool):
 
 @pytest.mark.vllm
 async def test_chat_episode_through_vllm_hermes_parser(vllm_server, pool):
-    """A real server parses the tiny model's <tool_call> JSON into native tool calls."""
+    """A real server parses the test model's <tool_call> JSON into native tool calls; their
+    code runs in the sandbox and the results go back as tool messages, turn after turn."""
     from agentmath.backends.base import SamplingParams
     from agentmath.backends.openai import OpenAIBackend
+    from tests.fixtures.models import held_out_problems
 
     backend = OpenAIBackend(vllm_server, "tiny", timeout_s=60)
-    calls = []
     try:
-        for a in range(100, 130):
-            traj = await run_chat_episode(
-                f"What is {a} + 7?", backend, pool,
-                LoopConfig(max_model_tokens=120, max_tool_calls=2,
-                           system_prompt="Solve the problem."),
-                SamplingParams(temperature=0.0))
-            assert traj.finish_reason != "error", traj.error
-            calls += traj.tool_calls
-            if calls:
-                break
+        trajs = [await run_chat_episode(p.problem, backend, pool,
+                                        LoopConfig(max_model_tokens=300, max_tool_calls=4),
+                                        SamplingParams(temperature=0.0))
+                 for p in held_out_problems(3)]
     finally:
         await backend.aclose()
-    assert calls, "the tiny model never produced a native tool call in 30 prompts"
-    assert calls[0].result is not None and calls[0].code
+    for traj in trajs:
+        assert traj.finish_reason != "error", traj.error
+        assert traj.tool_calls, traj.model_text
+        assert all(call.result.ok for call in traj.tool_calls), traj.tool_calls
+        tool_msgs = [m for m in traj.meta["messages"] if m["role"] == "tool"]
+        assert [m["content"].strip() for m in tool_msgs] == \
+            [c.result.stdout.strip() for c in traj.tool_calls]
+    assert any(len(t.tool_calls) >= 2 for t in trajs)  # the conversation went on after a result

@@ -9,6 +9,7 @@ import sys
 import pytest
 
 from agentmath.trajectory import Trajectory
+from tests.fixtures.models import held_out_problems
 
 pytestmark = pytest.mark.integration
 
@@ -19,22 +20,22 @@ def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
 
 
 def test_solve_json_is_a_trajectory(tiny_model_dir):
-    proc = run_cli("solve", "What is 123 * 45?", "--backend", "hf", "--model",
-                   str(tiny_model_dir), "--format", "code_interpreter", "--system-prompt",
-                   "You are a helpful math assistant.", "--max-model-tokens", "120", "--json")
+    problem = held_out_problems(1)[0].problem
+    proc = run_cli("solve", problem, "--backend", "hf", "--model", str(tiny_model_dir),
+                   "--format", "code_interpreter", "--max-model-tokens", "200", "--json")
     assert proc.returncode == 0, proc.stderr[-2000:]
     traj = Trajectory.from_dict(json.loads(proc.stdout))
-    assert traj.model_tokens > 0 and traj.finish_reason in (
-        "answered", "eos", "token_budget", "tool_budget")
-    assert traj.meta["format"] == "code_interpreter"
+    assert traj.meta["format"] == "code_interpreter" and traj.problem == problem
+    assert traj.tool_calls and all(call.result.ok for call in traj.tool_calls)
+    assert traj.finish_reason in ("answered", "eos", "token_budget", "tool_budget")
 
 
 def test_solve_shows_the_trajectory_readably(tiny_model_dir):
-    proc = run_cli("solve", "What is 123 * 45?", "--backend", "hf", "--model",
-                   str(tiny_model_dir), "--format", "markdown", "--system-prompt",
-                   "You are a helpful math assistant.", "--max-model-tokens", "120")
+    proc = run_cli("solve", held_out_problems(1)[0].problem, "--backend", "hf", "--model",
+                   str(tiny_model_dir), "--format", "markdown", "--max-model-tokens", "200")
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "model tokens:" in proc.stdout and "finish:" in proc.stdout
+    assert "```python" in proc.stdout  # the model's call is shown
 
 
 def test_solve_usage_errors_are_clear(tmp_path):

@@ -14,6 +14,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.fixtures.models import held_out_problems
+
 pytestmark = [pytest.mark.integration, pytest.mark.vllm]
 
 DATA = Path(__file__).resolve().parents[3] / "shared" / "data"
@@ -24,8 +26,7 @@ def eval_cmd(server: str, out: Path, *extra: str, dataset: tuple[str, ...] = (
     return [sys.executable, "-m", "agentmath.cli", "eval", *dataset, "--limit",
             "6", "--samples", "3", "--backend", "openai", "--base-url", server, "--model",
             "tiny", "--format", "code_interpreter", "--concurrency", "4", "--temperature",
-            "1.0", "--max-model-tokens", "96", "--system-prompt",
-            "You are a helpful math assistant.", "--out", str(out), "--json", *extra]
+            "1.0", "--max-model-tokens", "200", "--out", str(out), "--json", *extra]
 
 
 def lines(path: Path) -> list[dict]:
@@ -57,19 +58,51 @@ def test_eval_runs_and_computes_metrics(vllm_server, tmp_path):
     assert again.returncode == 2 and "temperature" in again.stderr
 
 
-def arithmetic_dataset(path: Path) -> tuple[str, ...]:
-    """A custom JSONL with its own field names, in the style the tiny model was trained on."""
-    rows = [{"qid": f"q{i}", "question": f"What is {100 + i} * {7 + i}?",
-             "target": str((100 + i) * (7 + i))} for i in range(6)]
+def held_out_dataset(path: Path) -> tuple[str, ...]:
+    """The test model's held-out problems as a custom JSONL with its own field names."""
+    rows = [{"qid": p.id, "question": p.problem, "target": p.answer}
+            for p in held_out_problems(6)]
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
     return ("--dataset", str(path), "--problem-field", "question", "--answer-field", "target",
             "--id-field", "qid")
 
 
+def tool_segments(record: dict) -> list[dict]:
+    return [s for s in record["trajectory"]["segments"] if s["source"] == "tool"]
+
+
+@pytest.mark.parametrize("fmt", ["markdown", "openai_tools"])
+def test_eval_greedy_runs_real_tool_calls(vllm_server, tmp_path, fmt):
+    """Every sample of the test model calls the tool; every call's code ran in the sandbox
+    and its output is what the model read next; the tool metrics count exactly that."""
+    out = tmp_path / "run"
+    data = held_out_dataset(tmp_path / "held_out.jsonl")
+    proc = subprocess.run(eval_cmd(vllm_server, out, "--temperature", "0", "--samples", "1",
+                                   "--format", fmt, dataset=data),
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    metrics = json.loads(proc.stdout.strip().splitlines()[-1])
+    records = lines(out / "samples.jsonl")
+    assert len(records) == 6
+    results = []
+    for record in records:
+        tools = tool_segments(record)
+        assert record["tool_calls"] == len(tools) >= 1, record["trajectory"]
+        for seg in tools:
+            result = seg["result"]
+            # what the sandbox printed, or the error the model wrote, is what it read next
+            assert (result["error"] or result["stdout"].strip()) in seg["text"], seg
+            results.append(result)
+    ran = [r for r in results if r["error"] is None]
+    assert len(ran) >= len(results) / 2, results  # most of the model's code really runs
+    assert metrics["tools"]["calls_per_sample"] == pytest.approx(len(results) / 6)
+    assert metrics["tools"]["error_rate"] == pytest.approx(1 - len(ran) / len(results))
+
+
 def test_eval_resumes_after_kill_9_exactly_once(vllm_server, tmp_path):
     out = tmp_path / "run"
     samples = out / "samples.jsonl"
-    data = arithmetic_dataset(tmp_path / "arith.jsonl")
+    data = held_out_dataset(tmp_path / "held_out.jsonl")
     proc = subprocess.Popen(eval_cmd(vllm_server, out, dataset=data),
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                             start_new_session=True)

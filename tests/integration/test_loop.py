@@ -14,6 +14,7 @@ from agentmath.loop import run_episode
 from agentmath.sandbox import SandboxPool
 from agentmath.trajectory import Trajectory
 from tests.fixtures.backends import RecordingBackend
+from tests.fixtures.models import held_out_problems
 
 pytestmark = pytest.mark.integration
 
@@ -142,28 +143,30 @@ async def test_every_format_runs_in_the_loop(tokenizer, pool, fmt):
     assert traj.answer == "42"
 
 
-SYSTEM = "You are a helpful math assistant."
-# The tiny test model writes one of three call styles; greedy decoding picks one per prompt.
-REAL_FORMATS = ("code_interpreter", "markdown", "openai_tools")
+# The test model was trained on every text format, each with its default instructions.
+REAL_FORMATS = ("code_interpreter", "markdown", "tool_call", "openai_tools")
 
 
 async def _real_model_episodes(backend, pool) -> list[Trajectory]:
-    """One greedy episode per call style; each must be token-exact, one must call the tool."""
+    """One greedy episode per format on a held-out problem: each must be token-exact and
+    call the tool with code that really runs, its output folded back into the context."""
+    problem = held_out_problems(1)[0].problem
     trajs = []
     for name in REAL_FORMATS:
         rec = RecordingBackend(backend)
-        traj = await run_episode("What is 123 * 45?", rec, get_format(name), pool,
-                                 LoopConfig(system_prompt=SYSTEM, max_model_tokens=160),
+        traj = await run_episode(problem, rec, get_format(name), pool,
+                                 LoopConfig(max_model_tokens=200),
                                  SamplingParams(temperature=0.0))
         assert traj.finish_reason != "error", traj.error
         assert_token_exact(traj, rec)
         model = [s for s in traj.segments if s.source == "model"]
         assert all(s.logprobs is not None and len(s.logprobs) == len(s.token_ids)
                    for s in model)
+        assert traj.tool_calls, (name, traj.completion_text)
+        for call in traj.tool_calls:
+            assert call.result.ok, (name, call.code, call.result)  # the model's code ran
+            assert call.result.stdout.strip() in call.text  # and the model was shown it
         trajs.append(traj)
-    calls = [c for t in trajs for c in t.tool_calls]
-    assert calls, [t.completion_text for t in trajs]
-    assert all(c.result.ok for c in calls), calls  # the model's code really ran
     return trajs
 
 

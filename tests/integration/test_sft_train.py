@@ -20,7 +20,7 @@ from typer.testing import CliRunner  # noqa: E402
 from agentmath.cli.main import app  # noqa: E402
 from agentmath.models.tiny import build_model, build_tokenizer  # noqa: E402
 from agentmath.train.sft import SFTConfig, train_sft  # noqa: E402
-from tests.fixtures.models import synthetic_conversations  # noqa: E402
+from tests.fixtures.corpus import synthetic_conversations  # noqa: E402
 
 pytestmark = pytest.mark.integration
 

@@ -29,7 +29,7 @@ from agentmath.train.sft import (  # noqa: E402
     tokenize_example,
     tokenize_examples,
 )
-from tests.fixtures.models import synthetic_conversations  # noqa: E402
+from tests.fixtures.corpus import synthetic_conversations  # noqa: E402
 
 EXAMPLE: dict[str, Any] = {
     "id": "ex-1",

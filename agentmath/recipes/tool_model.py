@@ -1,0 +1,166 @@
+"""Grow a tiny tool-using model on the CPU: problems -> verified trajectories -> tokenizer -> SFT.
+
+The steps the demo takes for its tool model, as reusable pieces, plus :func:`build_tool_model`
+which runs them all for one or several tool formats at once (and, optionally, native tool
+calling). A model trained on several formats learns to follow whichever one its system prompt
+describes, so one small model can be served to the tests of every format (it is the model the
+agent-loop and evaluation tests serve through vLLM).
+
+1. seeded synthetic word problems (``agentmath.data.synthetic``), split train / held-out;
+2. code injection in each format, every snippet executed and checked in the sandbox
+   (``agentmath.data.convert.inject``); problems are dealt round-robin to the formats;
+3. a byte-level BPE tokenizer on the training text and a tiny Qwen3 model;
+4. SFT with tool output masked (``agentmath.train.sft``); the model + tokenizer are saved.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from pydantic import Field, field_validator, model_validator
+
+from agentmath.config import SandboxConfig, StrictModel
+
+NATIVE = "native"  # the pseudo-format name for native tool-calling chat records
+
+Stage = Callable[[str], None]
+
+
+class ToolModelConfig(StrictModel):
+    """What tiny tool model to grow and how (defaults: one format, about a minute of SFT)."""
+
+    seed: int = Field(0, ge=0, description="Seeds data, model, training.")
+    train_problems: int = Field(1000, ge=1, le=1_000_000, description="Training problems.")
+    test_problems: int = Field(50, ge=1, le=100_000, description="Held-out problems.")
+    max_digits: int = Field(3, ge=3, le=6, description="Largest operand size in digits.")
+    formats: list[str] = Field(["code_interpreter"], min_length=1, description=(
+        "Tool formats to train on (problems dealt round-robin); 'native' adds native "
+        "tool-calling chat records."))
+    system_prompts: dict[str, str] = Field({}, description=(
+        "System prompt per format; a format not listed gets its own instructions (the agent "
+        "loop's default), 'native' the chat loop's CHAT_SYSTEM_PROMPT. Prompts must differ "
+        "between formats for one model to learn several."))
+    model_size: str = Field("micro", description="A size from agentmath.models.tiny.SIZES.")
+    steps: int = Field(300, ge=1, le=10**7, description="SFT steps.")
+    batch_size: int = Field(16, ge=1, le=4096, description="SFT batch size.")
+    learning_rate: float = Field(3e-3, gt=0, le=1, description="SFT peak learning rate.")
+    max_length: int = Field(512, ge=64, le=8192, description="Tokens per training example.")
+    vocab_size: int = Field(1024, ge=300, le=65536, description="Tokenizer vocabulary size.")
+
+    @field_validator("formats")
+    @classmethod
+    def _known_formats(cls, formats: list[str]) -> list[str]:
+        from agentmath.formats import available_formats
+
+        known = [*available_formats(), NATIVE]
+        unknown = [f for f in formats if f not in known]
+        if unknown:
+            raise ValueError(f"unknown format(s) {unknown}; choose from {known}")
+        if len(set(formats)) != len(formats):
+            raise ValueError(f"formats must not repeat: {formats}")
+        return formats
+
+    @model_validator(mode="after")
+    def _prompts_for_trained_formats(self) -> ToolModelConfig:
+        extra = sorted(set(self.system_prompts) - set(self.formats))
+        if extra:
+            raise ValueError(f"system_prompts for formats not trained: {extra}")
+        return self
+
+
+def make_problems(seed: int, train: int, test: int, max_digits: int) -> tuple[list, list]:
+    """Seeded multi-step problems with operands of 3..``max_digits`` digits, split."""
+    from agentmath.data.synthetic import generate_problems, split
+
+    problems = generate_problems(train + test, seed, digits=(3, max_digits))
+    return split(problems, test, seed)
+
+
+async def tool_records(problems: Sequence[Any], formats: Sequence[str], *,
+                       system_prompts: Mapping[str, str] | None = None,
+                       concurrency: int = 16) -> tuple[list[dict], dict[str, Any]]:
+    """Verified SFT records, problem i in ``formats[i % len(formats)]``; and conversion stats
+    (kept, dropped by reason, seconds) per format. ``native`` makes chat records.
+    ``system_prompts``: per format (see :class:`ToolModelConfig`)."""
+    from agentmath.data.convert import RuleBasedConverter, inject
+    from agentmath.formats import get_format
+    from agentmath.sandbox import SandboxPool
+
+    records: list[dict] = []
+    stats: dict[str, Any] = {}
+    async with SandboxPool(SandboxConfig(spare_workers=4)) as pool:
+        for k, name in enumerate(formats):
+            native = name == NATIVE
+            fmt = get_format("openai_tools" if native else name)
+            report = await inject(problems[k::len(formats)], RuleBasedConverter(), fmt, pool,
+                                  concurrency=concurrency,
+                                  system_prompt=(system_prompts or {}).get(name),
+                                  native=native)
+            records += report.records
+            stats[name] = {"kept": report.kept, "dropped": dict(report.dropped),
+                           "seconds": round(report.seconds, 1)}
+    return records, stats
+
+
+def corpus_texts(records: Sequence[dict]) -> list[str]:
+    """The text a tokenizer for ``records`` should be trained on (prompts, completions, tool
+    calls and schemas of chat records)."""
+    texts = []
+    for rec in records:
+        for msg in rec["messages"]:
+            texts.append(msg.get("content") or "")
+            texts += [json.dumps(c["function"]) for c in msg.get("tool_calls") or []]
+        texts += [json.dumps(t) for t in rec.get("tools") or []]
+        texts.append("".join(p["text"] for p in rec.get("completion") or []))
+    return [t for t in texts if t]
+
+
+def train_model(records: list[dict], tokenizer: Any, out: Path, *, size: str, steps: int,
+                batch_size: int, learning_rate: float, max_length: int, seed: int,
+                progress: bool = True) -> Any:
+    """A fresh tiny model of ``size`` fine-tuned on ``records``; returns the SFTResult (the
+    model + tokenizer are in its ``final_dir``)."""
+    from agentmath.models.tiny import build_model
+    from agentmath.train.sft import SFTConfig, train_sft
+
+    model = build_model(tokenizer, size, seed=seed)
+    sft = SFTConfig(learning_rate=learning_rate, max_steps=steps, batch_size=batch_size,
+                    max_length=max_length, warmup_steps=min(50, steps // 10), seed=seed,
+                    checkpoint_every=0)
+    return train_sft(sft, records, model, out, tokenizer=tokenizer, progress=progress,
+                     resume=False)
+
+
+def build_tool_model(cfg: ToolModelConfig, out: Path, stage: Stage = print,
+                     progress: bool = True) -> dict[str, Any]:
+    """Run every step; the model + tokenizer end in ``out/final``, the held-out problems in
+    ``out/test.jsonl`` and a summary in ``out/tool_model.json`` (also returned)."""
+    from agentmath.data.convert import write_jsonl
+    from agentmath.data.synthetic import to_task_rows
+    from agentmath.models.tiny import build_tokenizer
+
+    started = time.monotonic()
+    out.mkdir(parents=True, exist_ok=True)
+    stage("generating problems")
+    train, test = make_problems(cfg.seed, cfg.train_problems, cfg.test_problems,
+                                cfg.max_digits)
+    write_jsonl(to_task_rows(test), out / "test.jsonl")
+    stage(f"code injection in {', '.join(cfg.formats)}: {len(train)} trajectories")
+    records, conversion = asyncio.run(tool_records(train, cfg.formats,
+                                                   system_prompts=cfg.system_prompts))
+    stage(f"tokenizer and a {cfg.model_size} model; SFT for {cfg.steps} steps")
+    tokenizer = build_tokenizer(corpus_texts(records), vocab_size=cfg.vocab_size)
+    result = train_model(records, tokenizer, out, size=cfg.model_size, steps=cfg.steps,
+                         batch_size=cfg.batch_size, learning_rate=cfg.learning_rate,
+                         max_length=cfg.max_length, seed=cfg.seed, progress=progress)
+    summary = {"model_dir": result.final_dir, "test": str(out / "test.jsonl"),
+               "conversion": conversion, "final_loss": result.final_loss,
+               "examples": result.examples, "config": cfg.model_dump(),
+               "seconds": round(time.monotonic() - started, 1)}
+    (out / "tool_model.json").write_text(json.dumps(summary, indent=2) + "\n")
+    return summary
