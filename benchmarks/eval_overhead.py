@@ -4,9 +4,10 @@ Run: ``.venv/bin/python benchmarks/eval_overhead.py`` (``--quick`` for a smoke r
 
 * overhead per sample: ``run_eval`` with a scripted backend (no model) on a synthetic dataset,
   through the real sandbox, grading and the samples.jsonl store — what the harness itself costs;
-* throughput: the tiny test model (built offline, cached) through the ``hf`` backend, which
-  batches concurrent requests, at several ``--concurrency`` levels; concurrency 1 is the
-  sequential baseline.
+* throughput: the tiny test model (agentmath's own tool model, built offline and cached; see
+  tests/fixtures/models.py) on its held-out problems through the ``hf`` backend, which batches
+  concurrent requests, at several ``--concurrency`` levels, with real tool calls in the real
+  sandbox; concurrency 1 is the sequential baseline.
 """
 
 from __future__ import annotations
@@ -52,27 +53,32 @@ async def overhead(tmp: Path, problems: int, samples: int) -> tuple[float, float
     return (stamps[0] - start) * 1000, steady
 
 
-async def throughput(tmp: Path, model_dir: Path, concurrency: int, n: int) -> float:
-    """Samples per second with the tiny model through the batching hf backend."""
+async def throughput(tmp: Path, model_dir: Path, concurrency: int,
+                     n: int) -> tuple[float, dict]:
+    """Samples per second with the tiny model through the batching hf backend, on its
+    held-out problems with its code_interpreter prompt (so the samples call the sandbox);
+    and the run's metrics."""
     from agentmath.backends.hf import HFBackend
+    from tests.fixtures.models import held_out_problems
 
-    data = write_dataset(tmp / f"data-{concurrency}.jsonl", n)
+    rows = [{"id": p.id, "problem": p.problem, "answer": p.answer}
+            for p in held_out_problems()]
+    rows = [rows[i % len(rows)] | {"id": f"{rows[i % len(rows)]['id']}-{i}"} for i in range(n)]
+    data = tmp / f"data-{concurrency}.jsonl"
+    data.write_text("".join(json.dumps(r) + "\n" for r in rows))
     cfg = EvalConfig(dataset=str(data), model=str(model_dir), backend="hf", samples=1,
                      concurrency=concurrency, temperature=0.0,
-                     loop=LoopConfig(max_model_tokens=64,
-                                     system_prompt="You are a helpful math assistant."))
+                     loop=LoopConfig(max_model_tokens=200))
     backend = HFBackend(str(model_dir))
     start = time.perf_counter()
     try:
-        await run_eval(cfg, tmp / f"run-c{concurrency}", backend)
+        metrics = await run_eval(cfg, tmp / f"run-c{concurrency}", backend)
     finally:
         await backend.aclose()
-    return n / (time.perf_counter() - start)
+    return n / (time.perf_counter() - start), metrics
 
 
-async def main(quick: bool) -> None:
-    from tests.fixtures.models import build_tiny_model_dir
-
+async def main(quick: bool, model_dir: Path) -> None:
     rows = []
     with tempfile.TemporaryDirectory() as d:
         tmp = Path(d)
@@ -81,14 +87,18 @@ async def main(quick: bool) -> None:
                      f"{startup:.0f} ms", ""))
         rows.append(("harness overhead per sample, steady state (scripted model, real "
                      "sandbox, grading, store)", f"{per:.2f} ms", ""))
-        model_dir = build_tiny_model_dir()
         n = 16 if quick else 64
         base = None
         for conc in (1, 4, 16) if quick else (1, 4, 16, 64):
-            rate = await throughput(tmp, model_dir, conc, n)
+            rate, metrics = await throughput(tmp, model_dir, conc, n)
             base = base or rate
             rows.append((f"tiny model (hf backend), concurrency {conc}", f"{rate:.2f} samples/s",
                          f"{rate / base:.1f}x vs concurrency 1"))
+            if conc == 1:
+                tools = metrics["tools"]
+                rows.append(("  its samples: accuracy / tool calls per sample / tool errors",
+                             f"{metrics['avg']['value']:.1%} / {tools['calls_per_sample']:.2f}"
+                             f" / {tools['error_rate']:.1%}", "greedy, held-out problems"))
     print_table("agentmath evaluation-harness benchmark", ("measure", "result", "vs baseline"),
                 rows)
 
@@ -96,4 +106,8 @@ async def main(quick: bool) -> None:
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--quick", action="store_true", help="smaller (smoke run)")
-    asyncio.run(main(parser.parse_args().quick))
+    quick = parser.parse_args().quick
+    from tests.fixtures.models import build_tiny_model_dir
+
+    # Built (or loaded from the cache) before the event loop: building runs its own.
+    asyncio.run(main(quick, build_tiny_model_dir()))

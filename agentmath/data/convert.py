@@ -31,9 +31,8 @@ import asyncio
 import json
 import time
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Literal, Protocol
 
 from agentmath.config import LoopConfig
@@ -42,6 +41,8 @@ from agentmath.errors import DataError, SandboxError
 from agentmath.formats.base import ToolFormat
 from agentmath.formats.openai_tools import OPENAI_TOOLS, TOOL_NAME, tool_message, tool_spec
 from agentmath.grading import averify, extract_answer
+from agentmath.jsonl import read_jsonl as read_jsonl  # re-exported: part of the data API
+from agentmath.jsonl import write_jsonl as write_jsonl
 from agentmath.loop import build_messages
 from agentmath.sandbox.pool import SandboxPool
 from agentmath.sandbox.result import ExecResult
@@ -354,37 +355,3 @@ def text_only_example(problem: SyntheticProblem,
                 {"role": "user", "content": problem.problem}]
     return {"id": problem.id, "messages": messages,
             "completion": [{"text": problem.cot, "train": True}], "answer": problem.answer}
-
-
-def write_jsonl(records: Iterable[dict[str, Any]], path: str | Path) -> int:
-    """Write one JSON object per line (UTF-8); returns how many were written."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    count = 0
-    with path.open("w", encoding="utf-8") as fh:
-        for record in records:
-            fh.write(json.dumps(record, ensure_ascii=False) + "\n")
-            count += 1
-    return count
-
-
-def read_jsonl(path: str | Path) -> list[dict[str, Any]]:
-    """Read a JSONL file of objects; a bad line raises DataError naming the file and line."""
-    path = Path(path)
-    records: list[dict[str, Any]] = []
-    try:
-        lines = path.read_text(encoding="utf-8").splitlines()
-    except (OSError, UnicodeDecodeError) as exc:
-        raise DataError(f"{path}: cannot read: {exc}") from exc
-    for lineno, line in enumerate(lines, 1):
-        if not line.strip():
-            continue
-        try:
-            obj = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise DataError(f"{path}:{lineno}: invalid JSON: {exc.msg}") from exc
-        if not isinstance(obj, dict):
-            raise DataError(f"{path}:{lineno}: expected a JSON object, got "
-                            f"{type(obj).__name__}")
-        records.append(obj)
-    return records

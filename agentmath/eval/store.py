@@ -15,9 +15,11 @@ from pathlib import Path
 from typing import Any
 
 from agentmath.errors import ConfigError, DataError
+from agentmath.jsonl import parse_line
 
 CONFIG_FILE = "config.json"
 SAMPLES_FILE = "samples.jsonl"
+RECORD_KEY = ("problem_id", "sample_index")  # every sample record has these
 METRICS_FILE = "metrics.json"
 
 
@@ -65,19 +67,9 @@ def load_records(run_dir: Path) -> list[dict[str, Any]]:
     if complete < len(data):
         with open(path, "r+b") as fh:  # drop the torn tail so the next append starts clean
             fh.truncate(complete)
-    records = []
-    for lineno, line in enumerate(data[:complete].splitlines(), start=1):
-        if not line.strip():
-            continue
-        try:
-            record = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise DataError(f"{path}:{lineno}: not a JSON record ({exc.msg})") from exc
-        for field in ("problem_id", "sample_index"):
-            if field not in record:
-                raise DataError(f"{path}:{lineno}: record has no {field!r} field")
-        records.append(record)
-    return records
+    return [parse_line(path, lineno, line, RECORD_KEY)
+            for lineno, line in enumerate(data[:complete].splitlines(), start=1)
+            if line.strip()]
 
 
 class SampleWriter:

@@ -17,6 +17,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from agentmath.errors import DataError
+from agentmath.eval.store import RECORD_KEY
+from agentmath.jsonl import parse_line
 
 if TYPE_CHECKING:
     from rich.table import Table
@@ -54,27 +56,13 @@ class Run:
         with path.open(encoding="utf-8") as handle:
             for lineno, line in enumerate(handle, start=1):
                 if line.strip():
-                    yield _parse_sample(path, lineno, line)
+                    yield parse_line(path, lineno, line, RECORD_KEY)
 
     def samples(self) -> list[dict[str, Any]]:
         """All sample records, read once on first use and cached."""
         if self._samples is None:
             self._samples = list(self.iter_samples())
         return self._samples
-
-
-def _parse_sample(path: Path, lineno: int, line: str) -> dict[str, Any]:
-    """One samples.jsonl line as a dict; DataError naming file and line when malformed."""
-    try:
-        record = json.loads(line)
-    except json.JSONDecodeError as exc:
-        raise DataError(f"{path}: line {lineno}: not valid JSON ({exc.msg})") from exc
-    if not isinstance(record, dict):
-        raise DataError(f"{path}: line {lineno}: expected a JSON object")
-    for key in ("problem_id", "sample_index"):
-        if key not in record:
-            raise DataError(f"{path}: line {lineno}: missing field {key!r}")
-    return record
 
 
 def _read_json_object(path: Path) -> dict[str, Any]:

@@ -30,6 +30,7 @@ from pydantic import Field
 from agentmath._lazy import require
 from agentmath.config import StrictModel
 from agentmath.errors import ConfigError, DataError
+from agentmath.jsonl import iter_jsonl
 from agentmath.train.chat_records import (
     IGNORE_INDEX,
     check_chat_record,
@@ -117,21 +118,8 @@ def load_examples(path: str | Path) -> list[dict[str, Any]]:
     Blank lines are skipped; a malformed row raises DataError naming the file, line and field,
     so that a bad converter output fails before any model is loaded.
     """
-    path = Path(path)
-    try:
-        lines = path.read_text(encoding="utf-8").splitlines()
-    except (OSError, UnicodeDecodeError) as exc:
-        raise DataError(f"{path}: cannot read SFT data: {exc}") from exc
-    rows = []
-    for number, line in enumerate(lines, 1):
-        if not line.strip():
-            continue
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise DataError(f"{path}:{number}: not valid JSON: {exc.msg}") from exc
-        rows.append(_check_example(row, f"{path}:{number}"))
-    return rows
+    return [_check_example(row, f"{path}:{lineno}")
+            for lineno, row in iter_jsonl(path, what="SFT data")]
 
 
 def _encode(tokenizer: Any, example: dict[str, Any]) -> tuple[list[int], list[int]]:

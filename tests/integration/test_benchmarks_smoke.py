@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -17,9 +18,13 @@ pytestmark = [pytest.mark.integration, pytest.mark.slow]
     ("agent_loop.py", "loop overhead per turn"),
     ("eval_overhead.py", "harness overhead per sample"),
 ])
-def test_benchmark_runs_and_prints_its_table(script: str, expect: str) -> None:
+def test_benchmark_runs_and_prints_its_table(script: str, expect: str,
+                                             request: pytest.FixtureRequest) -> None:
+    if script == "eval_overhead.py":
+        request.getfixturevalue("tiny_model_dir")  # built here (cached), not in the script
+    env = {"PATH": "/usr/bin:/bin", "COLUMNS": "200"}
+    env.update({k: os.environ[k] for k in ("HOME", "AGENTMATH_TEST_CACHE") if k in os.environ})
     proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / script), "--quick"],
-                          capture_output=True, text=True, timeout=600, cwd=str(ROOT),
-                          env={"PATH": "/usr/bin:/bin", "COLUMNS": "200"})
+                          capture_output=True, text=True, timeout=600, cwd=str(ROOT), env=env)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert expect in proc.stdout

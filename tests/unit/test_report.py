@@ -242,7 +242,7 @@ def test_malformed_samples_name_file_and_line(tmp_path: Path) -> None:
     with (run_dir / "samples.jsonl").open("a") as handle:
         handle.write("\n{broken\n")
     run = load_run(run_dir)
-    with pytest.raises(DataError, match=r"samples\.jsonl: line 8: not valid JSON"):
+    with pytest.raises(DataError, match=r"samples\.jsonl:8: invalid JSON"):
         run.samples()
     with pytest.raises(DataError, match="not a run directory"):
         load_run(tmp_path / "nope")

@@ -231,7 +231,7 @@ def test_load_examples_names_file_line_and_field(tmp_path: Path) -> None:
     with pytest.raises(DataError, match=r"sft\.jsonl:3: field 'completion\[0\]\.train'"):
         load_examples(path)
     path.write_text(json.dumps(EXAMPLE) + "\n{not json\n")
-    with pytest.raises(DataError, match=r"sft\.jsonl:2: not valid JSON"):
+    with pytest.raises(DataError, match=r"sft\.jsonl:2: invalid JSON"):
         load_examples(path)
     path.write_text(json.dumps({"messages": [], "completion": []}) + "\n")
     with pytest.raises(DataError, match=r"sft\.jsonl:1: field 'messages'"):

@@ -1,0 +1,65 @@
+"""JSON Lines files: one JSON object per line, read with errors that name the file and line.
+
+Every JSONL file agentmath reads (SFT data, converted trajectories, a run's samples.jsonl) goes
+through :func:`parse_line`, so a bad line is reported the same way everywhere:
+``PATH:LINE: invalid JSON (...)``, ``PATH:LINE: expected a JSON object, got list`` or
+``PATH:LINE: missing field 'x'``. Blank lines are skipped, never counted as rows.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+from agentmath.errors import DataError
+
+__all__ = ["iter_jsonl", "parse_line", "read_jsonl", "write_jsonl"]
+
+
+def parse_line(path: str | Path, lineno: int, line: str | bytes,
+               require: Sequence[str] = ()) -> dict[str, Any]:
+    """One line as a JSON object holding every field in ``require``; DataError otherwise."""
+    try:
+        value = json.loads(line)
+    except json.JSONDecodeError as exc:
+        raise DataError(f"{path}:{lineno}: invalid JSON ({exc.msg}, column {exc.colno})") from None
+    except UnicodeDecodeError as exc:
+        raise DataError(f"{path}:{lineno}: not valid UTF-8 ({exc.reason})") from None
+    if not isinstance(value, dict):
+        raise DataError(f"{path}:{lineno}: expected a JSON object, got {type(value).__name__}")
+    for field in require:
+        if field not in value:
+            raise DataError(f"{path}:{lineno}: missing field {field!r}")
+    return value
+
+
+def iter_jsonl(path: str | Path, require: Sequence[str] = (),
+               what: str = "JSONL file") -> Iterator[tuple[int, dict[str, Any]]]:
+    """``(line number, object)`` for every non-blank line of ``path`` (UTF-8)."""
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise DataError(f"{path}: cannot read {what}: {exc}") from exc
+    for lineno, line in enumerate(text.splitlines(), 1):
+        if line.strip():
+            yield lineno, parse_line(path, lineno, line, require)
+
+
+def read_jsonl(path: str | Path, require: Sequence[str] = ()) -> list[dict[str, Any]]:
+    """Every object of a JSONL file, in order (see :func:`iter_jsonl`)."""
+    return [obj for _, obj in iter_jsonl(path, require)]
+
+
+def write_jsonl(records: Iterable[dict[str, Any]], path: str | Path) -> int:
+    """Write one JSON object per line (UTF-8, parents created); returns how many."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    count = 0
+    with path.open("w", encoding="utf-8") as fh:
+        for record in records:
+            fh.write(json.dumps(record, ensure_ascii=False) + "\n")
+            count += 1
+    return count
