@@ -35,6 +35,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
+from agentmath.chat_loop import CHAT_SYSTEM_PROMPT
 from agentmath.config import LoopConfig
 from agentmath.data.synthetic import Step, SyntheticProblem
 from agentmath.errors import DataError, SandboxError
@@ -283,6 +284,9 @@ async def convert_one(problem: SyntheticProblem, converter: Converter, fmt: Tool
         events = await _execute(pieces, problem.steps, check_fmt, pool, timeout)
         if native:
             turns = _chat_turns(events, limit)
+            if any(extract_answer(t["content"]) is not None for t in turns[:-1]
+                   if t["role"] == "assistant"):  # the chat loop would stop there
+                raise _Drop("malformed", "an assistant turn answers before its call")
             final = turns[-1]["content"]
         else:
             completion = _completion(events, fmt, limit)
@@ -296,8 +300,6 @@ async def convert_one(problem: SyntheticProblem, converter: Converter, fmt: Tool
     except SandboxError as exc:
         raise ConversionError(problem.id, "error", f"sandbox failure: {exc}") from exc
     if native:
-        from agentmath.chat_loop import CHAT_SYSTEM_PROMPT  # noqa: PLC0415 - avoids a cycle
-
         messages = build_messages(problem.problem, OPENAI_TOOLS,
                                   system_prompt or CHAT_SYSTEM_PROMPT)
         return {"id": problem.id, "messages": messages + turns, "tools": [tool_spec()],

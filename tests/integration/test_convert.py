@@ -250,3 +250,9 @@ async def test_native_records_drop_like_text_records(pool: SandboxPool) -> None:
     report = await inject(PROBLEMS[:4], WrongExpression(), get_format("markdown"), pool,
                           native=True)
     assert report.kept == 0 and report.dropped["mismatch"] == 4
+
+
+async def test_native_record_that_answers_before_a_call_is_dropped(pool: SandboxPool) -> None:
+    report = await inject(PROBLEMS[:3], AnswersEarly(), get_format("markdown"), pool,
+                          native=True)
+    assert report.kept == 0 and report.dropped["malformed"] == 3
