@@ -38,7 +38,7 @@ def demo(
     seed: int = typer.Option(0, min=0, help="Seed for data, models, training, sampling."),
     steps: int = typer.Option(None, min=1, help="SFT steps per model (default 500)."),
     train_problems: int = typer.Option(None, "--train-problems", min=10,
-                                       help="Training problems (default 1200)."),
+                                       help="Training problems (default 1500)."),
     test_problems: int = typer.Option(None, "--test-problems", min=5,
                                       help="Held-out problems (default 100)."),
     save_model: bool = typer.Option(True, "--save-model/--no-save-model",

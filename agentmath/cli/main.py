@@ -14,6 +14,7 @@ from agentmath.cli import demo as demo_cmd
 from agentmath.cli import eval as eval_cmd
 from agentmath.cli import example as example_cmd
 from agentmath.cli import grade as grade_cmd
+from agentmath.cli import grow as grow_cmd
 from agentmath.cli import report as report_cmd
 from agentmath.cli import sandbox as sandbox_cmd
 from agentmath.cli import sft as sft_cmd
@@ -35,6 +36,7 @@ app.command("solve")(solve_cmd.solve)
 app.command("report")(report_cmd.report)
 app.command("eval")(eval_cmd.eval_command)
 app.command("sft")(sft_cmd.sft)
+app.command("grow")(grow_cmd.grow)
 
 
 def _print_version(value: bool) -> None:

@@ -65,6 +65,15 @@ class ToolModelConfig(StrictModel):
             raise ValueError(f"formats must not repeat: {formats}")
         return formats
 
+    @field_validator("model_size")
+    @classmethod
+    def _known_size(cls, size: str) -> str:
+        from agentmath.models.tiny import SIZES  # no torch: sizes are plain data
+
+        if size not in SIZES:
+            raise ValueError(f"unknown model size {size!r}; choose from {sorted(SIZES)}")
+        return size
+
     @model_validator(mode="after")
     def _prompts_for_trained_formats(self) -> ToolModelConfig:
         extra = sorted(set(self.system_prompts) - set(self.formats))

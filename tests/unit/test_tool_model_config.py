@@ -38,3 +38,8 @@ def test_corpus_covers_text_and_chat_records() -> None:
     texts = corpus_texts([text, chat])
     assert "q1" in texts and "ab" in texts and "q2" in texts
     assert any('"python"' in t for t in texts) and '{"type": "function"}' in texts
+
+
+def test_unknown_model_size_is_rejected_up_front() -> None:
+    with pytest.raises(ValidationError, match="unknown model size 'huge'"):
+        ToolModelConfig(model_size="huge")
