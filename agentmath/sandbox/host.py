@@ -246,13 +246,16 @@ class _Zygote:
             theirs.close()
         pid = await fut
         max_frame = 6 * (2 * cfg.max_output_chars + cfg.max_value_chars + 4096) + 65536
-        _, channel = await loop.create_unix_connection(lambda: _WorkerChannel(max_frame),
-                                                       sock=ours)
+        channel = _WorkerChannel(max_frame)
+        # Expect the hello before connecting: a loop may deliver data in the same iteration as
+        # connection_made (uvloop does), and a frame with no waiter is a protocol violation.
+        hello_fut = channel.expect(None)
+        await loop.create_unix_connection(lambda: channel, sock=ours)
         worker = _Worker(pid, slot, channel)
         self._workers[pid] = worker
         channel.on_lost = lambda: self.kill_worker(worker)
         try:
-            hello = await asyncio.wait_for(channel.expect(None), _START_TIMEOUT_S)
+            hello = await asyncio.wait_for(hello_fut, _START_TIMEOUT_S)
         except (ConnectionResetError, TimeoutError) as exc:
             self.kill_worker(worker)
             raise SandboxError("a sandbox worker died while starting") from exc
