@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import tomllib
 from pathlib import Path
-from typing import Any, ClassVar, TypeVar
+from typing import Any, ClassVar, Literal, TypeVar
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -24,12 +24,22 @@ DEFAULT_ALLOWED_MODULES: tuple[str, ...] = (
     "collections", "heapq", "bisect", "array", "statistics", "random", "re", "string",
     "textwrap", "typing", "dataclasses", "enum", "copy", "time", "datetime", "calendar",
     "json", "pprint", "abc", "contextlib", "warnings", "numpy", "sympy", "scipy", "mpmath",
+    # seen in real model code: recursion and int-digit limits, hashing, plots, tables
+    "sys", "hashlib", "struct", "io", "base64", "unicodedata", "zoneinfo", "matplotlib",
+    "pandas",
 )  # fmt: skip
 
 DEFAULT_PRELOAD: tuple[str, ...] = (
     "math", "cmath", "fractions", "decimal", "itertools", "functools", "collections",
     "statistics", "random", "re", "numpy", "sympy", "mpmath", "scipy", "scipy.special",
+    # pyplot builds its font cache on first import; in the zygote that happens once per pool,
+    # while the cache directory is still writable (workers can write nothing)
+    "matplotlib.pyplot",
 )  # fmt: skip
+
+
+DisableableProtection = Literal["network_namespace", "minimal_root", "landlock", "seccomp",
+                                "setuid", "ipc_namespace", "idle_freeze"]
 
 
 class StrictModel(BaseModel):
@@ -66,6 +76,10 @@ class SandboxConfig(StrictModel):
         "When the host is root, worker i runs as uid base_uid+i (one uid per live worker)."))
     require_isolation: bool = Field(False, description=(
         "Refuse to start unless every kernel protection is active (no silent fallback)."))
+    disable_protections: tuple[DisableableProtection, ...] = Field((), description=(
+        "Protections to switch off, to measure what each one costs (benchmarks/sandbox.py). "
+        "Never for real use: a disabled protection is reported inactive in `protections` and "
+        "fails require_isolation."))
 
 
 def _parse_value(raw: str) -> Any:

@@ -38,6 +38,20 @@ _ZYGOTE_ENV = {
 _START_TIMEOUT_S = 60.0
 
 
+def _zygote_env() -> dict[str, str]:
+    """The zygote's whole environment: the fixed minimum plus matplotlib's settings.
+
+    Plots render with the non-interactive Agg backend; the font cache lives in a directory
+    of the host user's, written by the zygote at preload time only (workers cannot write).
+    """
+    cache = os.path.join(os.path.expanduser("~"), ".cache", "agentmath", "matplotlib")
+    try:
+        os.makedirs(cache, mode=0o700, exist_ok=True)
+    except OSError:
+        cache = tempfile.mkdtemp(prefix="agentmath-mpl-")
+    return {**_ZYGOTE_ENV, "MPLBACKEND": "Agg", "MPLCONFIGDIR": cache}
+
+
 class _WorkerChannel(asyncio.Protocol):
     """One worker's socket, held to a strict request/reply discipline.
 
@@ -49,6 +63,7 @@ class _WorkerChannel(asyncio.Protocol):
 
     def __init__(self, max_frame: int) -> None:
         self.frames = FrameBuffer(max_frame)
+        self.on_reply: Callable[[], None] | None = None
         self.transport: asyncio.Transport | None = None
         self.waiter: asyncio.Future[dict[str, Any]] | None = None
         self.expect_id: int | None = None
@@ -65,6 +80,9 @@ class _WorkerChannel(asyncio.Protocol):
         except ProtocolError as exc:
             self._violate(str(exc))
             return
+        except Exception as exc:  # noqa: BLE001 - hostile bytes must never raise into asyncio
+            self._violate(f"undecodable frame ({type(exc).__name__})")
+            return
         for message in messages:
             waiter = self.waiter
             if waiter is None or waiter.done():
@@ -74,6 +92,8 @@ class _WorkerChannel(asyncio.Protocol):
                 self._violate("a reply that does not answer the request")
                 return
             self.waiter = None
+            if self.on_reply is not None:
+                self.on_reply()  # freeze the worker as soon as it has answered
             waiter.set_result(message)
 
     def _violate(self, what: str) -> None:
@@ -104,18 +124,51 @@ class _WorkerChannel(asyncio.Protocol):
 
 
 class _Worker:
-    """A forked worker process as the host sees it."""
+    """A forked worker process as the host sees it.
 
-    __slots__ = ("pid", "slot", "channel", "protections", "exit_status", "killed")
+    With a pidfd (Linux >= 5.3) an idle worker is *frozen*: SIGSTOP as soon as it has
+    answered, SIGCONT just before its next request. A stopped process runs nothing, so no
+    work a snippet sets up (a signal handler on a timer, say) can go on between snippets,
+    whatever the snippet did to its own interpreter: the guarantee is enforced from outside.
+    """
 
-    def __init__(self, pid: int, slot: int, channel: _WorkerChannel) -> None:
+    __slots__ = ("pid", "slot", "channel", "protections", "exit_status", "killed", "pidfd",
+                 "freeze")
+
+    def __init__(self, pid: int, slot: int, channel: _WorkerChannel, pidfd: int | None = None,
+                 freeze: bool = True) -> None:
         self.pid = pid
         self.slot = slot
         self.channel = channel
         self.protections: dict[str, Any] = {}
         self.killed = False
+        self.pidfd = pidfd
+        self.freeze = freeze and pidfd is not None
         self.exit_status: asyncio.Future[dict[str, Any]] = (
             asyncio.get_running_loop().create_future())
+        if self.freeze:
+            channel.on_reply = self.pause
+
+    def signal(self, signum: int) -> bool:
+        """Send ``signum`` through the pidfd (never to a recycled pid); False if it is gone."""
+        if self.pidfd is None:
+            return False
+        try:
+            signal.pidfd_send_signal(self.pidfd, signum)
+        except OSError:
+            return False  # exited (ESRCH) or pidfd closed: nothing left to signal
+        return True
+
+    def pause(self) -> None:
+        """Freeze the idle worker (no-op without a pidfd or with freezing disabled)."""
+        if self.freeze:
+            self.signal(signal.SIGSTOP)
+
+    def close_pidfd(self) -> None:
+        if self.pidfd is not None:
+            with contextlib.suppress(OSError):
+                os.close(self.pidfd)
+            self.pidfd = None
 
     def request(self, message: dict[str, Any]) -> asyncio.Future[dict[str, Any]]:
         """Send a request; the future resolves with the reply (or fails on EOF/violation).
@@ -126,6 +179,8 @@ class _Worker:
         request_id = secrets.randbits(62)
         fut = self.channel.expect(request_id)
         if not fut.done() and self.channel.transport is not None:
+            if self.freeze:
+                self.signal(signal.SIGCONT)
             self.channel.transport.write(encode({**message, "id": request_id}))
         return fut
 
@@ -133,12 +188,13 @@ class _Worker:
 class _Zygote:
     """The zygote process and its SOCK_SEQPACKET control channel."""
 
-    def __init__(self, config: SandboxConfig) -> None:
+    def __init__(self, config: SandboxConfig, uid_base: int | None = None) -> None:
         self.config = config
+        self.uid_base = config.base_uid if uid_base is None else uid_base
         self.proc: subprocess.Popen[bytes] | None = None
         self.ctrl: socket.socket | None = None
         self.report: dict[str, Any] = {}
-        self._spawn_waiters: dict[int, asyncio.Future[int]] = {}
+        self._spawn_waiters: dict[int, asyncio.Future[tuple[int, int | None]]] = {}
         self._workers: dict[int, _Worker] = {}
         self._next_id = 0
         self._stderr = tempfile.TemporaryFile()
@@ -155,13 +211,14 @@ class _Zygote:
                 "from agentmath.sandbox.zygote import main; main()")
         self.proc = subprocess.Popen(
             [sys.executable, "-I", "-c", boot, str(child.fileno())],
-            pass_fds=(child.fileno(),), env=_ZYGOTE_ENV, cwd="/",
+            pass_fds=(child.fileno(),), env=_zygote_env(), cwd="/",
             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=self._stderr,
         )
         child.close()
         self.ctrl = host
         setup = {"preload": list(self.config.preload),
-                 "allowed": list(self.config.allowed_modules)}
+                 "allowed": list(self.config.allowed_modules),
+                 "disable": list(self.config.disable_protections)}
         host.sendall(json.dumps(setup).encode())
         host.setblocking(False)
         self.dead = loop.create_future()
@@ -186,30 +243,46 @@ class _Zygote:
         assert self.ctrl is not None
         while True:
             try:
-                data = self.ctrl.recv(1 << 16)
+                data, fds, _flags, _addr = socket.recv_fds(self.ctrl, 1 << 16, 1)
             except BlockingIOError:
                 return
             except OSError:
-                data = b""
+                data, fds = b"", []
             if not data:
+                for fd in fds:
+                    os.close(fd)
                 self._on_dead()
                 return
-            self._dispatch(json.loads(data))
+            try:
+                message = json.loads(data)
+            except ValueError:
+                message = None
+            if not isinstance(message, dict):
+                for fd in fds:
+                    os.close(fd)
+                self._on_dead()  # the zygote runs no snippet code; garbage means it is broken
+                return
+            self._dispatch(message, fds[0] if fds else None)
 
-    def _dispatch(self, message: dict[str, Any]) -> None:
+    def _dispatch(self, message: dict[str, Any], pidfd: int | None) -> None:
         op = message.get("op")
         if op == "spawned":
             fut = self._spawn_waiters.pop(message["id"], None)
             if fut is not None and not fut.done():
-                fut.set_result(int(message["pid"]))
+                fut.set_result((int(message["pid"]), pidfd))
+                return
         elif op == "exit":
             worker = self._workers.pop(int(message["pid"]), None)
-            if worker is not None and not worker.exit_status.done():
-                worker.exit_status.set_result(message)
+            if worker is not None:
+                worker.close_pidfd()
+                if not worker.exit_status.done():
+                    worker.exit_status.set_result(message)
         elif op == "error":
             fut = self._spawn_waiters.pop(message.get("id"), None)
             if fut is not None and not fut.done():
                 fut.set_exception(SandboxError(message.get("error", "zygote error")))
+        if pidfd is not None:
+            os.close(pidfd)
 
     def _on_dead(self) -> None:
         loop = asyncio.get_running_loop()
@@ -218,7 +291,17 @@ class _Zygote:
         for fut in self._spawn_waiters.values():
             if not fut.done():
                 fut.set_exception(SandboxError("sandbox zygote died"))
+        self.kill_all()
+
+    def kill_all(self) -> None:
+        """SIGKILL every worker still known, through its pidfd; used when the zygote is gone.
+
+        Workers die with the zygote (parent-death signal, which seccomp keeps them from
+        undoing); this second layer needs no cooperation from them at all.
+        """
         for worker in self._workers.values():
+            worker.signal(signal.SIGKILL)
+            worker.close_pidfd()
             if not worker.exit_status.done():
                 worker.exit_status.set_result({"op": "exit", "pid": worker.pid, "signal": 9})
         self._workers.clear()
@@ -231,27 +314,28 @@ class _Zygote:
             raise SandboxError("sandbox zygote is not running")
         loop = asyncio.get_running_loop()
         cfg = self.config
-        spec = {"uid": cfg.base_uid + slot, "memory_mb": cfg.memory_mb, "cpu_s": cfg.cpu_s,
+        spec = {"uid": self.uid_base + slot, "memory_mb": cfg.memory_mb, "cpu_s": cfg.cpu_s,
                 "allowed_modules": list(cfg.allowed_modules),
                 "max_output_chars": cfg.max_output_chars, "max_value_chars": cfg.max_value_chars}
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         self._next_id += 1
         req_id = self._next_id
-        fut: asyncio.Future[int] = loop.create_future()
+        fut: asyncio.Future[tuple[int, int | None]] = loop.create_future()
         self._spawn_waiters[req_id] = fut
         try:
             socket.send_fds(self.ctrl, [json.dumps({"op": "spawn", "id": req_id,
                                                     "spec": spec}).encode()], [theirs.fileno()])
         finally:
             theirs.close()
-        pid = await fut
+        pid, pidfd = await fut
         max_frame = 6 * (2 * cfg.max_output_chars + cfg.max_value_chars + 4096) + 65536
         channel = _WorkerChannel(max_frame)
         # Expect the hello before connecting: a loop may deliver data in the same iteration as
         # connection_made (uvloop does), and a frame with no waiter is a protocol violation.
         hello_fut = channel.expect(None)
         await loop.create_unix_connection(lambda: channel, sock=ours)
-        worker = _Worker(pid, slot, channel)
+        worker = _Worker(pid, slot, channel, pidfd,
+                         freeze="idle_freeze" not in cfg.disable_protections)
         self._workers[pid] = worker
         channel.on_lost = lambda: self.kill_worker(worker)
         try:
@@ -263,6 +347,8 @@ class _Zygote:
             self.kill_worker(worker)
             raise SandboxError(f"a sandbox worker failed to start: {hello['error']}")
         worker.protections = dict(hello.get("protections", {}))
+        worker.protections["idle_freeze"] = worker.freeze
+        worker.pause()  # a spare waits frozen, like any idle worker
         return worker
 
     def kill_worker(self, worker: _Worker) -> None:

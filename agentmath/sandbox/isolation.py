@@ -29,6 +29,8 @@ PR_SET_DUMPABLE = 4
 PR_SET_SECCOMP = 22
 PR_SET_NO_NEW_PRIVS = 38
 SECCOMP_MODE_FILTER = 2
+CLONE_NEWNS = 0x00020000
+CLONE_NEWIPC = 0x08000000
 CLONE_NEWUSER = 0x10000000
 CLONE_NEWNET = 0x40000000
 
@@ -71,7 +73,18 @@ DENIED_SYSCALLS: tuple[str, ...] = (
     "adjtimex", "sethostname", "setdomainname", "open_by_handle_at", "name_to_handle_at",
     "iopl", "ioperm", "vhangup", "personality", "fanotify_init", "move_mount", "open_tree",
     "fsopen", "fsmount", "fspick",
+    # System V and POSIX IPC: objects that could outlive the session or reach other processes
+    # (each worker also has a private IPC namespace; this is a second layer)
+    "shmget", "shmat", "shmdt", "shmctl", "msgget", "msgsnd", "msgrcv", "msgctl", "semget",
+    "semop", "semtimedop", "semctl", "ipc", "mq_open", "mq_unlink", "mq_timedsend",
+    "mq_timedreceive", "mq_notify", "mq_getsetattr",
 )  # fmt: skip
+
+# prctl options a snippet could use to outlive the pool or open itself to others: undoing the
+# parent-death signal (then a killed zygote would leave the worker running as an orphan),
+# becoming a subreaper, naming a ptracer, rewriting its memory map's metadata.
+PR_SET_MM, PR_SET_CHILD_SUBREAPER, PR_SET_PTRACER = 35, 36, 0x59616D61
+DENIED_PRCTL_OPTIONS = (PR_SET_PDEATHSIG, PR_SET_MM, PR_SET_CHILD_SUBREAPER, PR_SET_PTRACER)
 
 _O_WRONLY, _O_RDWR, _O_CREAT, _O_TRUNC, _O_APPEND = 0o1, 0o2, 0o100, 0o1000, 0o2000
 
@@ -111,6 +124,17 @@ def enter_network_namespace() -> tuple[bool, str]:
     except OSError as exc:
         return False, f"user namespace id maps: {exc}"
     return True, "user+network namespace"
+
+
+def enter_ipc_namespace() -> bool:
+    """Give the calling worker its own System V IPC namespace (gone when the worker exits).
+
+    Shared-memory segments, message queues and semaphores created in it are invisible to every
+    other process and are destroyed with the namespace's last process, so nothing a session
+    makes can outlive it or reach another session. Needs CAP_SYS_ADMIN in the worker's user
+    namespace: call it before dropping privileges.
+    """
+    return _libc.unshare(CLONE_NEWIPC) == 0
 
 
 # ----------------------------------------------------------------------------- Landlock
@@ -174,6 +198,23 @@ def python_read_paths(extra: Iterable[str] = ()) -> list[str]:
     return sorted(p for p in paths if p and os.path.exists(p))
 
 
+def python_own_paths(extra: Iterable[str] = ()) -> list[str]:
+    """The interpreter's own directories (prefixes, standard library, site-packages, ``extra``).
+
+    These are what a worker reads when it imports a module lazily, so they are the paths whose
+    permissions decide whether an unprivileged uid can import (unlike ``/usr/lib`` or the
+    device nodes, which are always world-readable).
+    """
+    import sysconfig
+
+    paths = {sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix,
+             sysconfig.get_path("stdlib"), sysconfig.get_path("platstdlib"),
+             sysconfig.get_path("purelib"), sysconfig.get_path("platlib"), *extra}
+    paths.update(p for p in sys.path if p and os.path.isabs(p)
+                 and p.endswith(("site-packages", "dist-packages")))
+    return sorted(p for p in paths if p and os.path.exists(p))
+
+
 def landlock_readonly(read_paths: Iterable[str]) -> tuple[int, str]:
     """Deny every write, every execute and TCP, and reads outside ``read_paths``.
 
@@ -223,6 +264,8 @@ def build_seccomp_bpf() -> tuple[bytes | None, str]:
                 filt.add_rule(deny, name)
             except (ValueError, RuntimeError, OSError):
                 skipped.append(name)  # not a syscall on this architecture
+        for option in DENIED_PRCTL_OPTIONS:
+            filt.add_rule(deny, "prctl", sc.Arg(0, sc.EQ, option))
         # Opening for writing is denied whatever the path (a second layer under Landlock).
         for flag in (_O_WRONLY, _O_RDWR, _O_CREAT, _O_TRUNC, _O_APPEND):
             for name, idx in (("open", 1), ("openat", 2)):

@@ -20,10 +20,12 @@ from typing import Any
 from agentmath.config import SandboxConfig
 from agentmath.errors import SandboxError
 from agentmath.sandbox.host import _Worker, _Zygote
-from agentmath.sandbox.result import ExecResult
+from agentmath.sandbox.result import ExecResult, sanitize_text
+from agentmath.sandbox.uids import UidLease, lease_uids
 
-PROTECTIONS = ("network_namespace", "landlock_fs", "landlock_net", "landlock_scope",
-               "seccomp", "setuid", "rlimits", "no_new_privs")  # fmt: skip
+PROTECTIONS = ("network_namespace", "minimal_root", "landlock_fs", "landlock_net",
+               "landlock_scope", "seccomp", "setuid", "rlimits", "no_new_privs",
+               "ipc_namespace", "idle_freeze")  # fmt: skip
 _EXIT_WAIT_S = 1.0
 
 
@@ -65,6 +67,7 @@ class SandboxPool:
         self.protections: dict[str, bool] = {}
         self.notes: list[str] = []
         self.preload_errors: dict[str, str] = {}
+        self._lease: UidLease | None = None
 
     async def __aenter__(self) -> SandboxPool:
         await self.start()
@@ -77,7 +80,16 @@ class SandboxPool:
         """Start the zygote and one worker; record which protections are active."""
         if self._started:
             return
-        await self._zygote.start()
+        # A host-wide block of uids for this pool's lifetime: no other live pool can run a
+        # worker as one of them (see uids.py).
+        self._lease = lease_uids(self.config.base_uid,
+                                 self.config.max_sessions + self.config.spare_workers)
+        self._zygote.uid_base = self._lease.start
+        try:
+            await self._zygote.start()
+        except BaseException:
+            self._lease.release()
+            raise
         report = self._zygote.report
         self.notes = [n for n in report.get("notes", []) if n]
         self.preload_errors = dict(report.get("preload_errors", {}))
@@ -111,7 +123,7 @@ class SandboxPool:
             if dead is not None and dead.done() and not self._closed:
                 self._zygote.close_control()
                 await asyncio.to_thread(self._zygote.wait)
-                self._zygote = _Zygote(self.config)
+                self._zygote = _Zygote(self.config, self._zygote.uid_base)
                 await self._zygote.start()
                 self.zygote_restarts += 1
 
@@ -188,6 +200,15 @@ class SandboxPool:
             task.cancel()
         self._zygote.close_control()
         await asyncio.to_thread(self._zygote.wait)
+        self._zygote.kill_all()  # a worker the zygote could not stop: killed by its pidfd
+        if self._lease is not None:
+            self._lease.release()
+
+    @property
+    def uid_range(self) -> tuple[int, int]:
+        """The uids this pool's workers run as: [first, last + 1)."""
+        start = self._zygote.uid_base
+        return start, start + self.config.max_sessions + self.config.spare_workers
 
 
 class Session:
@@ -335,13 +356,16 @@ def _result_from_reply(reply: dict[str, Any], config: SandboxConfig) -> ExecResu
     truncated = bool(reply.get("truncated", False))
     limits = {"stdout": config.max_output_chars, "stderr": config.max_output_chars,
               "value": config.max_value_chars, "error": _MAX_ERROR_CHARS, "error_type": 200}
+    sanitized = 0
     for key in _RESULT_FIELDS & reply.keys():
         value = reply[key]
         if key in limits and isinstance(value, str):
-            fields[key], cut = _recap(value, limits[key])
+            text, cut = _recap(value, limits[key])
+            fields[key], replaced = sanitize_text(text)
+            sanitized += replaced
             truncated = truncated or (cut and key != "error")
         elif key == "error_line" and isinstance(value, int) and not isinstance(value, bool):
             fields[key] = value
-        elif key == "duration_ms" and isinstance(value, int | float):
-            fields[key] = float(value)
-    return ExecResult(truncated=truncated, **fields)
+        elif key == "duration_ms" and isinstance(value, int | float) and value == value:
+            fields[key] = min(max(float(value), 0.0), 1e9)
+    return ExecResult(truncated=truncated, sanitized=sanitized, **fields)

@@ -8,6 +8,7 @@ unpickling bytes that come out of the sandbox would run code in the host. Frames
 from __future__ import annotations
 
 import json
+import re
 import socket
 import struct
 from typing import Any, BinaryIO
@@ -28,12 +29,61 @@ def encode(message: dict[str, Any]) -> bytes:
     return HEADER.pack(len(body)) + body
 
 
+MAX_INT_DIGITS = 20  # request ids are 62-bit; no field of the protocol needs a longer integer
+MAX_DEPTH = 8  # the protocol's messages are at most three levels deep
+
+
+def _parse_int(text: str) -> int:
+    if len(text.lstrip("-")) > MAX_INT_DIGITS:
+        raise ProtocolError(f"an integer of {len(text)} digits (at most {MAX_INT_DIGITS})")
+    return int(text)
+
+
+def _reject_constant(name: str) -> float:
+    raise ProtocolError(f"a non-finite number ({name})")
+
+
+_STRING = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"', re.DOTALL)  # unrolled: fast in C
+
+
+def _nesting_depth_ok(body: bytes) -> bool:
+    """Whether arrays and objects nest at most ``MAX_DEPTH`` deep, checked before parsing.
+
+    ``json.loads`` recurses once per level, so a deep enough document raises RecursionError
+    (or exhausts the C stack) inside the decoder. Strings are blanked first (a regex, in C), so
+    output full of brackets costs nothing; only structural brackets are then counted.
+    """
+    if body.count(b"[") + body.count(b"{") <= MAX_DEPTH:
+        return True
+    depth = 0
+    for byte in _STRING.sub(b'""', body):
+        if byte == 0x5B or byte == 0x7B:  # [ {
+            depth += 1
+            if depth > MAX_DEPTH:
+                return False
+        elif byte == 0x5D or byte == 0x7D:  # ] }
+            depth -= 1
+    return True
+
+
 def decode_body(body: bytes) -> dict[str, Any]:
-    """Parse a frame body; anything but a JSON object is a :class:`ProtocolError`."""
+    """Parse a frame body; anything but a well-formed JSON object is a :class:`ProtocolError`.
+
+    A frame comes from a process that runs hostile code, so decoding itself must not fail in
+    any other way: nesting deeper than the protocol uses, integers longer than it uses,
+    non-finite numbers and invalid UTF-8 are all refused as protocol violations (each with its
+    true reason), and any other decoder failure is turned into one too.
+    """
+    if not _nesting_depth_ok(body):
+        raise ProtocolError(f"a frame nested deeper than {MAX_DEPTH} levels")
     try:
-        message = json.loads(body)
+        message = json.loads(body, parse_int=_parse_int, parse_constant=_reject_constant)
+    except ProtocolError:
+        raise
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise ProtocolError(f"undecodable frame: {exc}") from exc
+        raise ProtocolError(f"undecodable frame: {str(exc)[:200]}") from exc
+    except (ValueError, RecursionError, MemoryError, TypeError) as exc:
+        raise ProtocolError(f"undecodable frame ({type(exc).__name__})") from exc
     if not isinstance(message, dict):
         raise ProtocolError("frame is not a JSON object")
     return message

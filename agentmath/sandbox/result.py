@@ -2,8 +2,24 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import asdict, dataclass, field
 from typing import Any
+
+REPLACEMENT_CHAR = "\ufffd"
+# Lone surrogates (not valid Unicode: they cannot be encoded as UTF-8) and control characters
+# other than newline and tab (terminal escapes, carriage returns, NUL, C1 controls).
+_UNSAFE_CHARS = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\ud800-\udfff]")
+
+
+def sanitize_text(text: str) -> tuple[str, int]:
+    """``text`` as valid, printable, JSON-safe Unicode, and how many characters were replaced.
+
+    Every lone surrogate and every control character except newline and tab becomes U+FFFD,
+    so what leaves the sandbox can be encoded, printed to a terminal and written as JSON by any
+    consumer. The count is reported as :attr:`ExecResult.sanitized`.
+    """
+    return _UNSAFE_CHARS.subn(REPLACEMENT_CHAR, text)
 
 
 @dataclass(slots=True)
@@ -26,6 +42,7 @@ class ExecResult:
     truncated: bool = False
     state_lost: bool = False
     crashed: bool = False
+    sanitized: int = 0
     duration_ms: float = 0.0
     extra: dict[str, Any] = field(default_factory=dict)
 

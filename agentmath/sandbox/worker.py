@@ -24,6 +24,8 @@ from agentmath.sandbox import isolation
 from agentmath.sandbox.protocol import read_message, send_message
 
 _MAX_ERROR_CHARS = 2000
+_IMPLICIT_IMPORTS = frozenset({"_strptime"})
+_MAX_TYPE_CHARS = 200  # an exception class may have any name, even a 600 KB one
 
 
 class CappedStream(io.TextIOBase):
@@ -84,7 +86,8 @@ def _cap(text: str, limit: int) -> tuple[str, bool]:
 
 def make_import_guard(allowed: Iterable[str]) -> Callable[..., Any]:
     """An ``__import__`` that admits only allow-listed top-level modules (usability layer)."""
-    allowed_set = frozenset(allowed)
+    # Imported by C code on behalf of a snippet (datetime.strptime), so through this guard.
+    allowed_set = frozenset(allowed) | _IMPLICIT_IMPORTS
     real_import = builtins.__import__
 
     def guarded_import(name, globals=None, locals=None, fromlist=(), level=0):  # noqa: A002
@@ -123,7 +126,7 @@ class Executor:
 
     def _describe_error(self, exc: BaseException, cell: int) -> tuple[str, int | None]:
         """'Type: message (line N: source)' with N the innermost line of the current cell."""
-        etype = type(exc).__name__
+        etype, _ = _cap(type(exc).__name__, _MAX_TYPE_CHARS)
         try:
             message = str(exc) if not isinstance(exc, SyntaxError) else (exc.msg or "")
         except Exception:  # noqa: BLE001 - a user exception whose __str__ itself fails
@@ -172,7 +175,7 @@ class Executor:
                         result["truncated"] = True
         except BaseException as exc:  # noqa: BLE001 - any error in user code is data
             result["error"], result["error_line"] = self._describe_error(exc, cell)
-            result["error_type"] = type(exc).__name__
+            result["error_type"], _ = _cap(type(exc).__name__, _MAX_TYPE_CHARS)
         finally:
             sys.stdout, sys.stderr, sys.stdin = saved
         result["duration_ms"] = (time.perf_counter() - start) * 1000.0
@@ -189,14 +192,16 @@ def _apply_protections(spec: dict[str, Any], ctx: dict[str, Any]) -> dict[str, A
     """Per-worker protections, in the only order that works (uid, limits, Landlock, seccomp)."""
     done: dict[str, Any] = {}
     isolation.die_with_parent(ctx["zygote_pid"])
+    # Before the uid drop: a new IPC namespace needs CAP_SYS_ADMIN (in the worker's user ns).
+    done["ipc_namespace"] = ctx.get("ipc_namespace", True) and isolation.enter_ipc_namespace()
     done["setuid"] = (isolation.drop_privileges(spec["uid"], ctx.get("keep_read", False))
-                      if ctx["root"] else False)
+                      if ctx["root"] and ctx.get("setuid", True) else False)
     isolation.die_with_parent(ctx["zygote_pid"])  # a uid change clears the death signal
     isolation.set_limits(spec["memory_mb"], spec["cpu_s"], unprivileged=os.geteuid() != 0)
     # Below the host in priority: a spinning snippet must not delay the host's timeout timer.
     os.setpriority(os.PRIO_PROCESS, 0, 5)
     done["rlimits"] = True
-    done["landlock_scope"] = isolation.landlock_scope_self()
+    done["landlock_scope"] = ctx.get("landlock", True) and isolation.landlock_scope_self()
     program = ctx.get("seccomp")
     done["seccomp"] = bool(program) and isolation.load_seccomp(program)
     done["no_new_privs"] = True

@@ -23,9 +23,10 @@ import select
 import signal
 import socket
 import sys
+import warnings
 from typing import Any
 
-from agentmath.sandbox import isolation
+from agentmath.sandbox import isolation, rootfs
 from agentmath.sandbox.worker import worker_main
 
 _MAX_CONTROL = 1 << 16
@@ -49,24 +50,36 @@ def _prepare(setup: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
         except Exception as exc:  # noqa: BLE001 - a missing optional module is reported
             if not name.startswith("encodings."):  # platform-specific codecs may be absent
                 preload_errors[name] = f"{type(exc).__name__}: {exc}"
+    # plt.show() on Agg only says it cannot show; a model reading that would be misled.
+    warnings.filterwarnings("ignore", message=".*non-interactive.*cannot be shown")
     devnull = os.open("/dev/null", os.O_RDWR)  # opened before Landlock forbids it
     os.dup2(devnull, 0)
     os.dup2(devnull, 1)
     os.close(devnull)
-    program, seccomp_note = isolation.build_seccomp_bpf()
-    netns, netns_note = isolation.enter_network_namespace()
+    skip = set(setup.get("disable", ()))
+    program, seccomp_note = (None, "seccomp disabled by config") if "seccomp" in skip \
+        else isolation.build_seccomp_bpf()
+    netns, netns_note = (False, "network namespace disabled by config") \
+        if "network_namespace" in skip else isolation.enter_network_namespace()
     pkg_dir = os.path.dirname(os.path.dirname(os.path.abspath(isolation.__file__)))
     read_paths = isolation.python_read_paths([pkg_dir])
-    abi, landlock_note = isolation.landlock_readonly(read_paths)
+    root_ok, root_note = (False, "minimal root disabled by config") \
+        if "minimal_root" in skip else rootfs.enter_minimal_root(read_paths)
+    abi, landlock_note = (0, "Landlock disabled by config") if "landlock" in skip \
+        else isolation.landlock_readonly(read_paths)
+    # Python under a private directory (pyenv in a 0700 /root) needs a capability to be read
+    # by another uid; the minimal root's own directories are open, so it rarely does there.
     keep_read = (os.geteuid() == 0 and abi > 0 and program is not None
-                 and not isolation.readable_by_others(read_paths[:4]))
+                 and not isolation.readable_by_others(isolation.python_own_paths([pkg_dir])))
     if keep_read:
         landlock_note += ("; Python lives under a private directory, so workers keep "
                           "CAP_DAC_READ_SEARCH (reads stay confined by Landlock)")
     gc.collect()
     gc.freeze()  # the heap stays shared with workers instead of being touched by their gc
     root = os.geteuid() == 0 and "user" not in netns_note
-    ctx = {"zygote_pid": os.getpid(), "root": root, "seccomp": program, "keep_read": keep_read}
+    ctx = {"zygote_pid": os.getpid(), "root": root, "seccomp": program, "keep_read": keep_read,
+           "ipc_namespace": "ipc_namespace" not in skip, "setuid": "setuid" not in skip,
+           "landlock": abi > 0}
     report = {
         "pid": os.getpid(),
         "python": sys.version.split()[0],
@@ -77,9 +90,10 @@ def _prepare(setup: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
             "landlock_net": abi >= 4,
             "landlock_abi": abi,
             "seccomp_available": program is not None,
+            "minimal_root": root_ok,
             "root": root,
         },
-        "notes": [netns_note, landlock_note, seccomp_note],
+        "notes": [netns_note, root_note, landlock_note, seccomp_note],
     }
     return ctx, report
 
@@ -99,6 +113,25 @@ def _fork_worker(chan_fd: int, spec: dict[str, Any], ctx: dict[str, Any]) -> int
             os._exit(code)
     os.close(chan_fd)
     return pid
+
+
+def _send_spawned(ctrl: socket.socket, request_id: Any, pid: int) -> None:
+    """Answer a spawn with the worker's pid and, where the kernel has them, a pidfd for it.
+
+    The pidfd lets the host stop, continue and kill that very process without a pid-reuse
+    race (it is opened here, while the worker is an unreaped child and its pid cannot be
+    reused); the host freezes idle workers with it.
+    """
+    message = json.dumps({"op": "spawned", "id": request_id, "pid": pid}).encode()
+    try:
+        pidfd = os.pidfd_open(pid)
+    except (AttributeError, OSError):
+        ctrl.sendall(message)
+        return
+    try:
+        socket.send_fds(ctrl, [message], [pidfd])
+    finally:
+        os.close(pidfd)
 
 
 def _exit_event(pid: int, status: int) -> dict[str, Any]:
@@ -134,7 +167,7 @@ def _handle(ctrl: socket.socket, ctx: dict[str, Any], children: set[int]) -> boo
             return True
         pid = _fork_worker(fds[0], request["spec"], ctx)
         children.add(pid)
-        _send(ctrl, {"op": "spawned", "id": request.get("id"), "pid": pid})
+        _send_spawned(ctrl, request.get("id"), pid)
     elif op == "kill":
         pid = int(request["pid"])
         if pid in children:
