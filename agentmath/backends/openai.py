@@ -10,41 +10,72 @@ so the chat template and tokenizer are the ones the server actually uses, or thr
 Hugging Face tokenizer when one is given. Nothing is cached: a model swapped behind the URL is
 seen by the next call.
 
-Retries: 429, 5xx, connection errors and timeouts are retried with exponential backoff and
-jitter; other 4xx responses fail at once. Each attempt holds one slot of a semaphore bounding
-the number of requests in flight; the backoff sleep does not.
+Every field of a reply that is used is validated first (:mod:`agentmath.backends._replies`): a
+body of the wrong shape is a :class:`~agentmath.errors.BackendError` naming the URL and the
+field, never a ``TypeError`` in the agent loop.
+
+Retries: 408, 429, 5xx, connection errors, timeouts and malformed replies are retried, up to
+``max_retries`` times, with exponential backoff and jitter; a ``Retry-After`` header on a 429
+or 503 (delta-seconds or an HTTP date) is honoured, capped at ``max_retry_after_s``. Other 4xx
+responses fail at once. Each attempt holds one slot of a semaphore bounding the number of
+requests in flight; the backoff sleep does not.
 """
 
 from __future__ import annotations
 
 import asyncio
-import json
+import email.utils
+import math
 import random
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import httpx
 
 from agentmath._lazy import require
-from agentmath.backends.base import FinishReason, Generation, SamplingParams
+from agentmath.backends import _replies
+from agentmath.backends._replies import NO_TOKEN_IDS_MESSAGE, MalformedReply
+from agentmath.backends.base import Generation, SamplingParams
 from agentmath.errors import BackendError
 
+__all__ = ["NO_TOKEN_IDS_MESSAGE", "OpenAIBackend", "retry_after_s"]
+
+T = TypeVar("T")
 _BODY_SNIPPET = 500
 _MAX_BACKOFF_S = 30.0
-NO_TOKEN_IDS_MESSAGE = (
-    "the server at {url} did not return the sampled token ids (choices[0].token_ids); "
-    "token-exact generation needs a server that returns them, such as vLLM >= 0.10.2 with "
-    "'return_token_ids: true'. agentmath does not re-tokenize generated text."
-)
+_RETRY_STATUSES = frozenset({408, 429})  # and every 5xx
+_RETRY_AFTER_STATUSES = frozenset({429, 503})
 
 
 class _Retryable(Exception):
-    """An attempt failed in a way worth retrying; ``detail`` describes it."""
+    """An attempt failed in a way worth retrying; ``detail`` describes it, ``retry_after`` is
+    the server's ``Retry-After`` in seconds when it sent one."""
 
-    def __init__(self, detail: str) -> None:
+    def __init__(self, detail: str, retry_after: float | None = None) -> None:
         super().__init__(detail)
         self.detail = detail
+        self.retry_after = retry_after
+
+
+def retry_after_s(value: str | None, now: datetime | None = None) -> float | None:
+    """Seconds to wait from a ``Retry-After`` header: delta-seconds (``"7"``, ``"1.5"``) or
+    an HTTP date (a date in the past means now); None when absent or unreadable."""
+    if not value or not value.strip():
+        return None
+    text = value.strip()
+    try:
+        seconds = float(text)
+    except ValueError:
+        try:
+            when = email.utils.parsedate_to_datetime(text)
+        except (TypeError, ValueError, IndexError):
+            return None
+        if when.tzinfo is None:
+            when = when.replace(tzinfo=UTC)
+        seconds = (when - (now or datetime.now(UTC))).total_seconds()
+    return max(0.0, seconds) if math.isfinite(seconds) else None
 
 
 class OpenAIBackend:
@@ -52,8 +83,10 @@ class OpenAIBackend:
 
     ``base_url`` is the server root (``http://host:port``; a trailing ``/v1`` is accepted).
     ``tokenizer`` (a path or a loaded Hugging Face tokenizer) makes ``tokenize`` and
-    ``render_prompt`` local instead of going through ``/tokenize``. ``transport`` and
-    ``backoff_s`` (first retry delay) exist for tests.
+    ``render_prompt`` local instead of going through ``/tokenize``. ``timeout_s`` bounds one
+    request, ``max_retries`` the retries after a first failed attempt, ``max_retry_after_s``
+    the wait a server's ``Retry-After`` may ask for. ``transport`` and ``backoff_s`` (first
+    retry delay) exist for tests.
     """
 
     name: str = "openai"
@@ -62,17 +95,20 @@ class OpenAIBackend:
                  max_concurrency: int = 64, timeout_s: float = 120,
                  max_retries: int = 4, tokenizer: Any = None,
                  transport: httpx.AsyncBaseTransport | None = None,
-                 backoff_s: float = 0.5) -> None:
+                 backoff_s: float = 0.5, max_retry_after_s: float = 60.0) -> None:
         if max_concurrency < 1:
             raise ValueError("max_concurrency must be at least 1")
         if max_retries < 0:
             raise ValueError("max_retries must be >= 0")
+        if not timeout_s > 0:
+            raise ValueError("timeout_s must be > 0")
         root = base_url.rstrip("/")
         self.base_url = root[:-3] if root.endswith("/v1") else root
         self.model = model
         self.timeout_s = float(timeout_s)
         self.max_retries = max_retries
         self.backoff_s = backoff_s
+        self.max_retry_after_s = float(max_retry_after_s)
         self._semaphore = asyncio.Semaphore(max_concurrency)
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         self._client = httpx.AsyncClient(
@@ -103,16 +139,18 @@ class OpenAIBackend:
             payload["seed"] = sampling.seed
         if sampling.logprobs:
             payload["logprobs"] = 0  # the sampled token's logprob only
-        data = await self._post("/v1/completions", payload)
-        return _parse_completion(data, self._url("/v1/completions"), sampling.logprobs)
+        url = self._url("/v1/completions")
+        return await self._post("/v1/completions", payload, lambda data: _replies.completion(
+            data, url, sampling.logprobs, int(max_tokens)))
 
     async def tokenize(self, text: str) -> list[int]:
         """Token ids of ``text`` with no special tokens added."""
         if self._tokenizer is not None:
             return list(self._tokenizer.encode(text, add_special_tokens=False))
-        data = await self._post("/tokenize", {"model": self.model, "prompt": text,
-                                              "add_special_tokens": False})
-        return _tokens_field(data, self._url("/tokenize"))
+        url = self._url("/tokenize")
+        return await self._post("/tokenize", {"model": self.model, "prompt": text,
+                                              "add_special_tokens": False},
+                                lambda data: _replies.tokens(data, url, bool(text)))
 
     async def render_prompt(self, messages: Sequence[dict[str, str]]) -> list[int]:
         """Token ids of ``messages`` rendered with the chat template, plus the generation prompt."""
@@ -121,10 +159,10 @@ class OpenAIBackend:
                 [dict(m) for m in messages], add_generation_prompt=True, tokenize=True)
             ids = out["input_ids"] if hasattr(out, "keys") else out
             return [int(t) for t in ids]
-        data = await self._post("/tokenize", {
+        url = self._url("/tokenize")
+        return await self._post("/tokenize", {
             "model": self.model, "messages": [dict(m) for m in messages],
-            "add_generation_prompt": True})
-        return _tokens_field(data, self._url("/tokenize"))
+            "add_generation_prompt": True}, lambda data: _replies.tokens(data, url, True))
 
     async def aclose(self) -> None:
         """Close the HTTP connection pool."""
@@ -155,62 +193,71 @@ class OpenAIBackend:
             payload["seed"] = sampling.seed
         if tools:
             payload["tools"] = list(tools)
-        data = await self._post("/v1/chat/completions", payload)
-        try:
-            choice = data["choices"][0]
-            message = dict(choice["message"])
-        except (KeyError, IndexError, TypeError) as exc:
-            raise BackendError(f"malformed chat response from "
-                               f"{self._url('/v1/chat/completions')}: {_snippet(data)}") from exc
-        message["finish_reason"] = choice.get("finish_reason")
-        # Where the server reports them (vLLM with return_token_ids), keep the sampled ids and
-        # the usage counts: they are the honest token counts of a non-token-exact turn.
-        if choice.get("token_ids") is not None:
-            message["token_ids"] = list(choice["token_ids"])
-        if isinstance(data.get("usage"), dict):
-            message["usage"] = data["usage"]
-        return message
+        url = self._url("/v1/chat/completions")
+        # Where the server reports them (vLLM with return_token_ids), the sampled ids and the
+        # usage counts are kept: they are the honest token counts of a non-token-exact turn.
+        return await self._post("/v1/chat/completions", payload,
+                                lambda data: _replies.chat_message(data, url))
 
     # ------------------------------------------------------------------------------ HTTP
 
     def _url(self, path: str) -> str:
         return f"{self.base_url}{path}"
 
-    async def _post(self, path: str, payload: dict[str, Any]) -> Any:
-        """POST with retries; returns the decoded JSON body or raises BackendError."""
+    async def _post(self, path: str, payload: dict[str, Any],
+                    parse: Callable[[Any], T]) -> T:
+        """POST with retries and return ``parse(body)``; BackendError once retries run out.
+
+        ``parse`` validates the decoded body; a :class:`MalformedReply` from it is retried like
+        a 5xx (a garbled reply is usually a passing fault), any other BackendError is final.
+        """
         url = self._url(path)
-        last = "no attempt made"
+        last, wait = "no attempt made", None
         for attempt in range(self.max_retries + 1):
             if attempt:
-                await asyncio.sleep(self._backoff(attempt))
+                await asyncio.sleep(self._delay(attempt, wait))
             try:
                 async with self._semaphore:
-                    return await self._attempt(path, url, payload)
+                    data = await self._attempt(path, url, payload)
+                return parse(data)
             except _Retryable as exc:
-                last = exc.detail
+                last, wait = exc.detail, exc.retry_after
+            except MalformedReply as exc:
+                last, wait = str(exc), None
         raise BackendError(f"POST {url} failed after {self.max_retries + 1} attempts: {last}")
 
     async def _attempt(self, path: str, url: str, payload: dict[str, Any]) -> Any:
-        """One request: JSON on 2xx, _Retryable on 429/5xx/transport, BackendError otherwise."""
+        """One request: JSON on 2xx, _Retryable on 408/429/5xx/transport, BackendError for
+        other statuses, MalformedReply for a body that is not JSON."""
         try:
             async with asyncio.timeout(self.timeout_s):
                 response = await self._client.post(path, json=payload)
         except (TimeoutError, httpx.TimeoutException) as exc:
             raise _Retryable(f"timed out after {self.timeout_s:g}s ({type(exc).__name__})") \
                 from exc
-        except httpx.TransportError as exc:
+        except httpx.RequestError as exc:
             raise _Retryable(f"{type(exc).__name__}: {exc}") from exc
         status = response.status_code
-        if status == 429 or status >= 500:
-            raise _Retryable(f"HTTP {status}: {response.text[:_BODY_SNIPPET]}")
-        if status >= 400:
+        if status in _RETRY_STATUSES or status >= 500:
+            wait = (retry_after_s(response.headers.get("retry-after"))
+                    if status in _RETRY_AFTER_STATUSES else None)
+            raise _Retryable(f"HTTP {status}: {response.text[:_BODY_SNIPPET]}", wait)
+        if not 200 <= status < 300:
             raise BackendError(f"POST {url} returned HTTP {status}: "
                                f"{response.text[:_BODY_SNIPPET]}")
         try:
             return response.json()
-        except json.JSONDecodeError as exc:
-            raise BackendError(f"POST {url} returned HTTP {status} with a body that is not "
-                               f"JSON: {response.text[:_BODY_SNIPPET]!r}") from exc
+        except ValueError as exc:  # JSONDecodeError, or bytes that are not UTF-8
+            raise MalformedReply(f"malformed reply from {url}: HTTP {status} with a body that "
+                                 f"is not JSON: {response.text[:_BODY_SNIPPET]!r}") from exc
+
+    def _delay(self, attempt: int, retry_after: float | None) -> float:
+        """Sleep before retry ``attempt``: the backoff, or the server's ``Retry-After`` when it
+        asks for longer (capped at ``max_retry_after_s``)."""
+        delay = self._backoff(attempt)
+        if retry_after is not None:
+            delay = max(delay, min(retry_after, self.max_retry_after_s))
+        return delay
 
     def _backoff(self, attempt: int) -> float:
         """Delay before retry ``attempt`` (1-based): exponential, with full-range jitter."""
@@ -224,61 +271,3 @@ def _load_tokenizer(tokenizer: Any) -> Any:
         return tokenizer
     transformers = require("transformers", "train")
     return transformers.AutoTokenizer.from_pretrained(str(tokenizer))
-
-
-def _snippet(data: Any) -> str:
-    return json.dumps(data, default=str)[:_BODY_SNIPPET]
-
-
-def _tokens_field(data: Any, url: str) -> list[int]:
-    """The ``tokens`` list of a ``/tokenize`` response."""
-    tokens = data.get("tokens") if isinstance(data, dict) else None
-    if not isinstance(tokens, list):
-        raise BackendError(f"{url} returned no 'tokens' list: {_snippet(data)}")
-    return [int(t) for t in tokens]
-
-
-def _finish(choice: dict[str, Any], url: str) -> tuple[FinishReason, str | None]:
-    """Map vLLM's ``finish_reason``/``stop_reason`` onto stop / eos / length."""
-    reason, stop_reason = choice.get("finish_reason"), choice.get("stop_reason")
-    if reason == "length":
-        return "length", None
-    if reason == "stop":
-        if isinstance(stop_reason, str):
-            return "stop", stop_reason
-        return "eos", None  # EOS (stop_reason None) or a stop token id (an int)
-    raise BackendError(f"{url} finished a completion with finish_reason={reason!r} "
-                       f"(stop_reason={stop_reason!r})")
-
-
-def _parse_completion(data: Any, url: str, want_logprobs: bool) -> Generation:
-    """A :class:`Generation` from a ``/v1/completions`` response with token ids."""
-    try:
-        choice = data["choices"][0]
-        text = choice["text"]
-    except (KeyError, IndexError, TypeError) as exc:
-        raise BackendError(f"malformed completion response from {url}: {_snippet(data)}") \
-            from exc
-    token_ids = choice.get("token_ids")
-    if not isinstance(token_ids, list):
-        raise BackendError(NO_TOKEN_IDS_MESSAGE.format(url=url))
-    finish_reason, stop_string = _finish(choice, url)
-    logprobs = None
-    if want_logprobs:
-        raw = (choice.get("logprobs") or {}).get("token_logprobs")
-        if not isinstance(raw, list) or len(raw) != len(token_ids):
-            raise BackendError(f"{url} returned {len(raw) if isinstance(raw, list) else 'no'} "
-                               f"logprobs for {len(token_ids)} tokens")
-        logprobs = [float("-inf") if v is None else float(v) for v in raw]
-    info: dict[str, Any] = {"stop_reason": choice.get("stop_reason")}
-    if "prompt_token_ids" in choice:
-        info["prompt_token_ids"] = choice["prompt_token_ids"]
-    usage = data.get("usage") if isinstance(data, dict) else None
-    if usage:
-        info["usage"] = usage
-        cached = (usage.get("prompt_tokens_details") or {}).get("cached_tokens")
-        if cached is not None:
-            info["cached_tokens"] = cached
-    return Generation(token_ids=[int(t) for t in token_ids], text=text,
-                      finish_reason=finish_reason, stop_string=stop_string,
-                      logprobs=logprobs, info=info)
