@@ -13,7 +13,11 @@ Strategies are tried in order and the first that finds something wins:
 ``"last_number"``
     the last number in the text. Off by default: it turns an unfinished response into a guess.
 
-Regular expressions here are linear (no nested quantifiers), so a long response cannot stall.
+Every strategy runs in time linear in the length of the text (no regular expression has
+ambiguous adjacent quantifiers, brace groups are matched in one pass, and cleaning moves two
+indices instead of re-slicing), so a long or adversarial response (thousands of unclosed
+``\\boxed{``) cannot stall the caller. Graders still run extraction of long responses inside a
+worker under the grading timeout (see :mod:`agentmath.grading.verify`).
 """
 
 from __future__ import annotations
@@ -32,36 +36,34 @@ _BARE_TOKEN_RE = re.compile(r"[ \t]*([^\s$\\{}]+)")
 _PHRASE_RE = re.compile(
     r"final\s+answer\s*(?:is\b|:)"
     r"|\bthe\s+answer\s*(?:is\b|:)"
-    r"|(?:^|\n)[ \t]*[*_#]*[ \t]*answer[ \t]*[*_]*[ \t]*:",
+    r"|(?:^|\n)[ \t]*(?:[*_#]+[ \t]*)?answer[ \t]*(?:[*_]+[ \t]*)?:",
     re.IGNORECASE,
 )
 _MATH_DELIMS = (("$$", "$$"), ("$", "$"), ("\\(", "\\)"), ("\\[", "\\]"))
 _SENTENCE_END_RE = re.compile(r"\.(?=\s|$)")
-_GSM8K_RE = re.compile(r"^[ \t]*####[ \t]*(.+?)[ \t]*$", re.MULTILINE)
+_GSM8K_RE = re.compile(r"^[ \t]*####([^\n]+)$", re.MULTILINE)  # value stripped in Python
 _MAX_PHRASE_CHARS = 4096  # how far after an answer phrase to look (bounds the work per match)
 _NUMBER_RE = re.compile(r"-?\d+(?:,\d{3})*(?:\.\d+)?(?:/\d+)?")
+_BRACE_TOKEN_RE = re.compile(r"\\.|[{}]", re.DOTALL)  # an escape pair, or a brace
+_SPACE_RE = re.compile(r"\s*")
 
 
-def _balanced(text: str, open_at: int) -> str | None:
-    """Content of the brace group opening at ``text[open_at]``; None if it never closes.
+def _brace_pairs(text: str) -> dict[int, int]:
+    """Map the index of every ``{`` that closes to the index of its ``}``, in one pass.
 
-    ``\\{`` and ``\\}`` are LaTeX literal braces and do not count.
+    ``\\{`` and ``\\}`` are LaTeX literal braces and do not count (a backslash escapes the
+    character after it). One pass over the whole text replaces a scan per ``\\boxed``, which
+    was quadratic when a response holds many unclosed boxes.
     """
-    depth = 0
-    i = open_at
-    while i < len(text):
-        char = text[i]
-        if char == "\\":
-            i += 2
-            continue
-        if char == "{":
-            depth += 1
-        elif char == "}":
-            depth -= 1
-            if depth == 0:
-                return text[open_at + 1 : i]
-        i += 1
-    return None
+    pairs: dict[int, int] = {}
+    stack: list[int] = []
+    for match in _BRACE_TOKEN_RE.finditer(text):
+        token = match.group()
+        if token == "{":
+            stack.append(match.start())
+        elif token == "}" and stack:
+            pairs[stack.pop()] = match.start()
+    return pairs
 
 
 def _last_boxed(text: str) -> str | None:
@@ -69,12 +71,17 @@ def _last_boxed(text: str) -> str | None:
 
     An unclosed box is a truncated response; an earlier, complete box is a real answer.
     """
-    for match in reversed(list(_BOXED_RE.finditer(text))):
+    matches = list(_BOXED_RE.finditer(text))
+    if not matches:
+        return None
+    pairs = _brace_pairs(text)
+    for match in reversed(matches):
         i = match.end()
         while i < len(text) and text[i] in " \t":
             i += 1
         if i < len(text) and text[i] == "{":
-            content = _balanced(text, i)
+            close = pairs.get(i)
+            content = None if close is None else text[i + 1 : close]
         else:
             bare = _BARE_TOKEN_RE.match(text, match.end())
             content = bare.group(1) if bare else None
@@ -92,7 +99,8 @@ def _phrase_value(rest: str) -> str:
             if end != -1:
                 return rest[len(opener) : end]
             break
-    line = rest.split("\n", 1)[0]
+    newline = rest.find("\n")
+    line = rest if newline == -1 else rest[:newline]
     sentence_end = _SENTENCE_END_RE.search(line)
     return line[: sentence_end.start()] if sentence_end else line
 
@@ -107,8 +115,9 @@ def _last_phrase(text: str) -> str | None:
 
 
 def _last_gsm8k(text: str) -> str | None:
+    """The value of the last ``#### X`` line (surrounding blanks dropped)."""
     matches = _GSM8K_RE.findall(text)
-    return matches[-1] if matches else None
+    return matches[-1].strip(" \t") if matches else None
 
 
 def _last_number(text: str) -> str | None:
@@ -124,21 +133,62 @@ _STRATEGIES = {
 }
 
 
+def _strip_span(text: str, start: int, end: int, chars: str | None) -> tuple[int, int]:
+    """``text[start:end]`` with ``chars`` (None: whitespace) stripped, as new indices."""
+    if chars is None:
+        start = _SPACE_RE.match(text, start, end).end()  # type: ignore[union-attr]
+        while end > start and text[end - 1].isspace():
+            end -= 1
+        return start, end
+    while start < end and text[start] in chars:
+        start += 1
+    while end > start and text[end - 1] in chars:
+        end -= 1
+    return start, end
+
+
 def clean_answer(answer: str) -> str | None:
     """Strip whitespace, surrounding ``$``/``\\(\\)``/``\\[\\]``, markdown bold and a trailing
-    period; None if nothing is left."""
+    period; None if nothing is left.
+
+    Works on two indices into ``answer`` and slices once at the end, so the time is linear in
+    its length however many layers there are to strip (``". . . ."``, ``"$$$$x$$$$"``).
+    """
+    start, end = 0, len(answer)
+    dollars_to = 0  # answer[start:dollars_to] is all "$" (only ever moves right)
     previous = None
-    while answer != previous:
-        previous = answer
-        answer = answer.strip().strip("*").strip()
+    while (start, end) != previous:
+        previous = (start, end)
+        start, end = _strip_span(answer, start, end, None)
+        start, end = _strip_span(answer, start, end, "*")
+        start, end = _strip_span(answer, start, end, None)
         for opener, closer in _MATH_DELIMS:
-            if answer.startswith(opener) and answer.endswith(closer) and len(answer) > 1:
-                answer = answer[len(opener) : len(answer) - len(closer)]
-        if answer.startswith("$") != answer.endswith("$") or not answer.strip("$"):
-            answer = answer.strip("$")
-        if answer.endswith(".") and not answer.endswith("\\."):
-            answer = answer[:-1]
-    return answer or None
+            if (end - start > 1 and answer.startswith(opener, start, end)
+                    and answer.endswith(closer, start, end)):
+                start, end = start + len(opener), end - len(closer)
+                end = max(end, start)
+        dollars_to = max(dollars_to, start)
+        while dollars_to < end and answer[dollars_to] == "$":
+            dollars_to += 1
+        opens, closes = answer.startswith("$", start, end), answer.endswith("$", start, end)
+        if opens != closes or dollars_to >= end:
+            start, end = _strip_span(answer, start, end, "$")
+        if answer.endswith(".", start, end) and not answer.endswith("\\.", start, end):
+            end -= 1
+    return answer[start:end] or None
+
+
+def check_strategies(strategies: Sequence[str]) -> None:
+    """Raise GradingError naming any unknown extraction strategy (before any work is done)."""
+    unknown = [name for name in strategies if name not in _STRATEGIES]
+    if unknown:
+        raise GradingError(
+            f"unknown extraction strategies {unknown}; choose from {sorted(_STRATEGIES)}")
+
+
+def extract_answer_args(text: str | None, strategies: Sequence[str]) -> str | None:
+    """:func:`extract_answer` with positional arguments: the target a grading worker runs."""
+    return extract_answer(text, strategies=strategies)
 
 
 def extract_answer(
@@ -150,10 +200,7 @@ def extract_answer(
     instead, and GSM8K references end in ``#### 5``. The last-number guess is opt-in
     (``ALL_STRATEGIES``). Raises GradingError for an unknown strategy name.
     """
-    unknown = [name for name in strategies if name not in _STRATEGIES]
-    if unknown:
-        raise GradingError(
-            f"unknown extraction strategies {unknown}; choose from {sorted(_STRATEGIES)}")
+    check_strategies(strategies)
     if not text:
         return None
     for name in strategies:

@@ -31,15 +31,23 @@ from typing import Any, Literal
 from agentmath.errors import GradingError
 
 Status = Literal["ok", "timeout", "error"]
+#: Largest reply a worker may send (an extracted answer can be as long as the response).
+MAX_REPLY_BYTES = 64 << 20
 
 
 @dataclass(frozen=True, slots=True)
 class CallResult:
-    """Outcome of one pool call: ``value`` when ``status == "ok"``, else ``error`` says why."""
+    """Outcome of one pool call: ``value`` when ``status == "ok"``, else ``error`` says why.
+
+    ``elapsed_s`` is the time the call spent in its worker (from sending it to the reply, or to
+    the kill), not counting the wait for a free worker: callers that chain calls under one
+    budget (extraction, then verification) subtract it.
+    """
 
     status: Status
     value: Any = None
     error: str | None = None
+    elapsed_s: float = 0.0
 
 
 def _resolve(target: str | Callable[..., Any]) -> Callable[..., Any]:
@@ -108,7 +116,7 @@ def _reply(conn: Connection, reply: tuple[str, Any]) -> None:
 def _read_reply(conn: Connection) -> tuple[str, Any]:
     """Read a worker's JSON reply; anything malformed counts as the worker failing."""
     try:
-        tag, value = json.loads(conn.recv_bytes(1 << 20))
+        tag, value = json.loads(conn.recv_bytes(MAX_REPLY_BYTES))
     except (ValueError, TypeError) as exc:
         raise EOFError(f"malformed reply from a grading worker: {exc}") from exc
     return str(tag), value
@@ -294,17 +302,20 @@ class VerifierPool:
 
     def _answer(self, worker: _Worker, timeout: float) -> CallResult:
         """Wait up to ``timeout`` s for the worker's reply; kill and replace it on overrun."""
+        started = time.monotonic()
         try:
             if not worker.conn.poll(timeout):
                 self._forget(worker)
-                return CallResult("timeout", error=f"verification exceeded {timeout:g} s")
+                return CallResult("timeout", error=f"verification exceeded {timeout:g} s",
+                                  elapsed_s=time.monotonic() - started)
             tag, value = _read_reply(worker.conn)
         except (EOFError, OSError):
             return self._died(worker)
+        elapsed = time.monotonic() - started
         self._release(worker)
         if tag == "ok":
-            return CallResult("ok", value=value)
-        return CallResult("error", error=str(value))
+            return CallResult("ok", value=value, elapsed_s=elapsed)
+        return CallResult("error", error=str(value), elapsed_s=elapsed)
 
     def _died(self, worker: _Worker) -> CallResult:
         """Report a worker that died mid-call (crash, OOM kill) and replace it."""

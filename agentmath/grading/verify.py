@@ -4,6 +4,12 @@ A comparison first tries :func:`~agentmath.grading.fastpath.quick_compare` in th
 process; undecided pairs go to math-verify in a :class:`~agentmath.grading.pool.VerifierPool`
 worker, which is killed (and replaced) when it overruns the timeout. That works from any
 thread and inside asyncio, where math-verify's ``signal.alarm`` timeouts cannot.
+
+Every part of grading sits under the timeout: a response longer than
+:data:`INLINE_EXTRACT_MAX_CHARS` has its answer extracted in a worker too (extraction is
+linear, but a multi-megabyte response still costs real time), and answers longer than
+:data:`FAST_PATH_MAX_CHARS` skip the in-process shortcuts. Extraction and verification share
+one budget: verification gets what extraction left of ``timeout``.
 """
 
 from __future__ import annotations
@@ -12,12 +18,13 @@ import asyncio
 import atexit
 import os
 import threading
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
 from agentmath.errors import GradingError
-from agentmath.grading.extract import DEFAULT_STRATEGIES, extract_answer
+from agentmath.grading.extract import DEFAULT_STRATEGIES, check_strategies, extract_answer
 from agentmath.grading.fastpath import quick_compare
 from agentmath.grading.pool import VerifierPool
 
@@ -26,6 +33,12 @@ DEFAULT_TIMEOUT_S = 5.0
 _MATHVERIFY_MODULE = "agentmath.grading._mathverify"
 _VERIFY_TARGET = f"{_MATHVERIFY_MODULE}:verify_answers"
 _WARM_UP_TARGET = f"{_MATHVERIFY_MODULE}:warm_up"
+_EXTRACT_TARGET = "agentmath.grading.extract:extract_answer_args"
+#: Responses up to this many characters are searched for their answer in the calling process
+#: (linear time: well under a millisecond); longer ones in a worker, under the timeout.
+INLINE_EXTRACT_MAX_CHARS = 16_384
+#: Answers (and golds) longer than this skip the in-process shortcuts and go to a worker.
+FAST_PATH_MAX_CHARS = 1_024
 Method = Literal["fast", "math_verify", "none"]
 
 
@@ -102,6 +115,8 @@ def _fast(gold: str, predicted: str | None, fast_path: bool) -> GradeResult | No
     """The grade if it is known without a worker, else None."""
     if predicted is None:
         return GradeResult(predicted, False, method="none")
+    if max(len(gold), len(predicted)) > FAST_PATH_MAX_CHARS:
+        return None  # normalising a huge answer is real work: it belongs under the timeout
     decided = quick_compare(gold, predicted) if fast_path else None
     if decided is None:
         return None
@@ -140,6 +155,24 @@ def verify(
     return check(gold, predicted, timeout=timeout, fast_path=fast_path).correct
 
 
+def _extract(response: str | None, strategies: Sequence[str],
+             timeout: float) -> tuple[str | None, float] | GradeResult:
+    """The answer in ``response`` and the seconds spent finding it, or the GradeResult of a
+    failed extraction (a timeout or a worker crash grades False and says so)."""
+    if response is None or len(response) <= INLINE_EXTRACT_MAX_CHARS:
+        started = time.monotonic()
+        found = extract_answer(response, strategies=strategies)
+        return found, time.monotonic() - started
+    outcome = get_pool().call(_EXTRACT_TARGET, (response, list(strategies)), timeout)
+    if outcome.status == "ok" and (outcome.value is None or isinstance(outcome.value, str)):
+        return outcome.value, outcome.elapsed_s
+    if outcome.status == "timeout":
+        return GradeResult(None, False, True, f"answer extraction from a {len(response)}-"
+                           f"character response exceeded {timeout:g} s")
+    return GradeResult(None, False, error=f"answer extraction failed: "
+                       f"{outcome.error or repr(outcome.value)}")
+
+
 def grade(
     gold: str,
     response: str | None,
@@ -147,10 +180,22 @@ def grade(
     timeout: float = DEFAULT_TIMEOUT_S,
     strategies: Sequence[str] = DEFAULT_STRATEGIES,
 ) -> GradeResult:
-    """Extract the final answer from a whole ``response`` and verify it against ``gold``."""
+    """Extract the final answer from a whole ``response`` and verify it against ``gold``.
+
+    ``timeout`` bounds extraction and verification together: verification gets what
+    extraction left (a result that ran out of time has ``timed_out`` set).
+    """
     _check_args(gold, timeout)
-    extracted = extract_answer(response, strategies=strategies)
-    return check(gold, extracted, timeout=timeout)
+    check_strategies(strategies)
+    extracted = _extract(response, strategies, timeout)
+    if isinstance(extracted, GradeResult):
+        return extracted
+    predicted, spent = extracted
+    left = timeout - spent
+    if left <= 0:
+        return GradeResult(predicted, False, True, f"answer extraction used the whole "
+                           f"{timeout:g} s grading limit")
+    return check(gold, predicted, timeout=left)
 
 
 async def acheck(
@@ -178,7 +223,13 @@ async def agrade(
     timeout: float = DEFAULT_TIMEOUT_S,
     strategies: Sequence[str] = DEFAULT_STRATEGIES,
 ) -> GradeResult:
-    """Async :func:`grade`, for use inside an event loop without blocking it."""
+    """Async :func:`grade`, for use inside an event loop without blocking it: a short response
+    decided by the shortcuts is graded inline, anything else in a thread (workers do the work)."""
     _check_args(gold, timeout)
-    extracted = extract_answer(response, strategies=strategies)
-    return await acheck(gold, extracted, timeout=timeout)
+    check_strategies(strategies)
+    if response is None or len(response) <= INLINE_EXTRACT_MAX_CHARS:
+        decided = _fast(gold, extract_answer(response, strategies=strategies), True)
+        if decided is not None:
+            return decided
+    return await asyncio.to_thread(grade, gold, response, timeout=timeout,
+                                   strategies=strategies)
