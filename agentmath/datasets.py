@@ -179,7 +179,8 @@ def _meta(row: dict[str, Any], fields: _Fields) -> dict[str, Any]:
 
 
 def _to_tasks(rows: Iterable[tuple[str, Any]], source: str, fields: _Fields) -> list[Task]:
-    """Validate ``(where, row)`` pairs into tasks; the first malformed row raises DataError."""
+    """Validate ``(where, row)`` pairs into tasks; the first malformed row, or no row at all,
+    raises DataError."""
     tasks: list[Task] = []
     first_seen: dict[str, str] = {}
     for index, (where, row) in enumerate(rows):
@@ -198,6 +199,8 @@ def _to_tasks(rows: Iterable[tuple[str, Any]], source: str, fields: _Fields) -> 
         first_seen[task_id] = where
         tasks.append(Task(task_id, values[fields.problem], values[fields.answer],
                           _meta(row, fields)))
+    if not tasks:  # said here, naming the file, not later as "no records to compute metrics"
+        raise DataError(f"{source}: the dataset is empty (no rows)")
     return tasks
 
 
@@ -206,8 +209,8 @@ def _jsonl_rows(path: Path) -> Iterator[tuple[str, Any]]:
     with path.open("rb") as handle:
         for lineno, raw in enumerate(handle, start=1):
             where = f"line {lineno}"
-            try:
-                text = raw.decode("utf-8-sig" if lineno == 1 else "utf-8")
+            try:  # the line ending goes: a JSON error at the end of the line keeps its column
+                text = raw.decode("utf-8-sig" if lineno == 1 else "utf-8").rstrip("\r\n")
             except UnicodeDecodeError as exc:
                 raise _error(str(path), where, None, f"not valid UTF-8 ({exc.reason})") from None
             if not text.strip():

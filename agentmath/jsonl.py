@@ -20,7 +20,12 @@ __all__ = ["iter_jsonl", "parse_line", "read_jsonl", "write_jsonl"]
 
 def parse_line(path: str | Path, lineno: int, line: str | bytes,
                require: Sequence[str] = ()) -> dict[str, Any]:
-    """One line as a JSON object holding every field in ``require``; DataError otherwise."""
+    """One line as a JSON object holding every field in ``require``; DataError otherwise.
+
+    The line ending is dropped first, so an error at the end of a line (a missing ``}``)
+    reports that line's last column, not column 1 of a line that does not exist.
+    """
+    line = line.rstrip(b"\r\n") if isinstance(line, bytes) else line.rstrip("\r\n")
     try:
         value = json.loads(line)
     except json.JSONDecodeError as exc:

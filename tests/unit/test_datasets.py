@@ -327,3 +327,26 @@ def test_cli_datasets_table_with_missing(tmp_path: Path, monkeypatch: pytest.Mon
     assert "missing" in result.stdout and "HuggingFaceH4/MATH-500" in result.stdout
     amc_line = next(line for line in result.stdout.splitlines() if "amc23" in line)
     assert " 2 " in amc_line and "amc23.jsonl" in amc_line
+
+
+# --- faults: end-of-line JSON errors, empty files ---------------------------------------------
+
+
+@pytest.mark.parametrize("ending", ["\n", "\r\n"])
+def test_json_error_at_the_end_of_a_line_names_its_column(tmp_path: Path, ending: str) -> None:
+    line = '{"id": "a", "problem": "1+1", "answer": "2"'  # the closing brace is missing
+    path = tmp_path / "rows.jsonl"
+    path.write_bytes((json.dumps(GOOD) + ending + line + ending).encode())
+    column = len(line) + 1  # just past the last character, where the comma or brace belongs
+    assert _error(path) == f"{path}: line 2: invalid JSON: Expecting ',' delimiter (column {column})"
+
+
+@pytest.mark.parametrize(("name", "content"), [
+    ("empty.jsonl", ""), ("blank.jsonl", "\n  \n\n"), ("empty.json", "[]"),
+    ("data.json", '{"data": []}'),
+])
+def test_an_empty_dataset_file_is_refused_by_name(tmp_path: Path, name: str,
+                                                  content: str) -> None:
+    path = tmp_path / name
+    path.write_text(content)
+    assert _error(path) == f"{path}: the dataset is empty (no rows)"

@@ -38,3 +38,12 @@ def test_unreadable_files_say_what_they_were(tmp_path: Path) -> None:
     bad.write_bytes(b'{"a": "\xe9"}\n')
     with pytest.raises(DataError, match="latin1.jsonl: cannot read"):
         read_jsonl(bad)
+
+
+@pytest.mark.parametrize("line", ['{"a": 1', b'{"a": 1', '{"a": 1\n', b'{"a": 1\r\n'])
+def test_an_error_at_the_end_of_a_line_reports_that_column(line: str | bytes) -> None:
+    from agentmath.jsonl import parse_line
+
+    with pytest.raises(DataError, match=r"^f\.jsonl:4: invalid JSON \(Expecting ',' delimiter, "
+                                        r"column 8\)$"):
+        parse_line("f.jsonl", 4, line)
