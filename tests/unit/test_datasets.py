@@ -338,7 +338,8 @@ def test_json_error_at_the_end_of_a_line_names_its_column(tmp_path: Path, ending
     path = tmp_path / "rows.jsonl"
     path.write_bytes((json.dumps(GOOD) + ending + line + ending).encode())
     column = len(line) + 1  # just past the last character, where the comma or brace belongs
-    assert _error(path) == f"{path}: line 2: invalid JSON: Expecting ',' delimiter (column {column})"
+    expected = f"{path}: line 2: invalid JSON: Expecting ',' delimiter (column {column})"
+    assert _error(path) == expected
 
 
 @pytest.mark.parametrize(("name", "content"), [
