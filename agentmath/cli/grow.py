@@ -40,7 +40,8 @@ def grow(
                              help="Where the data, model (DIR/final) and summary go."),
     formats: str = typer.Option(None, "--formats", help=(
         "Comma-separated tool formats to train on (code_interpreter, markdown, tool_call, "
-        "openai_tools, native); default code_interpreter.")),
+        "openai_tools, deepmath, deepmath_fewshot, nemo_skills, openmath, native); default "
+        "code_interpreter.")),
     size: str = typer.Option(None, "--size", help="Model size: nano, micro, tiny, small, base."),
     steps: int = typer.Option(None, "--steps", help="SFT steps (default 300)."),
     train_problems: int = typer.Option(None, "--train-problems", help="Training problems."),

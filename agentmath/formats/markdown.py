@@ -17,6 +17,12 @@ imagine the output. A backend that drops the final newline (or the whole stop st
 covered by ``find_call``. Limitation: a bare ```` ``` ```` opening fence (a block without a
 language) also matches; the instructions ask for ```` ```python ````, and such a segment has no
 call, so the loop reads it as an answer in text.
+
+Not byte-identical to ToRA / Qwen2.5-Math: they stop at ```` ```output ````, right-strip the
+model's text and append ``"\\n```output\\n...\\n```\\n"``, so their text reads
+```` ```\\n```output ````. The loop keeps the stop string ``"\\n```\\n"`` in the model's text and
+appends the same block, so a trajectory has a blank line between the two blocks (the example
+above shows them without it). See docs/agent-loop.md, "Tool formats".
 """
 
 from __future__ import annotations
