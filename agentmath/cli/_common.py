@@ -38,8 +38,14 @@ def out_console() -> Console:
 
 
 def print_json(data: Any) -> None:
-    """Print one JSON document on one line of stdout and flush (streaming consumers read it)."""
-    sys.stdout.write(json.dumps(data, ensure_ascii=False) + "\n")
+    """Print one JSON document on one line of stdout and flush (streaming consumers read it).
+
+    Non-ASCII text is written as is where stdout speaks UTF-8, and as ``\\uXXXX`` escapes
+    elsewhere (an ASCII or Latin-1 terminal, ``PYTHONIOENCODING=ascii``): the same JSON either
+    way, never an encoding error.
+    """
+    encoding = (getattr(sys.stdout, "encoding", None) or "").lower().replace("-", "")
+    sys.stdout.write(json.dumps(data, ensure_ascii=encoding not in ("utf8", "utf_8")) + "\n")
     sys.stdout.flush()
 
 

@@ -26,6 +26,7 @@ import pytest
 
 from agentmath.config import SandboxConfig
 from agentmath.sandbox import ExecResult, Sandbox
+from tests.fixtures.sandbox_payloads import ESC
 
 # Filled from the ``probe`` fixture (conftest) by the autouse fixture below.
 SECRET_ENV = SECRET_VALUE = ""
@@ -39,18 +40,6 @@ def _probe_helpers(probe):
     pid_alive, proc_info = probe.pid_alive, probe.proc_info
     sandbox_processes, wait_until = probe.sandbox_processes, probe.wait_until
 
-# Reaches the real os/sys/ctypes/__import__ without the import statement (allow-list bypass).
-ESC = (
-    "os = [c for c in object.__subclasses__() if c.__name__ == '_wrap_close'][0]"
-    ".__init__.__globals__['sys'].modules['os']\n"
-    "sys = os.sys\n"
-    "ctypes = sys.modules['ctypes']\n"
-    "libc = ctypes.CDLL(None, use_errno=True)\n"
-    "real_import = vars(ctypes)['__builtins__']['__import__']\n"
-    "socket = sys.modules['socket']\n"
-    "struct = sys.modules['struct']\n"
-    "json = sys.modules['json']\n"
-)
 TOKEN = uuid.uuid4().hex[:12]
 TMP_MARKER = f"/tmp/agentmath-pwned-{TOKEN}"
 
