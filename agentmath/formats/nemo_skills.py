@@ -32,11 +32,12 @@ timed out after N seconds``); an agentmath-only restart note opens stdout. NeMo-
 optional "Remaining code executions" notice needs the call count, which a format's ``render``
 is not given, so it is not written.
 
-``find_call`` takes the text up to the first ``code_end`` after ``code_begin``, as NeMo-Skills'
-extraction does, minus the newline that ends the ``code_begin`` line and the one before
-``code_end``. For ``nemo_skills`` the stop (``"</llm-code>\\n"``) needs the newline, so a
-closing tag inside a one-line string literal does not end the call; the bare tag is accepted
-only at the very end of the text. For ``openmath`` any ``</tool_call>`` ends it, as in
+``find_call`` takes the text between the last ``code_begin`` and the next ``code_end``, as
+NeMo-Skills' extraction does, minus the newline that ends the ``code_begin`` line and the one
+before ``code_end`` (``nemo_skills`` needs ``"<llm-code>\\n"``: NeMo-Skills splits on it). The
+``nemo_skills`` stop (``"</llm-code>\\n"``) needs the newline too, so a closing tag inside a
+one-line string literal does not end the call; the bare tag is accepted only at the very end
+of the text. For ``openmath`` any ``</tool_call>`` ends it, as in
 NeMo-Skills. An output that contains ``code_output_end`` is defused (:mod:`.exact`).
 """
 
@@ -45,7 +46,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from agentmath.formats.base import DelimitedFormat
+from agentmath.formats.base import DelimitedFormat, ToolCall
 from agentmath.formats.exact import failure_line, neutralise, restart_note, split_error
 from agentmath.sandbox.result import ExecResult
 
@@ -131,10 +132,24 @@ class NemoSkillsFormat(DelimitedFormat):
         self.call_close = tags.code_end
         self.output_open = tags.code_output_begin.strip()
         self.output_close = tags.code_output_end.strip()
-        self.opener = re.compile(re.escape(tags.code_begin.removesuffix("\n")) + r"\n?")
+        bare_begin = tags.code_begin.removesuffix("\n")
+        self.opener = re.compile(re.escape(tags.code_begin) if bare_begin != tags.code_begin
+                                 else re.escape(bare_begin) + r"\n?")
         self.closer = _either(tags.code_end)
         self.output_closer = _either(tags.code_output_end)
         self._defuse = re.compile(re.escape(tags.code_output_end))
+
+    def find_call(self, text: str) -> ToolCall | None:
+        """The last unanswered call, its code taken after the *last* ``code_begin`` before its
+        ``code_end``, as NeMo-Skills extracts it (``split(code_begin)[-1]``)."""
+        call = super().find_call(text)
+        if call is None:
+            return None
+        begins = [m.start() for m in self.opener.finditer(text, call.start + 1, call.end)]
+        inner = super().find_call(text[begins[-1]:call.end]) if begins else None
+        if inner is None:
+            return call
+        return ToolCall(inner.code, begins[-1] + inner.start, begins[-1] + inner.end)
 
     def render(self, result: ExecResult, *, max_chars: int = 4000) -> str:
         """``code_output_begin + stdout + stderr + code_output_end``, at most ``max_chars``."""

@@ -350,6 +350,20 @@ def test_unclosed_and_empty_calls(name: str) -> None:
     assert fmt.find_call(empty) == ToolCall("", 0, len(empty))
 
 
+def test_which_opening_tag_a_call_starts_at() -> None:
+    # DeepMath: the first <tool_call> (its non-greedy regex); NeMo-Skills: the last code_begin
+    # before code_end (split(code_begin)[-1]), so a mention in prose or a restart is skipped
+    text = "I'll use <tool_call> tags.\n<tool_call>\nx = 1\n</tool_call>"
+    assert get_format("deepmath").find_call(text).code == "tags.\n<tool_call>\nx = 1"
+    second = text.rindex("<tool_call>")
+    assert get_format("openmath").find_call(text) == ToolCall("x = 1", second, len(text))
+    redo = "<llm-code>\n# draft\n<llm-code>\nx = 1\n</llm-code>\n"
+    assert get_format("nemo_skills").find_call(redo) == ToolCall(
+        "x = 1", redo.rindex("<llm-code>"), len(redo))
+    inline = "Tags like <llm-code> here.\n<llm-code>\ny = 2\n</llm-code>\n"
+    assert get_format("nemo_skills").find_call(inline).code == "y = 2"
+
+
 # --- the protocol ----------------------------------------------------------------------------
 
 
