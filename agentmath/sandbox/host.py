@@ -34,6 +34,9 @@ _ZYGOTE_ENV = {
     "OMP_NUM_THREADS": "1",
     "MKL_NUM_THREADS": "1",
     "PYTHONDONTWRITEBYTECODE": "1",
+    # pandas -> pyarrow's jemalloc would start a background thread: the zygote must stay
+    # single-threaded (user namespaces require it, Landlock and seccomp bind one thread).
+    "JE_ARROW_MALLOC_CONF": "background_thread:false",
 }
 _START_TIMEOUT_S = 60.0
 

@@ -39,6 +39,11 @@ def _send(ctrl: socket.socket, message: dict[str, Any]) -> None:
 def _prepare(setup: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
     """Preload modules and apply the zygote-wide protections. Returns (ctx, report)."""
     preload_errors = {}
+    skip = set(setup.get("disable", ()))
+    # Namespaces first: a user namespace can only be entered while the process has one thread,
+    # and a preloaded library might start one.
+    netns, netns_note = (False, "network namespace disabled by config") \
+        if "network_namespace" in skip else isolation.enter_network_namespace()
     # Codecs are imported lazily by str.encode/decode; load them all while files are readable.
     import encodings
     import pkgutil
@@ -56,11 +61,9 @@ def _prepare(setup: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
     os.dup2(devnull, 0)
     os.dup2(devnull, 1)
     os.close(devnull)
-    skip = set(setup.get("disable", ()))
+    threads = len(os.listdir("/proc/self/task")) if os.path.isdir("/proc/self/task") else 1
     program, seccomp_note = (None, "seccomp disabled by config") if "seccomp" in skip \
         else isolation.build_seccomp_bpf()
-    netns, netns_note = (False, "network namespace disabled by config") \
-        if "network_namespace" in skip else isolation.enter_network_namespace()
     pkg_dir = os.path.dirname(os.path.dirname(os.path.abspath(isolation.__file__)))
     read_paths = isolation.python_read_paths([pkg_dir])
     root_ok, root_note = (False, "minimal root disabled by config") \
@@ -74,6 +77,8 @@ def _prepare(setup: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
     if keep_read:
         landlock_note += ("; Python lives under a private directory, so workers keep "
                           "CAP_DAC_READ_SEARCH (reads stay confined by Landlock)")
+    if threads > 1:  # workers fork from this thread alone, but say that something started one
+        landlock_note += f"; the zygote has {threads} threads after preload (workers have one)"
     gc.collect()
     gc.freeze()  # the heap stays shared with workers instead of being touched by their gc
     root = os.geteuid() == 0 and "user" not in netns_note

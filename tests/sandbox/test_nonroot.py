@@ -61,6 +61,8 @@ def test_nonroot_host_runs_contained(tmp_path: Path) -> None:
     prot = out["protections"]
     assert prot["setuid"] is False  # no uid drop without root: reported, not hidden
     assert prot["network_namespace"] and prot["landlock_fs"] and prot["seccomp"]
+    # The user namespace also carries the mount and IPC namespaces, and pidfds need no root.
+    assert prot["minimal_root"] and prot["ipc_namespace"] and prot["idle_freeze"]
     assert out["state"] == [None, "6"]
     assert out["kill_host"] == "PermissionError"  # seccomp + Landlock signal scoping
     assert out["write"] == "PermissionError"
