@@ -3,6 +3,8 @@
 Run: ``.venv/bin/python benchmarks/sandbox.py`` (``--quick`` for a smoke run, ``--json`` for
 machine-readable output). Everything is measured in one run on this machine, with every
 protection the kernel offers switched on; the baseline is a fresh ``python -c`` per snippet.
+A second table gives what each protection costs the round trip: the same measurement with that
+one protection switched off (``SandboxConfig.disable_protections``), interleaved in the run.
 """
 
 from __future__ import annotations
@@ -166,10 +168,70 @@ async def measure(quick: bool) -> dict[str, Any]:
             session.run(TRIVIAL)
             lat.append((time.perf_counter() - t) * 1000)
         res["rt_trivial_sync"] = lat
+    res["costs"] = await protection_costs(1000 // k, 1 if quick else 3)
     res["base_trivial"], res["base_tput_trivial"] = baseline(TRIVIAL, 40 // k)
     res["base_sympy"], res["base_tput_sympy"] = baseline(
         "sympy.factorint(2**64 - 1)", 20 // k, "import sympy")
     return res
+
+
+# Protections whose cost can be measured by switching them off (SandboxConfig's
+# disable_protections); the reply checks (decoding limits, sanitizing) are timed directly.
+TOGGLED = ("idle_freeze", "minimal_root", "ipc_namespace", "seccomp", "landlock", "setuid",
+           "network_namespace")
+
+
+async def _rt_p50(disable: tuple[str, ...], n: int) -> float:
+    async with SandboxPool(SandboxConfig(disable_protections=disable)) as pool:
+        return pct(await round_trips(pool, TRIVIAL, n), 0.5)
+
+
+async def protection_costs(n: int, repeats: int) -> dict[str, Any]:
+    """Trivial round-trip p50 with every protection on and with each one off, in one run.
+
+    Pools are interleaved (all on, one off, all on, next off, ...) and each figure is the median
+    over ``repeats`` pools, so slow drift of a shared VM affects every column alike.
+    """
+    on: list[float] = []
+    off: dict[str, list[float]] = {name: [] for name in TOGGLED}
+    for _ in range(repeats):
+        for name in TOGGLED:
+            on.append(await _rt_p50((), n))
+            off[name].append(await _rt_p50((name,), n))
+    return {"all_on": statistics.median(on),
+            "off": {name: statistics.median(v) for name, v in off.items()},
+            "reply_checks_us": reply_check_cost()}
+
+
+def reply_check_cost() -> float:
+    """Microseconds the host spends on a trivial reply's checks (decode limits + sanitizing)."""
+    from agentmath.sandbox.pool import _result_from_reply
+    from agentmath.sandbox.protocol import decode_body, encode
+
+    body = encode({"duration_ms": 0.004, "id": 2**61})[4:]
+    config = SandboxConfig()
+    n = 20000
+    t = time.perf_counter()
+    for _ in range(n):
+        _result_from_reply(decode_body(body), config)
+    checked = time.perf_counter() - t
+    t = time.perf_counter()
+    for _ in range(n):
+        json.loads(body)
+    plain = time.perf_counter() - t
+    return max(checked - plain, 0.0) / n * 1e6
+
+
+def cost_rows(c: dict[str, Any]) -> list[tuple[str, str, str, str]]:
+    """(protection, p50 without it, p50 with all, cost) rows; the goal is <= 20% each."""
+    out = []
+    for name, without in c["off"].items():
+        cost = (c["all_on"] - without) / without * 100
+        out.append((name, f"{without:.3f} ms", f"{c['all_on']:.3f} ms", f"{cost:+.1f}%"))
+    checks = c["reply_checks_us"] / 1000
+    out.append(("reply checks (decode limits, sanitizing)", f"{c['all_on'] - checks:.3f} ms",
+                f"{c['all_on']:.3f} ms", f"{checks / (c['all_on'] - checks) * 100:+.1f}%"))
+    return out
 
 
 def rows(r: dict[str, Any]) -> list[tuple[str, str, str, str]]:
@@ -204,12 +266,17 @@ def main() -> None:
     args = parser.parse_args()
     result = asyncio.run(measure(args.quick))
     table = rows(result)
+    costs = cost_rows(result["costs"])
     if args.json:
-        print(json.dumps({"rows": table, "protections": result["protections"]}, indent=2))
+        print(json.dumps({"rows": table, "protection_costs": costs,
+                          "protections": result["protections"]}, indent=2))
         return
     print_table(f"agentmath sandbox benchmark ({result['cpus']} CPUs, Python "
                 f"{result['python']}; pool start {result['pool_start_ms']:.0f} ms)",
                 ("metric", "agentmath", "baseline: python -c per snippet", "goal"), table)
+    print_table("what each protection costs the trivial round trip (p50; goal: <= +20% each)",
+                ("protection switched off", "round trip without it", "with every protection",
+                 "cost"), costs)
     active = [k for k, v in result["protections"].items() if v]
     print(f"protections active: {', '.join(active) or 'none'}")
 
