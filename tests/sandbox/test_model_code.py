@@ -1,0 +1,54 @@
+"""Code cells of the kind real models write (ToRA, MathCoder, NeMo-Skills, DeepMath) that once
+failed only because of the sandbox: lazily imported standard-library modules, pandas, plots,
+interpreter limits. They must run with the default configuration."""
+
+from __future__ import annotations
+
+import pytest
+
+from agentmath.sandbox import Sandbox
+
+CELLS = {
+    "datetime_strptime": ("from datetime import datetime\n"
+                          "(datetime.strptime('2024-03-01', '%Y-%m-%d') - "
+                          "datetime.strptime('2024-02-01', '%Y-%m-%d')).days", "29"),
+    "time_strptime": ("import time\ntime.strptime('1999-12-31', '%Y-%m-%d').tm_yday", "365"),
+    "scipy_io_and_integrate": ("import scipy.io, scipy.integrate\n"
+                               "round(scipy.integrate.quad(lambda x: x**2, 0, 3)[0], 6)", "9.0"),
+    "scipy_optimize": ("from scipy.optimize import brentq\nround(brentq(lambda x: x**3 - 2, 0, 2), "
+                       "6)", "1.259921"),
+    "pandas_frame": ("import pandas as pd\ndf = pd.DataFrame({'n': range(1, 11)})\n"
+                     "int(df[df.n % 2 == 0].n.sum())", "30"),
+    "zoneinfo": ("from zoneinfo import ZoneInfo\nfrom datetime import datetime\n"
+                 "datetime(2024, 7, 1, tzinfo=ZoneInfo('Europe/Paris')).utcoffset().seconds",
+                 "7200"),
+    "recursion_limit": ("import sys\nsys.setrecursionlimit(10000)\n"
+                        "def f(n):\n    return 0 if n == 0 else 1 + f(n - 1)\nf(5000)", "5000"),
+    "int_digits_limit": ("import sys\nsys.set_int_max_str_digits(0)\nlen(str(3 ** 20000))",
+                         "9543"),
+    "hashlib_struct": ("import hashlib, struct\n"
+                       "hashlib.md5(struct.pack('>I', 7)).hexdigest()[:6]",
+                       "'" + __import__("hashlib").md5(b"\0\0\0\x07").hexdigest()[:6] + "'"),
+    "sympy_star_import": ("from sympy import *\nx = symbols('x')\nsolve(x**2 - 5*x + 6, x)",
+                          "[2, 3]"),
+}
+
+
+@pytest.mark.parametrize("code, expected", list(CELLS.values()), ids=list(CELLS))
+def test_real_model_cell_runs(sandbox: Sandbox, code: str, expected: str) -> None:
+    r = sandbox.run(code)
+    assert r.ok and r.value == expected, r
+
+
+def test_plotting_runs_and_writes_nothing(sandbox: Sandbox) -> None:
+    with sandbox.session() as s:
+        r = s.run("import matplotlib.pyplot as plt\nimport numpy as np\n"
+                  "x = np.linspace(-2, 2, 100)\nplt.plot(x, x**2, label='y')\nplt.legend()\n"
+                  "plt.title('parabola')\nplt.grid(True)\nplt.show()\nprint('plotted')")
+        assert r.ok and r.stdout == "plotted\n" and r.stderr == "", r
+        r = s.run("import io\nbuf = io.BytesIO()\nplt.savefig(buf, format='png')\n"
+                  "buf.getvalue()[:4]")
+        assert r.ok and r.value == "b'\\x89PNG'", r
+        r = s.run("plt.savefig('figure.png')")
+        assert r.error_type in ("PermissionError", "OSError"), r  # nothing is written
+        assert s.run("plt.close('all')\n1").value == "1"
