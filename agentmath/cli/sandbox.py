@@ -39,6 +39,9 @@ PROTECTION_HELP: dict[str, str] = {
     "setuid": "runs as an unprivileged uid, one per live worker",
     "rlimits": "memory, CPU-time, file and process limits",
     "no_new_privs": "no privilege gain through exec (PR_SET_NO_NEW_PRIVS)",
+    "minimal_root": "private read-only root: paths outside the allow-list do not exist",
+    "ipc_namespace": "System V IPC private to each worker, gone with it",
+    "idle_freeze": "idle workers stopped between snippets: no work outlives a snippet",
 }
 
 
@@ -94,7 +97,10 @@ def exec_cells(
 
     Cells are separated by lines that are exactly `# %%`. Prints one JSON object per cell
     per line: cell, stdout, stderr, value, error, error_type, timed_out, truncated, state_lost,
-    crashed, duration_ms. Errors in the code are data (exit 0); only usage errors exit 2.
+    crashed, sanitized, duration_ms. Errors in the code are data (exit 0); usage errors exit 2,
+    a failure of the sandbox itself exits 1. Text is always valid Unicode: characters that are
+    not (lone surrogates, control characters but newline and tab) become U+FFFD, counted in
+    `sanitized`.
 
     Example: `printf 'x = 2**64\\n# %%%%\\nx + 1\\n' | agentmath sandbox exec`
     """
@@ -108,9 +114,15 @@ def exec_cells(
     cells = split_cells(read_program())
     if not cells:
         usage_error("no program on stdin: pipe Python code in, cells separated by '# %%' lines")
+    from agentmath.errors import SandboxError
+
     with start_sandbox(cfg) as sandbox, sandbox.session() as session:
         for index, code in enumerate(cells):
-            print_json(cell_record(index, session.run(code)))
+            try:
+                result = session.run(code)
+            except SandboxError as exc:  # the sandbox itself failed: cells so far are printed
+                usage_error(f"the sandbox failed at cell {index}: {exc}", code=1)
+            print_json(cell_record(index, result))
 
 
 def _info_data(sandbox: Any, start_ms: float) -> dict[str, Any]:
