@@ -197,10 +197,21 @@ class EvalConfig(StrictModel):
     problem_field: str = Field("problem", description="Problem field of a custom dataset.")
     answer_field: str = Field("answer", description="Answer field of a custom dataset.")
     id_field: str = Field("id", description="Id field of a custom dataset.")
-    grade_timeout_s: float = Field(10.0, gt=0, le=600, description="Per-answer grading limit.")
+    grade_timeout_s: float = Field(10.0, gt=0, le=600, description=(
+        "Per-sample grading limit, answer extraction and verification together (not identity)."))
+    http_retries: int = Field(4, ge=0, le=100, description=(
+        "Retries of a failed request to the model server (timeouts, connection errors, 408, "
+        "429, 5xx, malformed replies), with exponential backoff from 0.5 s up to 30 s and the "
+        "server's Retry-After honoured; raise it to ride out a longer outage (not identity)."))
+    http_timeout_s: float = Field(120.0, gt=0, le=3600, description=(
+        "Time limit of one request to the model server, in seconds (not identity)."))
+    retry_errors: bool = Field(False, description=(
+        "Run again the samples recorded as errors (the model server failed); each new record "
+        "replaces the old one, so every (problem, sample) still counts once (not identity)."))
     loop: LoopConfig = Field(default_factory=LoopConfig, description="Episode budgets.")
     sandbox: SandboxConfig = Field(default_factory=SandboxConfig, description="Sandbox limits.")
 
     #: Fields that may differ between a run and its resumption.
     RESUMABLE_FIELDS: ClassVar[frozenset[str]] = frozenset(
-        {"concurrency", "base_url", "data_dir", "grade_timeout_s"})
+        {"concurrency", "base_url", "data_dir", "grade_timeout_s", "http_retries",
+         "http_timeout_s", "retry_errors"})

@@ -34,6 +34,16 @@ def build_messages(problem: str, fmt: ToolFormat, system_prompt: str | None = No
     return messages
 
 
+def _failure(exc: Exception) -> str:
+    """How a failed backend call is recorded: the error's type and message. A backend error
+    of an unexpected type (a TypeError in a third-party backend) ends this episode the same
+    way, so that one bad reply never takes down a whole evaluation."""
+    kind = type(exc).__name__
+    if isinstance(exc, BackendError | OSError | ValueError):
+        return f"{kind}: {exc}"
+    return f"{kind} (unexpected, from the backend): {exc}"
+
+
 def _extract(text: str) -> str | None:
     from agentmath.grading import extract_answer  # lazy: grading pulls in math-verify
 
@@ -77,8 +87,8 @@ async def _generate(ep: _Episode, backend: Backend, fmt: ToolFormat,
                              sampling=sampling), remaining)
     except TimeoutError:
         return "time_budget"
-    except (BackendError, OSError, ValueError) as exc:
-        ep.traj.error = f"{type(exc).__name__}: {exc}"
+    except Exception as exc:  # noqa: BLE001 - any backend failure is this episode's error
+        ep.traj.error = _failure(exc)
         return "error"
 
 
@@ -120,8 +130,8 @@ async def _turn(ep: _Episode, backend: Backend, fmt: ToolFormat, pool: SandboxPo
     rendered = fmt.render(result, max_chars=ep.config.max_output_chars)
     try:
         ids = await backend.tokenize(rendered)
-    except (BackendError, OSError, ValueError) as exc:
-        ep.traj.error = f"tokenize failed: {type(exc).__name__}: {exc}"
+    except Exception as exc:  # noqa: BLE001 - any backend failure is this episode's error
+        ep.traj.error = f"tokenize failed: {_failure(exc)}"
         return "error"
     ep.add(Segment("tool", rendered, list(ids), code=call.code, result=result,
                    duration_ms=result.duration_ms))
@@ -154,7 +164,12 @@ async def run_episode(
     ep = _Episode(traj, config, start + config.time_limit_s)
     try:
         messages = build_messages(problem, fmt, config.system_prompt, few_shot)
-        prompt_ids = await backend.render_prompt(messages)
+        try:
+            prompt_ids = await backend.render_prompt(messages)
+        except AgentMathError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - any backend failure is this episode's error
+            raise BackendError(f"render_prompt failed: {_failure(exc)}") from exc
         ep.add(Segment("prompt", "".join(
             f"[{m['role']}] {m['content']}\n" for m in messages), list(prompt_ids)))
         traj.meta["messages"] = messages

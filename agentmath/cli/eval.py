@@ -39,6 +39,15 @@ def eval_command(
     max_tool_calls: int = typer.Option(None, "--max-tool-calls", help="Per episode."),
     max_model_tokens: int = typer.Option(None, "--max-model-tokens", help="Per episode."),
     system_prompt: str = typer.Option(None, "--system-prompt", help="Default: the format's."),
+    retry_errors: bool = typer.Option(None, "--retry-errors/--no-retry-errors", help=(
+        "Run again the samples recorded as errors (e.g. during a server outage); the new "
+        "records replace the old ones.")),
+    http_retries: int = typer.Option(None, "--http-retries", metavar="N", help=(
+        "Retries of a failed server request, with backoff and Retry-After (default 4).")),
+    http_timeout: float = typer.Option(None, "--http-timeout", metavar="SECONDS", help=(
+        "Time limit of one server request (default 120).")),
+    grade_timeout: float = typer.Option(None, "--grade-timeout", metavar="SECONDS", help=(
+        "Grading limit per sample, extraction and verification together (default 10).")),
     config_file: Path = typer.Option(None, "--config", "-c", help="EvalConfig file (TOML/YAML)."),
     sets: list[str] = typer.Option(None, "--set", "-s", help="Override a field: key=value."),
     json_out: bool = JSON_OPTION,
@@ -54,16 +63,22 @@ def eval_command(
         "format": fmt, "samples": samples, "concurrency": concurrency,
         "temperature": temperature, "top_p": top_p, "seed": seed, "limit": limit,
         "data_dir": data_dir, "problem_field": problem_field, "answer_field": answer_field,
-        "id_field": id_field, "loop": {"max_tool_calls": max_tool_calls,
-        "max_model_tokens": max_model_tokens, "system_prompt": system_prompt}})
+        "id_field": id_field, "retry_errors": retry_errors, "http_retries": http_retries,
+        "http_timeout_s": http_timeout, "grade_timeout_s": grade_timeout,
+        "loop": {"max_tool_calls": max_tool_calls, "max_model_tokens": max_model_tokens,
+                 "system_prompt": system_prompt}})
+    http = ({"max_retries": config.http_retries, "timeout_s": config.http_timeout_s}
+            if config.backend == "openai" else {})
     try:
-        engine = make_backend(config.backend, config.model, base_url=config.base_url)
+        engine = make_backend(config.backend, config.model, base_url=config.base_url, **http)
     except (AgentMathError, ValueError) as exc:
         usage_error(str(exc))
     try:
         metrics = asyncio.run(_run(config, out, engine, quiet=json_out))
     except AgentMathError as exc:
         usage_error(str(exc))
+    except OSError as exc:  # the run directory cannot be written: say so, no traceback
+        usage_error(f"{out}: {exc.strerror or exc}", code=1)
     if json_out:
         print_json(metrics)
         return
@@ -77,6 +92,10 @@ def eval_command(
     for name, value in metrics_table_rows(metrics):
         table.add_row(name, value)
     out_console().print(table)
+    errors = metrics.get("n_errors", 0)
+    if errors:
+        out_console().print(f"{errors} sample(s) ended in an error (see 'error' in "
+                            f"samples.jsonl); run again with --retry-errors to retry them")
     out_console().print(f"run directory: {out}")
 
 
@@ -92,8 +111,9 @@ async def _run(config: Any, out: Path, engine: Any, quiet: bool) -> dict[str, An
 
     def update(p: dict[str, Any]) -> None:
         acc = p["correct"] / p["fresh"] if p["fresh"] else 0.0
+        errors = f" · {p['errors']} errors" if p.get("errors") else ""
         progress.update(task, completed=p["done"], total=p["total"],
-                        stats=f"acc {acc:.1%} · {p['rate']:.2f} samples/s")
+                        stats=f"acc {acc:.1%} · {p['rate']:.2f} samples/s{errors}")
 
     try:
         with progress:

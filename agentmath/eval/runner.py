@@ -1,21 +1,30 @@
 """Evaluation runs: every sample of every problem through the agent loop, concurrently,
 recorded as it finishes, resumable after any interruption.
 
-``run_eval`` loads the tasks, saves (or checks) the run's config, skips the (problem, sample)
-pairs already in ``samples.jsonl``, runs the rest with at most ``concurrency`` in flight, grades
-each answer against the gold with math-verify, appends the record at once, and finally writes
-``metrics.json``. Each sample's seed derives from the run seed, the problem id and the sample
-index, so a resumed run samples the same way as an uninterrupted one.
+``run_eval`` takes the run directory's lock (a second run on it is refused, naming the
+holder), loads the tasks, saves (or checks) the run's config and the dataset's fingerprint,
+skips the (problem, sample) pairs already in ``samples.jsonl`` (with ``retry_errors``, the
+errored ones are dropped first and run again), runs the rest with at most ``concurrency`` in
+flight, grades each response against the gold (extraction and math-verify under one hard
+timeout), appends the record at once, and finally writes ``metrics.json``. Each sample's seed
+derives from the run seed, the problem id and the sample index, so a resumed run samples the
+same way as an uninterrupted one.
+
+A sample that fails in any way (the model server, a malformed reply, a bug) is recorded as a
+failed sample with the error's type and message; it never stops the run or loses the samples
+already finished. Only cancellation (Ctrl-C) stops it.
 """
 
 from __future__ import annotations
 
 import asyncio
 import hashlib
+import logging
 import platform
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from importlib import metadata
 from pathlib import Path
 from typing import Any
 
@@ -23,11 +32,16 @@ from agentmath import __version__
 from agentmath.backends.base import Backend, SamplingParams
 from agentmath.config import EvalConfig
 from agentmath.errors import GradingError
+from agentmath.eval.fingerprint import dataset_fingerprint
+from agentmath.eval.lock import RunLock
 from agentmath.eval.store import (
     METRICS_FILE,
     SampleWriter,
     check_or_write_config,
+    drop_errors,
+    is_error,
     load_records,
+    unique_records,
     write_json_atomic,
 )
 from agentmath.formats import get_format
@@ -36,6 +50,7 @@ from agentmath.sandbox.pool import SandboxPool
 from agentmath.trajectory import Trajectory
 
 ProgressFn = Callable[[dict[str, Any]], None]
+log = logging.getLogger(__name__)
 
 
 def sample_seed(seed: int, problem_id: str, index: int) -> int:
@@ -51,13 +66,15 @@ def identity(config: EvalConfig) -> dict[str, Any]:
 
 
 def _versions() -> dict[str, str]:
+    """Versions of the packages that shape results, read from package metadata: importing
+    torch and transformers just to read ``__version__`` cost seconds per run."""
     out = {"agentmath": __version__, "python": platform.python_version()}
-    for name in ("torch", "transformers", "vllm", "math_verify", "sympy"):
+    for name, dist in (("torch", "torch"), ("transformers", "transformers"), ("vllm", "vllm"),
+                       ("math_verify", "math-verify"), ("sympy", "sympy")):
         try:
-            module = __import__(name)
-        except ImportError:
+            out[name] = metadata.version(dist)
+        except metadata.PackageNotFoundError:
             continue
-        out[name] = str(getattr(module, "__version__", "?"))
     return out
 
 
@@ -90,63 +107,126 @@ class _Run:
     done: int = 0
     fresh: int = 0
     correct: int = 0
+    errors: int = 0
     total: int = 0
     started: float = 0.0
 
 
-async def _one(run: _Run, task: Any, index: int, slots: asyncio.Semaphore) -> None:
-    """Run, grade and record one sample (failures are recorded, never raised)."""
-    from agentmath.grading import GradeResult, acheck
+async def _sample(run: _Run, task: Any, index: int) -> dict[str, Any]:
+    """Run and grade one sample and return its record."""
+    from agentmath.grading import GradeResult, agrade
 
     cfg = run.config
+    sampling = SamplingParams(temperature=cfg.temperature, top_p=cfg.top_p,
+                              top_k=cfg.top_k, seed=sample_seed(cfg.seed, task.id, index))
+    traj = await run_episode(task.problem, run.backend, get_format(cfg.format), run.pool,
+                             cfg.loop, sampling,
+                             meta={"problem_id": task.id, "sample_index": index})
+    try:  # extraction and verification both sit under the grading timeout
+        grade = await agrade(task.answer, traj.model_text, timeout=cfg.grade_timeout_s)
+    except GradingError as exc:  # an ungradable row is recorded as such, not raised
+        grade = GradeResult(traj.answer, None, error=str(exc))
+    if grade.extracted is None and traj.answer is not None and grade.timed_out:
+        grade = GradeResult(traj.answer, grade.correct, grade.timed_out, grade.error,
+                            grade.method)
+    return make_record(task, index, traj, grade)
+
+
+def failed_record(task: Any, index: int, exc: BaseException) -> dict[str, Any]:
+    """The record of a sample that raised instead of finishing: an error, never a crash."""
+    from agentmath.grading import GradeResult
+
+    traj = Trajectory(problem=task.problem, finish_reason="error",
+                      error=f"{type(exc).__name__} (unexpected, while running this sample): "
+                            f"{exc}",
+                      meta={"problem_id": task.id, "sample_index": index})
+    return make_record(task, index, traj, GradeResult(None, False))
+
+
+async def _one(run: _Run, task: Any, index: int, slots: asyncio.Semaphore) -> None:
+    """Run, grade and record one sample (failures are recorded, never raised)."""
     async with slots:
-        sampling = SamplingParams(temperature=cfg.temperature, top_p=cfg.top_p,
-                                  top_k=cfg.top_k, seed=sample_seed(cfg.seed, task.id, index))
-        traj = await run_episode(task.problem, run.backend, get_format(cfg.format), run.pool,
-                                 cfg.loop, sampling,
-                                 meta={"problem_id": task.id, "sample_index": index})
         try:
-            grade = await acheck(task.answer, traj.answer, timeout=cfg.grade_timeout_s)
-        except GradingError as exc:  # an ungradable row is recorded as such, not raised
-            grade = GradeResult(traj.answer, None, error=str(exc))
-    record = make_record(task, index, traj, grade)
+            record = await _sample(run, task, index)
+        except Exception as exc:  # noqa: BLE001 - one sample's failure is that sample's record
+            log.debug("sample %s/%s failed", task.id, index, exc_info=True)
+            record = failed_record(task, index, exc)
     run.writer.append(record)
     run.done += 1
     run.fresh += 1
     run.correct += bool(record["correct"])
+    run.errors += is_error(record)
     if run.progress is not None:
         elapsed = time.monotonic() - run.started
         run.progress({"done": run.done, "total": run.total, "fresh": run.fresh,
-                      "correct": run.correct, "rate": run.fresh / elapsed if elapsed else 0.0})
+                      "correct": run.correct, "errors": run.errors,
+                      "rate": run.fresh / elapsed if elapsed else 0.0})
+
+
+def _load(config: EvalConfig) -> list[Any]:
+    """The run's tasks (a DataError names the file, line and field of a bad row)."""
+    from agentmath.datasets import load_tasks
+
+    return load_tasks(config.dataset, data_dir=config.data_dir, limit=config.limit,
+                      problem_field=config.problem_field, answer_field=config.answer_field,
+                      id_field=config.id_field)
+
+
+async def _run_todo(run: _Run, todo: list[tuple[Any, int]]) -> None:
+    """Every pending sample, at most ``concurrency`` at once. Should one fail to be recorded
+    (a full disk), or the run be cancelled, the others are cancelled and awaited before this
+    returns, so nothing writes to the run directory after it."""
+    slots = asyncio.Semaphore(run.config.concurrency)
+    pending = [asyncio.ensure_future(_one(run, t, i, slots)) for t, i in todo]
+    try:
+        await asyncio.gather(*pending)
+    except BaseException:
+        for future in pending:
+            future.cancel()
+        await asyncio.gather(*pending, return_exceptions=True)
+        raise
 
 
 async def run_eval(config: EvalConfig, out_dir: str | Path, backend: Backend,
                    progress: ProgressFn | None = None) -> dict[str, Any]:
-    """Run (or resume) an evaluation into ``out_dir``; returns the metrics."""
-    from agentmath.datasets import load_tasks
-    from agentmath.eval.metrics import compute_metrics
+    """Run (or resume) an evaluation into ``out_dir``; returns the metrics.
 
+    Raises :class:`~agentmath.eval.lock.RunLockedError` when another run holds the directory,
+    :class:`~agentmath.errors.ConfigError` when the saved config or dataset differs, and
+    :class:`~agentmath.errors.DataError` for a bad dataset; never for a failed sample.
+    """
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     get_format(config.format)  # unknown format: fail before anything is written
-    tasks = load_tasks(config.dataset, data_dir=config.data_dir, limit=config.limit,
-                       problem_field=config.problem_field, answer_field=config.answer_field,
-                       id_field=config.id_field)
-    full = {**config.model_dump(mode="json"), "versions": _versions(),
-            "backend_name": getattr(backend, "name", config.backend)}
-    check_or_write_config(out, identity(config), full)
-    done = {(r["problem_id"], r["sample_index"]) for r in load_records(out)}
-    todo = [(t, i) for t in tasks for i in range(config.samples) if (t.id, i) not in done]
-    writer = SampleWriter(out)
-    try:
-        async with SandboxPool(config.sandbox) as pool:
-            run = _Run(config, backend, pool, writer, progress, done=len(done),
-                       total=len(tasks) * config.samples, started=time.monotonic())
-            slots = asyncio.Semaphore(config.concurrency)
-            await asyncio.gather(*(_one(run, t, i, slots) for t, i in todo))
-    finally:
-        writer.close()
-    records = load_records(out)
+    with RunLock(out):
+        tasks = _load(config)
+        full = {**config.model_dump(mode="json"), "versions": _versions(),
+                "backend_name": getattr(backend, "name", config.backend)}
+        check_or_write_config(out, identity(config), full, dataset_fingerprint(tasks))
+        if config.retry_errors:
+            drop_errors(out)
+        done = {(r["problem_id"], r["sample_index"]) for r in load_records(out)}
+        todo = [(t, i) for t in tasks for i in range(config.samples) if (t.id, i) not in done]
+        writer = SampleWriter(out)
+        try:
+            if todo:
+                async with SandboxPool(config.sandbox) as pool:
+                    run = _Run(config, backend, pool, writer, progress, done=len(done),
+                               total=len(tasks) * config.samples, started=time.monotonic())
+                    await _run_todo(run, todo)
+        finally:
+            writer.close()
+        metrics = compute_run_metrics(out)
+    return metrics
+
+
+def compute_run_metrics(out: Path) -> dict[str, Any]:
+    """Metrics of the run directory's records (one per sample), also written to metrics.json;
+    ``n_errors`` counts the samples recorded as errors (``--retry-errors`` runs them again)."""
+    from agentmath.eval.metrics import compute_metrics
+
+    records = unique_records(load_records(out))
     metrics = compute_metrics(records)
+    metrics["n_errors"] = sum(1 for r in records if is_error(r))
     write_json_atomic(out / METRICS_FILE, metrics)
     return metrics

@@ -5,22 +5,31 @@ descriptor, so once the call returns the record is in the kernel and survives th
 killed. A record cut short by a kill in the middle of that write (or by a full disk) can only
 be the last line; on resume it is cut off and that sample runs again. Together with skipping
 what is recorded, every (problem, sample) ends up exactly once.
+
+Samples recorded as errors (the model server failed) count as done until a run asks to retry
+them: :func:`drop_errors` then moves their records to ``retried_errors.jsonl`` and rewrites
+``samples.jsonl`` without them in one atomic rename, so a kill at any moment leaves either the
+old file or the new one, and the retried samples are simply missing, to be run again.
 """
 
 from __future__ import annotations
 
 import json
 import os
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
 from agentmath.errors import ConfigError, DataError
+from agentmath.eval.fingerprint import describe_change
 from agentmath.jsonl import parse_line
 
 CONFIG_FILE = "config.json"
 SAMPLES_FILE = "samples.jsonl"
 RECORD_KEY = ("problem_id", "sample_index")  # every sample record has these
 METRICS_FILE = "metrics.json"
+RETRIED_FILE = "retried_errors.jsonl"  # error records superseded by a --retry-errors run
+DATASET_KEY = "dataset_fingerprint"  # where config.json keeps the dataset's fingerprint
 
 
 def write_json_atomic(path: Path, data: Any) -> None:
@@ -30,27 +39,94 @@ def write_json_atomic(path: Path, data: Any) -> None:
     os.replace(tmp, path)
 
 
-def check_or_write_config(run_dir: Path, identity: dict[str, Any], full: dict[str, Any]) -> bool:
-    """Save the run's config, or check that a resumed run uses the same one.
+def _read_saved(path: Path) -> dict[str, Any]:
+    try:
+        saved = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise DataError(f"{path}: cannot read the saved run config: {exc}") from exc
+    if not isinstance(saved, dict):
+        raise DataError(f"{path}: the saved run config is not a JSON object")
+    return saved
 
-    Returns True when the run is being resumed. A differing identity field is a
-    :class:`ConfigError` that names every field and both values, so results are never mixed.
+
+def check_or_write_config(run_dir: Path, identity: dict[str, Any], full: dict[str, Any],
+                          dataset: dict[str, Any] | None = None) -> bool:
+    """Save the run's config (and ``dataset``, its fingerprint), or check that a resumed run
+    uses the same config and the same data.
+
+    Returns True when the run is being resumed. A differing identity field or a changed
+    dataset is a :class:`ConfigError` that names every field and both values, and which
+    problem ids changed, so results are never mixed. A run saved before fingerprints existed
+    gets the current one written in (from then on, its data is pinned).
     """
     path = run_dir / CONFIG_FILE
     if not path.exists():
-        write_json_atomic(path, {**full, "identity": identity})
+        extra = {DATASET_KEY: dataset} if dataset is not None else {}
+        write_json_atomic(path, {**full, "identity": identity, **extra})
         return False
-    try:
-        saved = json.loads(path.read_text(encoding="utf-8")).get("identity", {})
-    except (OSError, json.JSONDecodeError) as exc:
-        raise DataError(f"{path}: cannot read the saved run config: {exc}") from exc
-    diffs = [f"{k}: saved {saved.get(k)!r}, now {identity.get(k)!r}"
-             for k in sorted(set(saved) | set(identity)) if saved.get(k) != identity.get(k)]
-    if diffs:
-        raise ConfigError(f"{path}: this run was started with a different config; refusing to "
-                          f"mix results (use another --out or the same settings): "
-                          + "; ".join(diffs))
+    document = _read_saved(path)
+    saved = document.get("identity") if isinstance(document.get("identity"), dict) else {}
+    problems = [f"{k}: saved {saved.get(k)!r}, now {identity.get(k)!r}"
+                for k in sorted(set(saved) | set(identity)) if saved.get(k) != identity.get(k)]
+    saved_data = document.get(DATASET_KEY)
+    if dataset is not None and isinstance(saved_data, dict):
+        change = describe_change(saved_data, dataset)
+        if change is not None:
+            problems.append(change)
+    if problems:
+        raise ConfigError(f"{path}: this run was started with a different config or dataset; "
+                          f"refusing to mix results (use another --out, or the same settings "
+                          f"and data): " + "; ".join(problems))
+    if dataset is not None and not isinstance(saved_data, dict):
+        write_json_atomic(path, {**document, DATASET_KEY: dataset})
     return True
+
+
+def is_error(record: dict[str, Any]) -> bool:
+    """Whether a sample record is a failed sample (the episode ended in an error)."""
+    return record.get("finish_reason") == "error" or bool(record.get("error"))
+
+
+def unique_records(records: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One record per (problem, sample), in first-seen order.
+
+    Duplicates come only from older versions (two runs on one directory before runs were
+    locked). A later record supersedes an earlier one, except that an error never replaces a
+    finished sample, so such a directory resumes and scores each sample once.
+    """
+    chosen: dict[tuple[Any, Any], dict[str, Any]] = {}
+    for record in records:
+        key = (record["problem_id"], record["sample_index"])
+        old = chosen.get(key)
+        if old is None or is_error(old) or not is_error(record):
+            chosen[key] = record
+    return list(chosen.values())
+
+
+def _write_lines(path: Path, records: Iterable[dict[str, Any]], mode: str) -> None:
+    """Write records as JSON lines and fsync them (so a rename after it is durable)."""
+    with open(path, mode, encoding="utf-8") as fh:
+        for record in records:
+            fh.write(json.dumps(record, ensure_ascii=False) + "\n")
+        fh.flush()
+        os.fsync(fh.fileno())
+
+
+def drop_errors(run_dir: Path) -> int:
+    """Remove the error records (and any duplicates) from samples.jsonl so that those samples
+    run again; the removed errors are appended to ``retried_errors.jsonl`` first. Returns how
+    many samples will be retried. Call it with the run's lock held."""
+    records = load_records(run_dir)
+    kept = unique_records(records)
+    errors = [r for r in kept if is_error(r)]
+    if not errors and len(kept) == len(records):
+        return 0
+    if errors:
+        _write_lines(run_dir / RETRIED_FILE, errors, "a")
+    tmp = run_dir / f".{SAMPLES_FILE}.tmp"
+    _write_lines(tmp, (r for r in kept if not is_error(r)), "w")
+    os.replace(tmp, run_dir / SAMPLES_FILE)
+    return len(errors)
 
 
 def load_records(run_dir: Path) -> list[dict[str, Any]]:
@@ -83,9 +159,13 @@ class SampleWriter:
         """Write one record as one line; returns once the kernel has all of it."""
         data = (json.dumps(record, ensure_ascii=False) + "\n").encode("utf-8")
         view = memoryview(data)
-        while view:  # a regular-file write is complete in practice; loop for the rare short one
-            written = os.write(self._fd, view)
-            view = view[written:]
+        try:
+            while view:  # a regular-file write is complete in practice; loop for a short one
+                written = os.write(self._fd, view)
+                view = view[written:]
+        except OSError as exc:  # a full disk: stop the run with a clear message
+            raise DataError(f"{self.path}: cannot append a sample record: {exc.strerror}") \
+                from exc
 
     def close(self) -> None:
         if self._fd >= 0:

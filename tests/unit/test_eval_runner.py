@@ -1,0 +1,127 @@
+"""run_eval under faults, with in-process backends: any exception in one sample is that
+sample's error record, cancellation still stops the run (keeping what finished), a second run
+on the directory is refused, and --retry-errors supersedes errors exactly once."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections import Counter
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from agentmath.backends.base import Generation, SamplingParams
+from agentmath.backends.scripted import ScriptedBackend
+from agentmath.config import EvalConfig
+from agentmath.eval.lock import RunLock, RunLockedError
+from agentmath.eval.runner import run_eval
+from agentmath.eval.store import RETRIED_FILE, load_records
+
+PROBLEMS = {"a": ("What is 1+1?", "2"), "b": ("What is 2+2?", "4"), "c": ("What is 3+3?", "6")}
+
+
+class ProblemBackend(ScriptedBackend):
+    """Answers each problem correctly, except those in ``broken``, where ``generate`` raises
+    (or returns) what ``broken`` maps the problem to."""
+
+    def __init__(self, broken: dict[str, Any] | None = None) -> None:
+        super().__init__(["\\boxed{?}"])
+        self.broken = broken or {}
+        self.gate: asyncio.Semaphore | None = None  # when set, one permit per generate call
+        self.started = asyncio.Event()
+
+    async def generate(self, prompt_ids: Sequence[int], *, stop: Sequence[str],
+                       max_tokens: int, sampling: SamplingParams) -> Generation:
+        self.started.set()
+        if self.gate is not None:
+            await self.gate.acquire()
+        prompt = bytes(i for i in prompt_ids if i < 256).decode()
+        for pid, (question, answer) in PROBLEMS.items():
+            if question in prompt:
+                fault = self.broken.get(pid)
+                if isinstance(fault, BaseException):
+                    raise fault
+                if fault is not None:
+                    return fault
+                ids = list(f"\\boxed{{{answer}}}".encode())
+                return Generation(ids, bytes(ids).decode(), "eos", None, [-0.1] * len(ids))
+        raise AssertionError("unknown problem")
+
+
+def _config(tmp_path: Path, **kwargs: Any) -> EvalConfig:
+    data = tmp_path / "data.jsonl"
+    if not data.exists():
+        data.write_text("".join(json.dumps({"id": k, "problem": q, "answer": a}) + "\n"
+                                for k, (q, a) in PROBLEMS.items()))
+    return EvalConfig(dataset=str(data), model="m", backend="scripted", samples=2,
+                      sandbox={"preload": [], "spare_workers": 0}, **kwargs)
+
+
+def _by_problem(out: Path) -> dict[str, list[dict[str, Any]]]:
+    grouped: dict[str, list[dict[str, Any]]] = {}
+    for record in load_records(out):
+        grouped.setdefault(record["problem_id"], []).append(record)
+    return grouped
+
+
+async def test_any_exception_in_a_sample_is_that_samples_error(tmp_path: Path) -> None:
+    broken = {"a": TypeError("'NoneType' object is not iterable"),
+              "b": Generation(None, "x", "eos")}  # type: ignore[arg-type]
+    out = tmp_path / "run"
+    metrics = await run_eval(_config(tmp_path), out, ProblemBackend(broken))
+    records = _by_problem(out)
+    assert metrics["n_samples"] == 6 and metrics["n_errors"] == 4
+    assert all(r["finish_reason"] == "error" for r in records["a"] + records["b"])
+    assert all("TypeError (unexpected, from the backend)" in r["error"] for r in records["a"])
+    assert all("TypeError" in r["error"] and "while running this sample" in r["error"]
+               for r in records["b"])
+    assert all(r["correct"] is True and r["error"] is None for r in records["c"])
+
+
+async def test_retry_errors_supersedes_errors_exactly_once(tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    backend = ProblemBackend({"b": ConnectionResetError("server went away")})
+    first = await run_eval(_config(tmp_path), out, backend)
+    assert first["n_errors"] == 2 and first["avg"]["value"] == pytest.approx(2 / 3)
+    again = await run_eval(_config(tmp_path), out, ProblemBackend())  # errors count as done
+    assert again["n_errors"] == 2 and len(load_records(out)) == 6
+    final = await run_eval(_config(tmp_path, retry_errors=True), out, ProblemBackend())
+    records = load_records(out)
+    keys = Counter((r["problem_id"], r["sample_index"]) for r in records)
+    assert len(records) == 6 and set(keys.values()) == {1}
+    assert final["n_errors"] == 0 and final["avg"]["value"] == 1.0 and final["n_samples"] == 6
+    retried = (out / RETRIED_FILE).read_text().splitlines()
+    assert len(retried) == 2 and all("server went away" in line for line in retried)
+
+
+async def test_cancel_stops_the_run_keeping_finished_samples(tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    backend = ProblemBackend()
+    backend.gate = asyncio.Semaphore(2)  # two samples may finish; the rest wait
+    run = asyncio.create_task(run_eval(_config(tmp_path), out, backend))
+    while len(load_records(out)) < 2:
+        await asyncio.sleep(0.01)
+    run.cancel()  # what Ctrl-C does to asyncio.run: the run stops, it is not recorded
+    with pytest.raises(asyncio.CancelledError):
+        await run
+    records = load_records(out)
+    assert len(records) == 2 and all(r["correct"] for r in records)
+    with RunLock(out):  # the lock went with the run
+        pass
+
+
+async def test_a_second_run_on_the_directory_is_refused(tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    backend = ProblemBackend()
+    backend.gate = asyncio.Semaphore(0)
+    first = asyncio.create_task(run_eval(_config(tmp_path), out, backend))
+    await asyncio.wait_for(backend.started.wait(), 30)
+    with pytest.raises(RunLockedError, match="in use by another run"):
+        await run_eval(_config(tmp_path), out, ProblemBackend())
+    for _ in range(6):
+        backend.gate.release()
+    metrics = await first
+    assert metrics["n_samples"] == 6 and len(load_records(out)) == 6
