@@ -1,0 +1,156 @@
+"""`agentmath eval` against a fault-injecting OpenAI-compatible server on 127.0.0.1.
+
+Malformed replies and outages become failed samples (exit 0, finished samples kept), a
+``--retry-errors`` run completes them exactly once, a second run on the directory is refused
+naming the holder, and a changed or empty dataset is refused with a clear message.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import subprocess
+import sys
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pytest
+from typer.testing import CliRunner
+
+from agentmath.cli.main import app
+from agentmath.eval.lock import RunLock
+from tests.fixtures.fault_server import Fault, FaultServer, fault_server_fixture  # noqa: F401
+
+pytestmark = pytest.mark.integration
+ROWS = [{"id": f"p{i}", "problem": f"What is {i} plus {i}?", "answer": str(2 * i)}
+        for i in range(1, 5)]
+COMPLETIONS, TOKENIZE = "/v1/completions", "/tokenize"
+
+
+def dataset(path: Path, server: FaultServer, rows: list[dict[str, Any]] = ROWS) -> Path:
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    server.answers.update({r["problem"]: r["answer"] for r in rows})
+    return path
+
+
+def run_eval_cli(server: FaultServer, data: Path, out: Path, *extra: str) -> Any:
+    args = ["eval", "--dataset", str(data), "--model", "m", "--base-url", server.url,
+            "--out", str(out), "--samples", "2", "--json", "--http-retries", "0",
+            "--set", "sandbox.preload=[]", "--set", "sandbox.spare_workers=0", *extra]
+    return CliRunner().invoke(app, args)
+
+
+def records(out: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in (out / "samples.jsonl").read_text().splitlines()]
+
+
+def metrics_of(result: Any) -> dict[str, Any]:
+    assert result.exit_code == 0, result.output
+    return json.loads(result.stdout.strip().splitlines()[-1])
+
+
+def rewrite(path: str, value: Any) -> Fault:
+    """A fault that sets a dotted ``path`` of the good reply to ``value``."""
+    def mutate(body: dict[str, Any]) -> dict[str, Any]:
+        body = copy.deepcopy(body)
+        *parents, last = [int(p) if p.isdigit() else p for p in path.split(".")]
+        node: Any = body
+        for part in parents:
+            node = node[part]
+        node[last] = value
+        return body
+    return Fault(mutate=mutate)
+
+
+# One per sample that hits it (with --http-retries 0), and the field its error must name.
+FAULTS = [
+    (COMPLETIONS, rewrite("choices.0.token_ids", [None, None]), "choices[0].token_ids[0]"),
+    (COMPLETIONS, rewrite("usage", "lots"), "usage"),
+    (COMPLETIONS, rewrite("choices.0.logprobs", {"token_logprobs": "x"}), "token_logprobs"),
+    (COMPLETIONS, rewrite("choices.0.text", None), "choices[0].text"),
+    (TOKENIZE, rewrite("tokens", [1, None]), "tokens[1]"),
+]
+
+
+def test_malformed_replies_fail_samples_then_retry_errors_completes_them(
+        fault_server: FaultServer, tmp_path: Path) -> None:
+    data, out = dataset(tmp_path / "data.jsonl", fault_server), tmp_path / "run"
+    for path, fault, _ in FAULTS:
+        fault_server.fail(path, fault)
+    first = metrics_of(run_eval_cli(fault_server, data, out))
+    assert first["n_samples"] == 8 and first["n_errors"] == len(FAULTS)
+    failed = [r for r in records(out) if r["finish_reason"] == "error"]
+    assert len(failed) == len(FAULTS)
+    for record in failed:
+        assert record["error"].startswith("BackendError: ") and "malformed reply" in record["error"]
+        assert fault_server.url in record["error"]
+    for _, _, field in FAULTS:
+        assert sum(field in r["error"] for r in failed) >= 1, field
+    finished = [r for r in records(out) if r["finish_reason"] != "error"]
+    assert len(finished) == 3 and all(r["correct"] for r in finished)
+
+    served = fault_server.requests[COMPLETIONS]
+    again = metrics_of(run_eval_cli(fault_server, data, out))  # errors count as done
+    assert again["n_errors"] == len(FAULTS) and fault_server.requests[COMPLETIONS] == served
+
+    final = metrics_of(run_eval_cli(fault_server, data, out, "--retry-errors"))
+    keys = Counter((r["problem_id"], r["sample_index"]) for r in records(out))
+    assert len(keys) == 8 and set(keys.values()) == {1}
+    assert final["n_errors"] == 0 and final["avg"]["value"] == 1.0 and final["n_samples"] == 8
+    assert fault_server.requests[COMPLETIONS] == served + len(FAULTS)  # only the errors re-ran
+
+
+def test_outage_errors_then_recovery(fault_server: FaultServer, tmp_path: Path) -> None:
+    data, out = dataset(tmp_path / "data.jsonl", fault_server, ROWS[:2]), tmp_path / "run"
+    fault_server.outage = Fault(status=503, headers={"Retry-After": "0"})
+    first = metrics_of(run_eval_cli(fault_server, data, out))
+    assert first["n_errors"] == 4
+    assert all("HTTP 503" in r["error"] for r in records(out))
+    fault_server.outage = None  # the server is back, but flaky: each fault is retried
+    fault_server.fail(COMPLETIONS, Fault(status=429, headers={"Retry-After": "0"}))
+    fault_server.fail(COMPLETIONS, Fault(raw=b"<html>502 Bad Gateway</html>"))
+    fault_server.fail(TOKENIZE, Fault(drop=True))
+    final = metrics_of(run_eval_cli(fault_server, data, out, "--retry-errors",
+                                    "--http-retries", "3"))
+    assert final["n_errors"] == 0 and final["n_samples"] == 4 and len(records(out)) == 4
+    assert all(r["correct"] for r in records(out))
+
+
+def test_a_second_run_is_refused_naming_the_holder(fault_server: FaultServer,
+                                                   tmp_path: Path) -> None:
+    data, out = dataset(tmp_path / "data.jsonl", fault_server), tmp_path / "run"
+    out.mkdir()
+    with RunLock(out):  # this process is "the first run"
+        proc = subprocess.run(
+            [sys.executable, "-m", "agentmath.cli", "eval", "--dataset", str(data), "--model",
+             "m", "--base-url", fault_server.url, "--out", str(out), "--json"],
+            capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    message = " ".join(proc.stderr.split())
+    assert "in use by another run" in message and f"pid {os.getpid()}" in message
+    assert not (out / "samples.jsonl").exists() and proc.stdout == ""
+    assert fault_server.requests[COMPLETIONS] == 0
+
+
+def test_a_changed_gold_answer_is_refused(fault_server: FaultServer, tmp_path: Path) -> None:
+    data, out = dataset(tmp_path / "data.jsonl", fault_server), tmp_path / "run"
+    assert metrics_of(run_eval_cli(fault_server, data, out))["avg"]["value"] == 1.0
+    before = (out / "samples.jsonl").read_text()
+    edited = [dict(r, answer="99") if r["id"] == "p3" else r for r in ROWS]
+    data.write_text("".join(json.dumps(r) + "\n" for r in edited))
+    result = run_eval_cli(fault_server, data, out)
+    message = " ".join(result.output.split())
+    assert result.exit_code == 2 and "dataset changed" in message and "'p3'" in message
+    assert (out / "samples.jsonl").read_text() == before
+
+
+def test_an_empty_dataset_is_refused_naming_the_file(fault_server: FaultServer,
+                                                     tmp_path: Path) -> None:
+    data, out = tmp_path / "empty.jsonl", tmp_path / "run"
+    data.write_text("\n")
+    result = run_eval_cli(fault_server, data, out)
+    message = " ".join(result.output.split())
+    assert result.exit_code == 2 and f"{data}: the dataset is empty" in message
+    assert not (out / "samples.jsonl").exists()
