@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import math
+import reprlib
 from typing import Any
 
 from agentmath.backends.base import FinishReason, Generation
@@ -34,9 +35,25 @@ class MalformedReply(BackendError):
 
 
 def snippet(value: Any) -> str:
-    """A short JSON rendering of ``value`` for error messages."""
-    text = json.dumps(value, default=str)
+    """A short JSON rendering of ``value`` for error messages (a bounded repr when the value
+    cannot be rendered: nested too deep, or not JSON at all)."""
+    try:
+        text = json.dumps(value, default=str)
+    except (ValueError, TypeError, RecursionError):
+        text = reprlib.repr(value)
     return text if len(text) <= _SNIPPET else text[:_SNIPPET] + "..."
+
+
+def text_field(value: Any, url: str, field: str) -> str:
+    """A string that is valid Unicode (JSON can smuggle in lone surrogates, which could not
+    be written to a UTF-8 file later)."""
+    if not isinstance(value, str):
+        raise malformed(url, field, f"must be a string, not {_kind(value)}", value)
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise malformed(url, field, "is not valid Unicode (lone surrogate)") from None
+    return value
 
 
 def _kind(value: Any) -> str:
@@ -152,9 +169,7 @@ def _logprobs(choice: dict[str, Any], n_tokens: int, url: str) -> list[float]:
 def completion(data: Any, url: str, want_logprobs: bool, max_tokens: int) -> Generation:
     """A :class:`Generation` from a ``/v1/completions`` reply that carries token ids."""
     choice = first_choice(data, url)
-    text = choice.get("text")
-    if not isinstance(text, str):
-        raise malformed(url, "choices[0].text", f"must be a string, not {_kind(text)}", text)
+    text = text_field(choice.get("text"), url, "choices[0].text")
     if "token_ids" not in choice:
         raise BackendError(NO_TOKEN_IDS_MESSAGE.format(url=url))
     ids = token_ids(choice["token_ids"], url, "choices[0].token_ids")
@@ -194,9 +209,8 @@ def chat_message(data: Any, url: str) -> dict[str, Any]:
     where reported, ``token_ids`` and ``usage``; every one of them checked."""
     choice = first_choice(data, url)
     message = dict(expect_object(choice.get("message"), url, "choices[0].message"))
-    content = message.get("content")
-    if content is not None and not isinstance(content, str):
-        raise malformed(url, "choices[0].message.content", "must be a string or null", content)
+    if message.get("content") is not None:
+        text_field(message["content"], url, "choices[0].message.content")
     calls = message.get("tool_calls")
     if calls is not None:
         if not isinstance(calls, list):

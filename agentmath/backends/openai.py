@@ -247,7 +247,7 @@ class OpenAIBackend:
                                f"{response.text[:_BODY_SNIPPET]}")
         try:
             return response.json()
-        except ValueError as exc:  # JSONDecodeError, or bytes that are not UTF-8
+        except (ValueError, RecursionError) as exc:  # not JSON, not UTF-8, nested too deep
             raise MalformedReply(f"malformed reply from {url}: HTTP {status} with a body that "
                                  f"is not JSON: {response.text[:_BODY_SNIPPET]!r}") from exc
 

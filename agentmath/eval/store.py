@@ -157,7 +157,10 @@ class SampleWriter:
 
     def append(self, record: dict[str, Any]) -> None:
         """Write one record as one line; returns once the kernel has all of it."""
-        data = (json.dumps(record, ensure_ascii=False) + "\n").encode("utf-8")
+        try:
+            data = (json.dumps(record, ensure_ascii=False) + "\n").encode("utf-8")
+        except UnicodeEncodeError:  # a lone surrogate somewhere: escape it, keep the record
+            data = (json.dumps(record, ensure_ascii=True) + "\n").encode("ascii")
         view = memoryview(data)
         try:
             while view:  # a regular-file write is complete in practice; loop for a short one

@@ -160,3 +160,12 @@ def test_drop_errors_moves_them_aside_atomically(tmp_path: Path) -> None:
     assert [r["error"] for r in retried] == ["HTTP 503", "malformed reply"]
     assert drop_errors(tmp_path) == 0  # nothing left to retry
     assert not (tmp_path / f".{SAMPLES_FILE}.tmp").exists()
+
+
+def test_a_record_with_a_lone_surrogate_is_still_written(tmp_path: Path) -> None:
+    from agentmath.eval.store import SampleWriter
+
+    writer = SampleWriter(tmp_path)
+    writer.append({"problem_id": "a", "sample_index": 0, "extracted": "x\udc80"})
+    writer.close()
+    assert load_records(tmp_path)[0]["extracted"] == "x\udc80"

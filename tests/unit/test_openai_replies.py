@@ -251,3 +251,15 @@ async def test_redirects_and_other_statuses_fail_clearly() -> None:
     with pytest.raises(BackendError, match="HTTP 302"):
         await backend(rec).generate([1], stop=[], max_tokens=2, sampling=GREEDY)
     assert len(rec.requests) == 1
+
+
+@pytest.mark.parametrize(("content", "field"), [
+    (json.dumps(completion(text="a\ud800b")).encode(), "choices[0].text"),  # lone surrogate
+    (b"[" * 100_000 + b"]" * 100_000, "not JSON"),  # nested past the JSON parser's depth
+    (json.dumps({"choices": [[[[[[[[[[[1]]]]]]]]]]]}).encode(), "choices[0]"),
+])
+async def test_hostile_bodies_are_backend_errors(content: bytes, field: str) -> None:
+    rec = Recorder(httpx.Response(200, content=content))
+    with pytest.raises(BackendError) as info:
+        await backend(rec).generate([1], stop=[], max_tokens=2, sampling=GREEDY)
+    assert field in str(info.value) and len(str(info.value)) < 2000
