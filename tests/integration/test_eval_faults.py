@@ -10,8 +10,11 @@ from __future__ import annotations
 import copy
 import json
 import os
+import signal
 import subprocess
 import sys
+import threading
+import time
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -154,3 +157,49 @@ def test_an_empty_dataset_is_refused_naming_the_file(fault_server: FaultServer,
     message = " ".join(result.output.split())
     assert result.exit_code == 2 and f"{data}: the dataset is empty" in message
     assert not (out / "samples.jsonl").exists()
+
+
+def test_same_command_twice_then_kill_9_and_resume_exactly_once(
+        fault_server: FaultServer, tmp_path: Path) -> None:
+    """The issue's scenario: the same command started twice while the first runs (refused,
+    naming it), then the first killed with SIGKILL mid-run and resumed: every (problem,
+    sample) exactly once, metrics over all of them."""
+    rows = [{"id": f"q{i}", "problem": f"What is {i} plus {i}?", "answer": str(2 * i)}
+            for i in range(12)]
+    data, out = dataset(tmp_path / "data.jsonl", fault_server, rows), tmp_path / "run"
+    answer, served, release = fault_server.reply, Counter[str](), threading.Event()
+
+    def model(prompt: str) -> str:  # answers 6 completions, then hangs until released
+        with fault_server.lock:
+            served["n"] += 1
+            hang = served["n"] > 6
+        if hang:
+            release.wait(timeout=120)
+        return answer(prompt)
+
+    fault_server.reply = model
+    command = [sys.executable, "-m", "agentmath.cli", "eval", "--dataset", str(data),
+               "--model", "m", "--base-url", fault_server.url, "--out", str(out), "--json",
+               "--samples", "4", "--concurrency", "2", "--set", "sandbox.preload=[]"]
+    first = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        samples = out / "samples.jsonl"
+        deadline = time.monotonic() + 120
+        while not (samples.exists() and samples.stat().st_size) and first.poll() is None:
+            assert time.monotonic() < deadline, "the first run recorded nothing"
+            time.sleep(0.02)
+        second = subprocess.run(command, capture_output=True, text=True, timeout=120)
+        assert second.returncode == 2 and "Traceback" not in second.stderr
+        assert f"pid {first.pid} " in " ".join(second.stderr.split())
+        first.send_signal(signal.SIGKILL)
+    finally:
+        first.kill()
+        first.wait(timeout=30)
+        release.set()
+    assert 1 <= len(records(out)) <= 6
+    resumed = subprocess.run(command, capture_output=True, text=True, timeout=300)
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    keys = Counter((r["problem_id"], r["sample_index"]) for r in records(out))
+    assert len(keys) == 48 and set(keys.values()) == {1}
+    metrics = json.loads(resumed.stdout.strip().splitlines()[-1])
+    assert metrics["n_samples"] == 48 and metrics["avg"]["value"] == 1.0
