@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import gc
 import importlib
+import importlib.util
 import json
 import os
 import select
@@ -45,16 +46,25 @@ def _prepare(setup: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
     netns, netns_note = (False, "network namespace disabled by config") \
         if "network_namespace" in skip else isolation.enter_network_namespace()
     # Codecs are imported lazily by str.encode/decode; load them all while files are readable.
+    # Other allowed modules are not preloaded: they import lazily in a worker (the minimal
+    # root keeps them readable), so a rarely used heavy one (pandas) costs no memory here.
     import encodings
     import pkgutil
 
     codecs = [f"encodings.{m.name}" for m in pkgutil.iter_modules(encodings.__path__)]
-    for name in [*setup.get("preload", []), *setup.get("allowed", []), *codecs]:
+    for name in [*setup.get("preload", []), *codecs]:
         try:
             importlib.import_module(name)
         except Exception as exc:  # noqa: BLE001 - a missing optional module is reported
             if not name.startswith("encodings."):  # platform-specific codecs may be absent
                 preload_errors[name] = f"{type(exc).__name__}: {exc}"
+    for name in setup.get("allowed", []):  # allowed but absent: say so now, not at import
+        try:
+            missing = importlib.util.find_spec(name) is None
+        except (ImportError, ValueError):
+            missing = True
+        if missing:
+            preload_errors[name] = "ModuleNotFoundError: not installed"
     # plt.show() on Agg only says it cannot show; a model reading that would be misled.
     warnings.filterwarnings("ignore", message=".*non-interactive.*cannot be shown")
     devnull = os.open("/dev/null", os.O_RDWR)  # opened before Landlock forbids it
