@@ -224,7 +224,9 @@ class OpenAIBackend:
                 last, wait = exc.detail, exc.retry_after
             except MalformedReply as exc:
                 last, wait = str(exc), None
-        raise BackendError(f"POST {url} failed after {self.max_retries + 1} attempts: {last}")
+        attempts = self.max_retries + 1
+        raise BackendError(f"POST {url} failed after {attempts} "
+                           f"attempt{'s' if attempts > 1 else ''}: {last}")
 
     async def _attempt(self, path: str, url: str, payload: dict[str, Any]) -> Any:
         """One request: JSON on 2xx, _Retryable on 408/429/5xx/transport, BackendError for

@@ -239,7 +239,7 @@ async def test_retry_after_ignored_elsewhere_and_408_retried(sleeps: list[float]
 
 async def test_retry_budget_is_configurable() -> None:
     rec = Recorder(httpx.Response(503))
-    with pytest.raises(BackendError, match="after 1 attempts"):
+    with pytest.raises(BackendError, match="failed after 1 attempt: HTTP 503"):
         await backend(rec, max_retries=0).generate([1], stop=[], max_tokens=2, sampling=GREEDY)
     assert len(rec.requests) == 1
     with pytest.raises(ValueError, match="timeout_s"):
