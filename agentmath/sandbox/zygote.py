@@ -198,6 +198,7 @@ def serve(ctrl: socket.socket, ctx: dict[str, Any]) -> None:
     wake_r, wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
     signal.set_wakeup_fd(wake_w)
     signal.signal(signal.SIGCHLD, lambda *_: None)
+    isolation.no_sigchld_on_stop()  # the host freezes idle workers: no wake-up for each stop
     try:
         while True:
             ready, _, _ = select.select([ctrl, wake_r], [], [])
