@@ -23,6 +23,7 @@ from agentmath.errors import BackendError
 
 _SNIPPET = 300
 MAX_TOKEN_ID = 2**31 - 1  # far above any vocabulary; a bigger "id" is garbage
+_MAX_LOGPROB = 1e-3  # a log-probability is <= 0; this leaves room for rounding only
 NO_TOKEN_IDS_MESSAGE = (
     "the server at {url} did not return the sampled token ids (choices[0].token_ids); "
     "token-exact generation needs a server that returns them, such as vLLM >= 0.10.2 with "
@@ -160,14 +161,19 @@ def _logprobs(choice: dict[str, Any], n_tokens: int, url: str) -> list[float]:
             out.append(float("-inf"))
             continue
         if isinstance(value, bool) or not isinstance(value, int | float) or math.isnan(value) \
-                or value == float("inf"):
-            raise malformed(url, f"{field}[{index}]", "must be a number or null", value)
+                or value > _MAX_LOGPROB:
+            raise malformed(url, f"{field}[{index}]", "must be a log-probability (a number "
+                            "<= 0) or null", value)
         out.append(float(value))
     return out
 
 
 def completion(data: Any, url: str, want_logprobs: bool, max_tokens: int) -> Generation:
-    """A :class:`Generation` from a ``/v1/completions`` reply that carries token ids."""
+    """A :class:`Generation` from a ``/v1/completions`` reply that carries token ids.
+
+    The echoed ``prompt_token_ids`` (kept in ``info``) are checked for shape only: servers
+    differ in what they echo, and the ids sent are what the trajectory records anyway.
+    """
     choice = first_choice(data, url)
     text = text_field(choice.get("text"), url, "choices[0].text")
     if "token_ids" not in choice:

@@ -73,6 +73,8 @@ COMPLETION_FAULTS: list[tuple[Callable[[Body], Any], str]] = [
     (edit("choices.0.logprobs.token_logprobs", [-0.5]), "token_logprobs"),
     (edit("choices.0.logprobs.token_logprobs", [-0.5, "x"]), "token_logprobs[1]"),
     (edit("choices.0.logprobs.token_logprobs", [-0.5, float("nan")]), "token_logprobs[1]"),
+    (edit("choices.0.logprobs.token_logprobs", [-0.5, float("inf")]), "token_logprobs[1]"),
+    (edit("choices.0.logprobs.token_logprobs", [3.0, -0.5]), "token_logprobs[0]"),
     (edit("choices.0.finish_reason", None), "choices[0].finish_reason"),
     (edit("choices.0.finish_reason", "abort"), "choices[0].finish_reason"),
     (edit("choices.0.stop_reason", ["</code>"]), "choices[0].stop_reason"),
