@@ -23,7 +23,7 @@ import logging
 import platform
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from importlib import metadata
 from pathlib import Path
 from typing import Any
@@ -126,9 +126,8 @@ async def _sample(run: _Run, task: Any, index: int) -> dict[str, Any]:
         grade = await agrade(task.answer, traj.model_text, timeout=cfg.grade_timeout_s)
     except GradingError as exc:  # an ungradable row is recorded as such, not raised
         grade = GradeResult(traj.answer, None, error=str(exc))
-    if grade.extracted is None and traj.answer is not None and grade.timed_out:
-        grade = GradeResult(traj.answer, grade.correct, grade.timed_out, grade.error,
-                            grade.method)
+    if grade.extracted is None and grade.timed_out:  # the loop's answer still says what was
+        grade = replace(grade, extracted=traj.answer)  # answered, though it went ungraded
     return make_record(task, index, traj, grade)
 
 
