@@ -125,3 +125,16 @@ async def test_a_second_run_on_the_directory_is_refused(tmp_path: Path) -> None:
         backend.gate.release()
     metrics = await first
     assert metrics["n_samples"] == 6 and len(load_records(out)) == 6
+
+
+async def test_a_directory_with_duplicates_from_two_old_runs_still_resumes(
+        tmp_path: Path) -> None:
+    """Before runs were locked, two at once appended duplicates and every later resume was
+    refused ("duplicate sample_index"); such a directory now scores each sample once."""
+    out = tmp_path / "run"
+    await run_eval(_config(tmp_path), out, ProblemBackend())
+    samples = out / "samples.jsonl"
+    samples.write_text(samples.read_text() * 2)
+    metrics = await run_eval(_config(tmp_path), out, ProblemBackend())
+    assert metrics["n_samples"] == 6 and metrics["avg"]["value"] == 1.0
+    assert len(load_records(out)) == 12  # nothing rewritten without --retry-errors
