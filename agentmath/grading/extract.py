@@ -46,6 +46,7 @@ _MAX_PHRASE_CHARS = 4096  # how far after an answer phrase to look (bounds the w
 _NUMBER_RE = re.compile(r"-?\d+(?:,\d{3})*(?:\.\d+)?(?:/\d+)?")
 _BRACE_TOKEN_RE = re.compile(r"\\.|[{}]", re.DOTALL)  # an escape pair, or a brace
 _SPACE_RE = re.compile(r"\s*")
+_DOLLARS_RE = re.compile(r"\$*")
 
 
 def _brace_pairs(text: str) -> dict[int, int]:
@@ -147,6 +148,22 @@ def _strip_span(text: str, start: int, end: int, chars: str | None) -> tuple[int
     return start, end
 
 
+def _skip_dollar_layers(text: str, start: int, end: int) -> tuple[int, int]:
+    """Skip at once the passes of :func:`clean_answer` that would each strip ``$$`` and then
+    ``$`` from both ends of ``$$$...x...$$$`` (three a side per pass, while both ends have at
+    least three): the same result, without one pass per layer."""
+    if end - start < 7 or text[start] != "$" or text[end - 1] != "$":
+        return start, end
+    left = _DOLLARS_RE.match(text, start, end).end() - start  # type: ignore[union-attr]
+    if start + left >= end:
+        return start, end  # all dollars: the general pass empties it
+    right = 0
+    while text[end - 1 - right] == "$":
+        right += 1
+    layers = min(left, right) // 3
+    return start + 3 * layers, end - 3 * layers
+
+
 def clean_answer(answer: str) -> str | None:
     """Strip whitespace, surrounding ``$``/``\\(\\)``/``\\[\\]``, markdown bold and a trailing
     period; None if nothing is left.
@@ -159,6 +176,7 @@ def clean_answer(answer: str) -> str | None:
     previous = None
     while (start, end) != previous:
         previous = (start, end)
+        start, end = _skip_dollar_layers(answer, start, end)
         start, end = _strip_span(answer, start, end, None)
         start, end = _strip_span(answer, start, end, "*")
         start, end = _strip_span(answer, start, end, None)

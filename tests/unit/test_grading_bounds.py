@@ -94,6 +94,14 @@ def test_linear_extraction_agrees_with_the_reference() -> None:
             None if old is None else _ref_clean(old)), repr(text)
 
 
+def test_cleaning_layers_of_delimiters_agrees_with_the_reference() -> None:
+    rng = random.Random(3)
+    pieces = ["$", "$$", "$$$", " ", ".", "*", "x", "\\(", "\\)", "\\[", "\\]", "\\.", "\n"]
+    for _ in range(4000):
+        text = "".join(rng.choice(pieces) for _ in range(rng.randint(0, 16)))
+        assert clean_answer(text) == _ref_clean(text), repr(text)
+
+
 @pytest.mark.parametrize(("text", "expected"), [
     ("so \\boxed{41} then " + "\\boxed{" * 20_000, "41"),  # unclosed boxes are skipped
     ("\\boxed{" + ". " * 20_000 + "} and \\boxed{7}", "7"),
