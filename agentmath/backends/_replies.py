@@ -119,11 +119,13 @@ def usage(data: dict[str, Any], url: str) -> dict[str, Any] | None:
 
 
 def first_choice(data: Any, url: str) -> dict[str, Any]:
-    """``choices[0]`` of a completion reply, checked to be an object."""
+    """``choices[0]`` of a completion reply, checked to be an object. A body that carries an
+    ``error`` instead (some servers answer 200 with one) has it quoted in the message."""
     body = expect_object(data, url, "the response body")
     choices = body.get("choices")
     if not isinstance(choices, list) or not choices:
-        raise malformed(url, "choices", "must be a non-empty list", choices)
+        said = f"; the server said: {snippet(body['error'])}" if "error" in body else ""
+        raise malformed(url, "choices", f"must be a non-empty list{said}", choices)
     return expect_object(choices[0], url, "choices[0]")
 
 

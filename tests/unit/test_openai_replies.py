@@ -51,6 +51,7 @@ def replace(value: Any) -> Callable[[Body], Any]:
 COMPLETION_FAULTS: list[tuple[Callable[[Body], Any], str]] = [
     (replace([]), "response body"),
     (replace(7), "response body"),
+    (replace({"error": {"message": "model overloaded"}}), "model overloaded"),
     (edit("choices", None), "choices"),
     (edit("choices", []), "choices"),
     (edit("choices", {"0": {}}), "choices"),
