@@ -380,33 +380,6 @@ def drop_privileges(uid: int, keep_read_search: bool = False) -> bool:
     return os.geteuid() == uid
 
 
-class _Sigaction(ctypes.Structure):
-    """glibc's struct sigaction (same layout on x86_64 and aarch64)."""
-
-    _fields_ = [("handler", ctypes.c_void_p), ("mask", ctypes.c_ubyte * 128),
-                ("flags", ctypes.c_int), ("restorer", ctypes.c_void_p)]
-
-
-SA_NOCLDSTOP = 1
-
-
-def no_sigchld_on_stop() -> bool:
-    """Add SA_NOCLDSTOP to the installed SIGCHLD handler (Python's API cannot set flags).
-
-    The host stops and continues each idle worker around every snippet; without this flag each
-    of those would wake the zygote for a SIGCHLD that carries no exit to reap.
-    """
-    import signal
-
-    if not sys.platform.startswith("linux") or os.uname().machine not in ("x86_64", "aarch64"):
-        return False
-    action = _Sigaction()
-    if _libc.sigaction(signal.SIGCHLD, None, ctypes.byref(action)) != 0:
-        return False
-    action.flags |= SA_NOCLDSTOP
-    return _libc.sigaction(signal.SIGCHLD, ctypes.byref(action), None) == 0
-
-
 def die_with_parent(parent_pid: int) -> None:
     """Ask the kernel to SIGKILL us when our parent (the zygote) dies; exit if it already did."""
     _prctl(PR_SET_PDEATHSIG, 9)

@@ -15,6 +15,7 @@ so no process outlives the pool.
 
 from __future__ import annotations
 
+import ctypes
 import gc
 import importlib
 import importlib.util
@@ -31,6 +32,32 @@ from agentmath.sandbox import isolation, rootfs
 from agentmath.sandbox.worker import worker_main
 
 _MAX_CONTROL = 1 << 16
+_LIBC = ctypes.CDLL(None, use_errno=True)
+
+
+class _Sigaction(ctypes.Structure):
+    """glibc's struct sigaction (same layout on x86_64 and aarch64)."""
+
+    _fields_ = [("handler", ctypes.c_void_p), ("mask", ctypes.c_ubyte * 128),
+                ("flags", ctypes.c_int), ("restorer", ctypes.c_void_p)]
+
+
+SA_NOCLDSTOP = 1
+
+
+def no_sigchld_on_stop() -> bool:
+    """Add SA_NOCLDSTOP to the installed SIGCHLD handler (Python's API cannot set flags).
+
+    The host stops and continues each idle worker around every snippet; without this flag each
+    of those would wake the zygote for a SIGCHLD that carries no exit to reap.
+    """
+    if not sys.platform.startswith("linux") or os.uname().machine not in ("x86_64", "aarch64"):
+        return False
+    action = _Sigaction()
+    if _LIBC.sigaction(signal.SIGCHLD, None, ctypes.byref(action)) != 0:
+        return False
+    action.flags |= SA_NOCLDSTOP
+    return _LIBC.sigaction(signal.SIGCHLD, ctypes.byref(action), None) == 0
 
 
 def _send(ctrl: socket.socket, message: dict[str, Any]) -> None:
@@ -198,7 +225,7 @@ def serve(ctrl: socket.socket, ctx: dict[str, Any]) -> None:
     wake_r, wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
     signal.set_wakeup_fd(wake_w)
     signal.signal(signal.SIGCHLD, lambda *_: None)
-    isolation.no_sigchld_on_stop()  # the host freezes idle workers: no wake-up for each stop
+    no_sigchld_on_stop()  # the host freezes idle workers: no wake-up for each stop
     try:
         while True:
             ready, _, _ = select.select([ctrl, wake_r], [], [])
