@@ -168,7 +168,7 @@ async def measure(quick: bool) -> dict[str, Any]:
             session.run(TRIVIAL)
             lat.append((time.perf_counter() - t) * 1000)
         res["rt_trivial_sync"] = lat
-    res["costs"] = await protection_costs(1000 // k, 1 if quick else 3)
+    res["costs"] = await protection_costs(1000 // k, 1 if quick else 5)
     res["base_trivial"], res["base_tput_trivial"] = baseline(TRIVIAL, 40 // k)
     res["base_sympy"], res["base_tput_sympy"] = baseline(
         "sympy.factorint(2**64 - 1)", 20 // k, "import sympy")
@@ -187,20 +187,38 @@ async def _rt_p50(disable: tuple[str, ...], n: int) -> float:
 
 
 async def protection_costs(n: int, repeats: int) -> dict[str, Any]:
-    """Trivial round-trip p50 with every protection on and with each one off, in one run.
+    """What each protection costs the trivial round trip, measured in pairs in one run.
 
-    Pools are interleaved (all on, one off, all on, next off, ...) and each figure is the median
-    over ``repeats`` pools, so slow drift of a shared VM affects every column alike.
+    For each protection and each repeat, a pool with every protection on and one with that
+    protection off are measured back to back (p50 of ``n`` round trips each); the cost is the
+    median over repeats of the paired ratio, so the drift of a shared VM between pairs cancels.
+    Everything runs on one CPU (the table's title says so).
     """
-    on: list[float] = []
+    # One CPU for the host, the zygote and its workers: where the kernel places a worker
+    # relative to the host moves a pool's round trip by more than any protection costs.
+    saved = os.sched_getaffinity(0)
+    os.sched_setaffinity(0, {min(saved)})
+    try:
+        return await _paired_costs(n, repeats)
+    finally:
+        os.sched_setaffinity(0, saved)
+
+
+async def _paired_costs(n: int, repeats: int) -> dict[str, Any]:
+    ratios: dict[str, list[float]] = {name: [] for name in TOGGLED}
+    on_all: list[float] = []
     off: dict[str, list[float]] = {name: [] for name in TOGGLED}
     for _ in range(repeats):
         for name in TOGGLED:
-            on.append(await _rt_p50((), n))
-            off[name].append(await _rt_p50((name,), n))
-    return {"all_on": statistics.median(on),
+            with_all = await _rt_p50((), n)
+            without = await _rt_p50((name,), n)
+            on_all.append(with_all)
+            off[name].append(without)
+            ratios[name].append(with_all / without - 1)
+    return {"all_on": statistics.median(on_all),
             "off": {name: statistics.median(v) for name, v in off.items()},
-            "reply_checks_us": reply_check_cost()}
+            "cost": {name: statistics.median(v) for name, v in ratios.items()},
+            "repeats": repeats, "reply_checks_us": reply_check_cost()}
 
 
 def reply_check_cost() -> float:
@@ -223,11 +241,11 @@ def reply_check_cost() -> float:
 
 
 def cost_rows(c: dict[str, Any]) -> list[tuple[str, str, str, str]]:
-    """(protection, p50 without it, p50 with all, cost) rows; the goal is <= 20% each."""
+    """(protection, p50 without it, p50 with all, paired cost) rows; goal <= +20% each."""
     out = []
     for name, without in c["off"].items():
-        cost = (c["all_on"] - without) / without * 100
-        out.append((name, f"{without:.3f} ms", f"{c['all_on']:.3f} ms", f"{cost:+.1f}%"))
+        out.append((name, f"{without:.3f} ms", f"{c['all_on']:.3f} ms",
+                    f"{c['cost'][name] * 100:+.1f}%"))
     checks = c["reply_checks_us"] / 1000
     out.append(("reply checks (decode limits, sanitizing)", f"{c['all_on'] - checks:.3f} ms",
                 f"{c['all_on']:.3f} ms", f"{checks / (c['all_on'] - checks) * 100:+.1f}%"))
@@ -259,24 +277,38 @@ def rows(r: dict[str, Any]) -> list[tuple[str, str, str, str]]:
     ]
 
 
+def print_cost_table(costs: dict[str, Any], as_json: bool) -> None:
+    """The protection-cost table, or its rows as JSON."""
+    if as_json:
+        print(json.dumps({"protection_costs": cost_rows(costs)}, indent=2))
+        return
+    print_table(f"what each protection costs the trivial round trip (p50, pinned to one CPU; "
+                f"median of {costs['repeats']} paired runs; goal: <= +20% each)",
+                ("protection switched off", "round trip without it", "with every protection",
+                 "cost"), cost_rows(costs))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--quick", action="store_true", help="10x fewer iterations (smoke run)")
     parser.add_argument("--json", action="store_true", help="print the raw figures as JSON")
+    parser.add_argument("--costs", action="store_true",
+                        help="only the table of what each protection costs the round trip")
     args = parser.parse_args()
+    if args.costs:
+        costs = asyncio.run(protection_costs(100 if args.quick else 1000, 1 if args.quick else 7))
+        print_cost_table(costs, args.json)
+        return
     result = asyncio.run(measure(args.quick))
     table = rows(result)
-    costs = cost_rows(result["costs"])
     if args.json:
-        print(json.dumps({"rows": table, "protection_costs": costs,
+        print(json.dumps({"rows": table, "protection_costs": cost_rows(result["costs"]),
                           "protections": result["protections"]}, indent=2))
         return
     print_table(f"agentmath sandbox benchmark ({result['cpus']} CPUs, Python "
                 f"{result['python']}; pool start {result['pool_start_ms']:.0f} ms)",
                 ("metric", "agentmath", "baseline: python -c per snippet", "goal"), table)
-    print_table("what each protection costs the trivial round trip (p50; goal: <= +20% each)",
-                ("protection switched off", "round trip without it", "with every protection",
-                 "cost"), costs)
+    print_cost_table(result["costs"], False)
     active = [k for k, v in result["protections"].items() if v]
     print(f"protections active: {', '.join(active) or 'none'}")
 
