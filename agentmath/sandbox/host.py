@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import json
 import os
 import secrets
@@ -41,18 +42,25 @@ _ZYGOTE_ENV = {
 _START_TIMEOUT_S = 60.0
 
 
-def _zygote_env() -> dict[str, str]:
-    """The zygote's whole environment: the fixed minimum plus matplotlib's settings.
-
-    Plots render with the non-interactive Agg backend; the font cache lives in a directory
-    of the host user's, written by the zygote at preload time only (workers cannot write).
-    """
+@functools.cache
+def _matplotlib_cache_dir() -> str:
+    """Where the zygote keeps matplotlib's font cache: the host user's cache directory, or one
+    temporary directory for this process (made once, not per pool) when that is not writable."""
     cache = os.path.join(os.path.expanduser("~"), ".cache", "agentmath", "matplotlib")
     try:
         os.makedirs(cache, mode=0o700, exist_ok=True)
     except OSError:
         cache = tempfile.mkdtemp(prefix="agentmath-mpl-")
-    return {**_ZYGOTE_ENV, "MPLBACKEND": "Agg", "MPLCONFIGDIR": cache}
+    return cache
+
+
+def _zygote_env() -> dict[str, str]:
+    """The zygote's whole environment: the fixed minimum plus matplotlib's settings.
+
+    Plots render with the non-interactive Agg backend; the font cache is written by the zygote
+    at preload time only (workers cannot write).
+    """
+    return {**_ZYGOTE_ENV, "MPLBACKEND": "Agg", "MPLCONFIGDIR": _matplotlib_cache_dir()}
 
 
 class _WorkerChannel(asyncio.Protocol):

@@ -186,16 +186,9 @@ def _restrict(attr: _RulesetAttr, abi: int, rules: Iterable[tuple[str, int]] = (
         os.close(fd)
 
 
-def python_read_paths(extra: Iterable[str] = ()) -> list[str]:
-    """Directories a snippet must read: the interpreter, its libraries and shared objects."""
-    paths = {sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix,
-             "/usr/lib", "/usr/lib64", "/lib", "/lib64", "/usr/share/zoneinfo",
-             "/etc/ld.so.cache", "/dev/null", "/dev/urandom", "/dev/zero"}  # fmt: skip
-    for entry in sys.path:
-        if entry and os.path.isabs(entry) and entry.endswith(("site-packages", "dist-packages")):
-            paths.add(entry)
-    paths.update(extra)
-    return sorted(p for p in paths if p and os.path.exists(p))
+# What a snippet reads besides Python's own directories: shared objects, time zones, devices.
+_SYSTEM_READ_PATHS = ("/usr/lib", "/usr/lib64", "/lib", "/lib64", "/usr/share/zoneinfo",
+                      "/etc/ld.so.cache", "/dev/null", "/dev/urandom", "/dev/zero")
 
 
 def python_own_paths(extra: Iterable[str] = ()) -> list[str]:
@@ -213,6 +206,12 @@ def python_own_paths(extra: Iterable[str] = ()) -> list[str]:
     paths.update(p for p in sys.path if p and os.path.isabs(p)
                  and p.endswith(("site-packages", "dist-packages")))
     return sorted(p for p in paths if p and os.path.exists(p))
+
+
+def python_read_paths(extra: Iterable[str] = ()) -> list[str]:
+    """Everything a snippet must read: Python's own directories and the system paths above."""
+    system = (p for p in _SYSTEM_READ_PATHS if os.path.exists(p))
+    return sorted(set(python_own_paths(extra)).union(system))
 
 
 def landlock_readonly(read_paths: Iterable[str]) -> tuple[int, str]:

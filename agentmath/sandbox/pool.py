@@ -366,6 +366,6 @@ def _result_from_reply(reply: dict[str, Any], config: SandboxConfig) -> ExecResu
             truncated = truncated or (cut and key != "error")
         elif key == "error_line" and isinstance(value, int) and not isinstance(value, bool):
             fields[key] = value
-        elif key == "duration_ms" and isinstance(value, int | float) and value == value:
+        elif key == "duration_ms" and isinstance(value, int | float):  # NaN fails decoding
             fields[key] = min(max(float(value), 0.0), 1e9)
     return ExecResult(truncated=truncated, sanitized=sanitized, **fields)

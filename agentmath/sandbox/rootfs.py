@@ -35,7 +35,6 @@ MNT_DETACH = 2
 _LOCKED_FLAGS = {MS_RDONLY: MS_RDONLY, MS_NOSUID: MS_NOSUID, MS_NODEV: MS_NODEV,
                  MS_NOEXEC: MS_NOEXEC, 1024: 1024, 2048: 2048, 4096: 1 << 21}
 _SYS_PIVOT_ROOT = {"x86_64": 155, "aarch64": 41, "riscv64": 41, "ppc64le": 203, "s390x": 217}
-_DEVICES = ("/dev/null", "/dev/urandom", "/dev/zero")
 
 
 class RootfsError(OSError):
@@ -103,7 +102,7 @@ def _make_plan(paths: list[str]) -> _Plan:
     plan = _Plan()
     bound: list[str] = []
     # Shortest first, so a directory inside an already bound one is not bound twice.
-    for path in sorted(set(paths) | set(_DEVICES), key=lambda p: (p.count("/"), p)):
+    for path in sorted(set(paths), key=lambda p: (p.count("/"), p)):
         real = os.path.realpath(path)
         inside = any(real == b or real.startswith(b.rstrip("/") + "/") for b in bound)
         got = _add_path(plan, path, bind=not inside)
@@ -143,11 +142,11 @@ def _pivot(new_root: str) -> None:
 def enter_minimal_root(paths: list[str], mount_point: str = "/tmp") -> tuple[bool, str]:
     """Move the calling process into a private mount namespace rooted at a minimal tree.
 
-    ``paths`` are the only files and directories that will exist (plus /dev/null, /dev/urandom
-    and /dev/zero), read-only. ``mount_point`` is any existing directory: the tmpfs is mounted
-    over it inside the new namespace only (the host's view is untouched). Returns (applied,
-    description); on failure the process may already be in the new namespace, with its old
-    root intact.
+    ``paths`` are the only files and directories that will exist, read-only (device nodes among
+    them, such as /dev/null, stay usable). ``mount_point`` is any existing directory: the tmpfs
+    is mounted over it inside the new namespace only (the host's view is untouched). Returns
+    (applied, description); on failure the process may already be in the new namespace, with
+    its old root intact.
     """
     plan = _make_plan(paths)
     try:

@@ -26,6 +26,7 @@ import signal
 import socket
 import sys
 import warnings
+from collections.abc import Callable
 from typing import Any
 
 from agentmath.sandbox import isolation, rootfs
@@ -68,10 +69,15 @@ def _prepare(setup: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
     """Preload modules and apply the zygote-wide protections. Returns (ctx, report)."""
     preload_errors = {}
     skip = set(setup.get("disable", ()))
+
+    def unless_disabled(name: str, off: Any, apply: Callable[[], tuple[Any, str]]) -> tuple:
+        """``apply()``, or (``off``, a note) when config switched protection ``name`` off."""
+        return (off, f"{name} disabled by config") if name in skip else apply()
+
     # Namespaces first: a user namespace can only be entered while the process has one thread,
     # and a preloaded library might start one.
-    netns, netns_note = (False, "network namespace disabled by config") \
-        if "network_namespace" in skip else isolation.enter_network_namespace()
+    netns, netns_note = unless_disabled("network_namespace", False,
+                                        isolation.enter_network_namespace)
     # Codecs are imported lazily by str.encode/decode; load them all while files are readable.
     # Other allowed modules are not preloaded: they import lazily in a worker (the minimal
     # root keeps them readable), so a rarely used heavy one (pandas) costs no memory here.
@@ -99,14 +105,13 @@ def _prepare(setup: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
     os.dup2(devnull, 1)
     os.close(devnull)
     threads = len(os.listdir("/proc/self/task")) if os.path.isdir("/proc/self/task") else 1
-    program, seccomp_note = (None, "seccomp disabled by config") if "seccomp" in skip \
-        else isolation.build_seccomp_bpf()
+    program, seccomp_note = unless_disabled("seccomp", None, isolation.build_seccomp_bpf)
     pkg_dir = os.path.dirname(os.path.dirname(os.path.abspath(isolation.__file__)))
     read_paths = isolation.python_read_paths([pkg_dir])
-    root_ok, root_note = (False, "minimal root disabled by config") \
-        if "minimal_root" in skip else rootfs.enter_minimal_root(read_paths)
-    abi, landlock_note = (0, "Landlock disabled by config") if "landlock" in skip \
-        else isolation.landlock_readonly(read_paths)
+    root_ok, root_note = unless_disabled("minimal_root", False,
+                                         lambda: rootfs.enter_minimal_root(read_paths))
+    abi, landlock_note = unless_disabled("landlock", 0,
+                                         lambda: isolation.landlock_readonly(read_paths))
     # Python under a private directory (pyenv in a 0700 /root) needs a capability to be read
     # by another uid; the minimal root's own directories are open, so it rarely does there.
     keep_read = (os.geteuid() == 0 and abi > 0 and program is not None
@@ -114,8 +119,9 @@ def _prepare(setup: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
     if keep_read:
         landlock_note += ("; Python lives under a private directory, so workers keep "
                           "CAP_DAC_READ_SEARCH (reads stay confined by Landlock)")
-    if threads > 1:  # workers fork from this thread alone, but say that something started one
-        landlock_note += f"; the zygote has {threads} threads after preload (workers have one)"
+    # Workers fork from this thread alone, but say so if a preloaded library started another.
+    thread_note = f"the zygote has {threads} threads after preload (workers have one)" \
+        if threads > 1 else ""
     gc.collect()
     gc.freeze()  # the heap stays shared with workers instead of being touched by their gc
     root = os.geteuid() == 0 and "user" not in netns_note
@@ -135,7 +141,7 @@ def _prepare(setup: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
             "minimal_root": root_ok,
             "root": root,
         },
-        "notes": [netns_note, root_note, landlock_note, seccomp_note],
+        "notes": [netns_note, root_note, landlock_note, seccomp_note, thread_note],
     }
     return ctx, report
 

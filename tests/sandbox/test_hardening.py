@@ -100,7 +100,7 @@ def render(code: str, host: HostState) -> str:
     return code
 
 
-def assert_unharmed(sandbox: Sandbox, neighbor: object, host: HostState,
+def assert_unharmed(sandbox: Sandbox, neighbor: object, host: HostState, probe: type,
                     ipc_before: dict[str, list[str]], used_pids: list[int | None]) -> None:
     """The host, the pool and the neighbouring session are as they were."""
     assert sysvipc() == ipc_before, "the host's System V IPC objects changed"
@@ -108,23 +108,10 @@ def assert_unharmed(sandbox: Sandbox, neighbor: object, host: HostState,
     zygote = sandbox.pool._zygote.proc
     assert zygote is not None and zygote.poll() is None, "the zygote died"
     for pid in used_pids:
-        assert pid is None or _gone(pid), f"worker {pid} outlived its session"
+        assert pid is None or probe.wait_until(lambda p=pid: not probe.pid_alive(p), 5), (
+            f"worker {pid} outlived its session")
     assert neighbor.run("neighbor_state").value == repr(SECRET[::-1])
     assert sandbox.run("6 * 7").value == "42"
-
-
-def _gone(pid: int, timeout: float = 5.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            with open(f"/proc/{pid}/stat") as fh:
-                state = fh.read().rsplit(")", 1)[1].split()[0]
-        except OSError:
-            return True
-        if state in ("Z", "X"):
-            return True
-        time.sleep(0.02)
-    return False
 
 
 def no_secret(result: ExecResult) -> None:
@@ -246,7 +233,7 @@ CASES = [
 
 @pytest.mark.parametrize("case", [pytest.param(c, id=c.id, marks=c.marks) for c in CASES])
 def test_payload_is_contained(case: Case, sandbox: Sandbox, neighbor: object,
-                              host: HostState) -> None:
+                              host: HostState, probe: type) -> None:
     ipc_before = sysvipc()
     session = sandbox.session()
     try:
@@ -260,14 +247,14 @@ def test_payload_is_contained(case: Case, sandbox: Sandbox, neighbor: object,
         assert session.run("40 + 2").value == "42"  # the session goes on, whatever happened
     finally:
         session.close()
-    assert_unharmed(sandbox, neighbor, host, ipc_before, pids)
+    assert_unharmed(sandbox, neighbor, host, probe, ipc_before, pids)
 
 
 # ----------------------------------------------------------------------------- 6. and 7.
 
 
 def test_forged_replies_never_raise_into_the_event_loop(sandbox: Sandbox, neighbor: object,
-                                                        host: HostState,
+                                                        host: HostState, probe: type,
                                                         caplog: pytest.LogCaptureFixture) -> None:
     """No asyncio 'Fatal error ... data_received() call failed' for any malformed frame."""
     caplog.set_level(logging.ERROR, logger="asyncio")
@@ -277,7 +264,7 @@ def test_forged_replies_never_raise_into_the_event_loop(sandbox: Sandbox, neighb
                 session.run("0")
                 case.check(session.run(render(case.code, host)))
     assert not [r for r in caplog.records if r.name == "asyncio"], caplog.text
-    assert_unharmed(sandbox, neighbor, host, sysvipc(), [])
+    assert_unharmed(sandbox, neighbor, host, probe, sysvipc(), [])
 
 
 def test_forged_reply_fields_of_wrong_types_are_dropped(sandbox: Sandbox) -> None:
@@ -367,7 +354,7 @@ IDLE_WORK = {
 
 @pytest.mark.parametrize("setup", list(IDLE_WORK.values()), ids=list(IDLE_WORK))
 def test_no_work_goes_on_between_snippets(setup: str, sandbox: Sandbox, neighbor: object,
-                                          host: HostState) -> None:
+                                          host: HostState, probe: type) -> None:
     """Whatever a snippet sets up, its worker uses no CPU once the snippet has returned."""
     prefix = ESC + "sig = real_import('signal')\ndef burn(*a):\n    sum(range(3 * 10**5))\n"
     session = sandbox.session()
@@ -385,7 +372,7 @@ def test_no_work_goes_on_between_snippets(setup: str, sandbox: Sandbox, neighbor
         assert session.run("2 + 2", timeout=2).value in ("4", None)
     finally:
         session.close()
-    assert_unharmed(sandbox, neighbor, host, sysvipc(), [pid])
+    assert_unharmed(sandbox, neighbor, host, probe, sysvipc(), [pid])
 
 
 # ------------------------------------------------------------------------ 3. outliving the pool
