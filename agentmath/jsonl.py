@@ -9,6 +9,7 @@ through :func:`parse_line`, so a bad line is reported the same way everywhere:
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -58,13 +59,21 @@ def read_jsonl(path: str | Path, require: Sequence[str] = ()) -> list[dict[str, 
     return [obj for _, obj in iter_jsonl(path, require)]
 
 
-def write_jsonl(records: Iterable[dict[str, Any]], path: str | Path) -> int:
-    """Write one JSON object per line (UTF-8, parents created); returns how many."""
+def write_jsonl(records: Iterable[dict[str, Any]], path: str | Path, *, append: bool = False,
+                durable: bool = False) -> int:
+    """Write one JSON object per line (UTF-8, parents created); returns how many.
+
+    ``append`` adds to the file instead of replacing it; ``durable`` fsyncs before returning,
+    so a rename or a record that follows the write cannot be seen without it.
+    """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     count = 0
-    with path.open("w", encoding="utf-8") as fh:
+    with path.open("a" if append else "w", encoding="utf-8") as fh:
         for record in records:
             fh.write(json.dumps(record, ensure_ascii=False) + "\n")
             count += 1
+        if durable:
+            fh.flush()
+            os.fsync(fh.fileno())
     return count

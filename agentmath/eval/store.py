@@ -22,7 +22,7 @@ from typing import Any
 
 from agentmath.errors import ConfigError, DataError
 from agentmath.eval.fingerprint import describe_change
-from agentmath.jsonl import parse_line
+from agentmath.jsonl import parse_line, write_jsonl
 
 CONFIG_FILE = "config.json"
 SAMPLES_FILE = "samples.jsonl"
@@ -103,15 +103,6 @@ def unique_records(records: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
     return list(chosen.values())
 
 
-def _write_lines(path: Path, records: Iterable[dict[str, Any]], mode: str) -> None:
-    """Write records as JSON lines and fsync them (so a rename after it is durable)."""
-    with open(path, mode, encoding="utf-8") as fh:
-        for record in records:
-            fh.write(json.dumps(record, ensure_ascii=False) + "\n")
-        fh.flush()
-        os.fsync(fh.fileno())
-
-
 def drop_errors(run_dir: Path) -> int:
     """Remove the error records (and any duplicates) from samples.jsonl so that those samples
     run again; the removed errors are appended to ``retried_errors.jsonl`` first. Returns how
@@ -122,9 +113,9 @@ def drop_errors(run_dir: Path) -> int:
     if not errors and len(kept) == len(records):
         return 0
     if errors:
-        _write_lines(run_dir / RETRIED_FILE, errors, "a")
+        write_jsonl(errors, run_dir / RETRIED_FILE, append=True, durable=True)
     tmp = run_dir / f".{SAMPLES_FILE}.tmp"
-    _write_lines(tmp, (r for r in kept if not is_error(r)), "w")
+    write_jsonl((r for r in kept if not is_error(r)), tmp, durable=True)
     os.replace(tmp, run_dir / SAMPLES_FILE)
     return len(errors)
 

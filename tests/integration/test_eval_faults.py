@@ -7,7 +7,6 @@ naming the holder, and a changed or empty dataset is refused with a clear messag
 
 from __future__ import annotations
 
-import copy
 import json
 import os
 import signal
@@ -24,7 +23,12 @@ from typer.testing import CliRunner
 
 from agentmath.cli.main import app
 from agentmath.eval.lock import RunLock
-from tests.fixtures.fault_server import Fault, FaultServer, fault_server_fixture  # noqa: F401
+from tests.fixtures.fault_server import (  # noqa: F401
+    Fault,
+    FaultServer,
+    fault_server_fixture,
+    with_path,
+)
 
 pytestmark = pytest.mark.integration
 ROWS = [{"id": f"p{i}", "problem": f"What is {i} plus {i}?", "answer": str(2 * i)}
@@ -56,15 +60,7 @@ def metrics_of(result: Any) -> dict[str, Any]:
 
 def rewrite(path: str, value: Any) -> Fault:
     """A fault that sets a dotted ``path`` of the good reply to ``value``."""
-    def mutate(body: dict[str, Any]) -> dict[str, Any]:
-        body = copy.deepcopy(body)
-        *parents, last = [int(p) if p.isdigit() else p for p in path.split(".")]
-        node: Any = body
-        for part in parents:
-            node = node[part]
-        node[last] = value
-        return body
-    return Fault(mutate=mutate)
+    return Fault(mutate=with_path(path, value))
 
 
 # One per sample that hits it (with --http-retries 0), and the field its error must name.

@@ -4,7 +4,6 @@ BackendError naming the URL and the field (retried, then given up), never a Type
 from __future__ import annotations
 
 import asyncio
-import copy
 import json
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
@@ -18,6 +17,7 @@ from agentmath.backends import openai as openai_module
 from agentmath.backends.base import SamplingParams
 from agentmath.backends.openai import OpenAIBackend, retry_after_s
 from agentmath.errors import BackendError
+from tests.fixtures.fault_server import with_path
 from tests.unit.test_openai_backend_unit import URL, Recorder, completion
 
 GREEDY = SamplingParams(temperature=0.0, logprobs=True)
@@ -30,17 +30,7 @@ def backend(rec: Recorder, **kwargs: Any) -> OpenAIBackend:
     return OpenAIBackend(URL, "tiny", transport=httpx.MockTransport(rec), **kwargs)
 
 
-def edit(path: str, value: Any) -> Callable[[Body], Body]:
-    """A rewrite of a good completion that sets ``path`` (dotted, ints index lists)."""
-    def apply(body: Body) -> Body:
-        body = copy.deepcopy(body)
-        *parents, last = [int(p) if p.isdigit() else p for p in path.split(".")]
-        node: Any = body
-        for part in parents:
-            node = node[part]
-        node[last] = value
-        return body
-    return apply
+edit = with_path  # a rewrite of a good completion that sets a dotted path
 
 
 def replace(value: Any) -> Callable[[Body], Any]:
