@@ -34,6 +34,7 @@ def report(
     """Compare runs: print a table; write comparison.md/.csv, PNG plots and viewer.html."""
     from agentmath.errors import DataError
     from agentmath.report import render_csv, render_markdown, render_rich_table, write_report
+    from agentmath.report.bundle import report_files
 
     if fmt not in FORMATS:
         usage_error(f"--format must be one of {', '.join(FORMATS)}, not {fmt!r}")
@@ -45,8 +46,7 @@ def report(
         usage_error(f"cannot write the report into {out}: {exc}", code=1)
     rows, plots = written["rows"], written["plots"]
     markdown_path, csv_path, viewer = written["markdown"], written["csv"], written["viewer"]
-    files = {"markdown": str(markdown_path), "csv": str(csv_path),
-             "plots": [str(p) for p in plots], "viewer": str(viewer)}
+    files = report_files(written)
     if json_out:
         print_json({"rows": rows, "files": files})
         return

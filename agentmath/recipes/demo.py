@@ -116,6 +116,7 @@ def run_demo(cfg: DemoConfig, out: Path, save_model_to: Path | None,
                       "final_loss": result.final_loss}
     stage("writing the report")
     from agentmath.report import write_report  # noqa: PLC0415 - heavy (matplotlib)
+    from agentmath.report.bundle import report_files  # noqa: PLC0415
 
     report_paths = write_report([out / "run-text-only", out / "run-tool"], out / "report")
     if save_model_to is not None:
@@ -124,7 +125,7 @@ def run_demo(cfg: DemoConfig, out: Path, save_model_to: Path | None,
         shutil.copytree(runs["tool"]["model_dir"], save_model_to)
     summary = {"models": [summary_row(n, r["metrics"]) for n, r in runs.items()],
                "conversion": conversion, "config": cfg.model_dump(),
-               "report": {k: str(v) for k, v in report_paths.items()},
+               "report": {"rows": report_paths["rows"], **report_files(report_paths)},
                "tool_model": str(save_model_to) if save_model_to else runs["tool"]["model_dir"],
                "seconds": round(time.monotonic() - started, 1)}
     (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")

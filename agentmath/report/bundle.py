@@ -29,3 +29,9 @@ def write_report(run_dirs: Sequence[str | Path], out: str | Path,
     plots = make_plots(runs, out)
     viewer = write_viewer(runs, out, max_chars=max_chars)
     return {"rows": rows, "markdown": markdown, "csv": csv, "plots": plots, "viewer": viewer}
+
+
+def report_files(written: dict[str, Any]) -> dict[str, Any]:
+    """The paths of :func:`write_report`'s result as JSON-ready strings (``plots`` a list)."""
+    return {"markdown": str(written["markdown"]), "csv": str(written["csv"]),
+            "plots": [str(p) for p in written["plots"]], "viewer": str(written["viewer"])}

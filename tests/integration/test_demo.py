@@ -28,7 +28,10 @@ def test_demo_runs_every_stage_and_is_deterministic(tmp_path: Path) -> None:
     assert all(m["n"] == 5 for m in first["models"])
     assert (tmp_path / "saved-model" / "config.json").exists()  # solve's default model
     assert Path(first["report"]["viewer"]).exists()
+    # JSON all the way down: rows are objects and plots a list of paths, not Python reprs.
+    assert [row["run"] for row in first["report"]["rows"]] == ["run-text-only", "run-tool"]
+    assert first["report"]["plots"] and all(Path(p).exists() for p in first["report"]["plots"])
     saved = json.loads((tmp_path / "a" / "summary.json").read_text())
-    assert saved["models"] == first["models"]
+    assert saved["models"] == first["models"] and saved["report"] == first["report"]
     second = run_demo(toy_config(), tmp_path / "b", None, stage=lambda _: None)
     assert second["models"] == first["models"]  # same seed: same accuracy, tokens, calls
