@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from agentmath.backends.base import Backend, Generation, SamplingParams
+from agentmath.backends.base import Backend, Generation, RequestTag, SamplingParams, tagged
 
 BACKENDS = ("openai", "hf", "vllm")
 
@@ -30,4 +30,5 @@ def make_backend(kind: str, model: str, *, base_url: str | None = None,
     raise ValueError(f"unknown backend {kind!r}; choose one of {', '.join(BACKENDS)}")
 
 
-__all__ = ["BACKENDS", "Backend", "Generation", "SamplingParams", "make_backend"]
+__all__ = ["BACKENDS", "Backend", "Generation", "RequestTag", "SamplingParams", "make_backend",
+           "tagged"]

@@ -8,7 +8,9 @@ loop never guesses at a tokenizer the server does not use.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, runtime_checkable
 
@@ -66,3 +68,32 @@ class Backend(Protocol):
     async def aclose(self) -> None:
         """Release connections or models."""
         ...
+
+
+@dataclass(frozen=True, slots=True)
+class RequestTag:
+    """Who a generate call is for, set by the episode around each call (:func:`tagged`).
+
+    A plain backend ignores it. A router (:class:`agentmath.rollout.router.Router`) keeps an
+    episode, and the sibling samples of its group, on one server so that they share its prefix
+    cache; a server backend salts its prefix cache with ``policy_version`` so that KV computed
+    under older weights is never reused after a weight update.
+    """
+
+    episode_id: str
+    group_id: str | None = None
+    policy_version: int = 0
+
+
+#: The tag of the generate call being made in this task (None outside an episode).
+current_tag: ContextVar[RequestTag | None] = ContextVar("agentmath_request_tag", default=None)
+
+
+@contextmanager
+def tagged(tag: RequestTag | None) -> Iterator[None]:
+    """Make ``tag`` the current request tag for the calls inside the block (task-local)."""
+    token = current_tag.set(tag)
+    try:
+        yield
+    finally:
+        current_tag.reset(token)

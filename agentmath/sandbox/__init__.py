@@ -20,15 +20,18 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from agentmath.sandbox.client import SandboxClient, SandboxSession
     from agentmath.sandbox.pool import PROTECTIONS, SandboxPool, Session
     from agentmath.sandbox.result import ExecResult
     from agentmath.sandbox.sync import Sandbox, SyncSession
 
 # Exports resolve lazily: the zygote imports agentmath.sandbox.zygote, and must not pay for
 # (or depend on) the host side's pydantic/asyncio imports.
-_EXPORTS = {"PROTECTIONS": "pool", "SandboxPool": "pool", "Session": "pool",
+_EXPORTS = {"SandboxClient": "client", "SandboxSession": "client", "PROTECTIONS": "pool",
+            "SandboxPool": "pool", "Session": "pool",
             "ExecResult": "result", "Sandbox": "sync", "SyncSession": "sync"}
-__all__ = ["PROTECTIONS", "ExecResult", "Sandbox", "SandboxPool", "Session", "SyncSession"]
+__all__ = ["PROTECTIONS", "ExecResult", "Sandbox", "SandboxClient", "SandboxPool", "SandboxSession",
+           "Session", "SyncSession"]
 
 
 def __getattr__(name: str) -> Any:

@@ -252,6 +252,15 @@ class Session:
         if self._worker is None:
             self._worker = await self.pool.acquire_worker()
 
+    async def alive(self) -> bool:
+        """False once the session's worker has died or the session was closed (its state is
+        gone); a session not yet started is alive (it has no state to lose)."""
+        if self._closed:
+            return False
+        worker = self._worker
+        return worker is None or not (worker.exit_status.done() or worker.killed
+                                      or worker.channel.closed.done())
+
     async def run(self, code: str, timeout: float | None = None) -> ExecResult:
         """Run one snippet. Errors in the code, timeouts and crashes are reported, not raised."""
         async with self._lock:
