@@ -155,7 +155,7 @@ def load_config(
 
 
 class LoopConfig(StrictModel):
-    """Budgets and behaviour of one agent-loop episode (see agentmath/loop.py)."""
+    """Budgets and behaviour of one agent-loop episode (see agentmath/agent/episode.py)."""
 
     max_tool_calls: int = Field(8, ge=0, le=1000, description=(
         "Code blocks executed per episode; a call beyond it ends the episode (tool_budget)."))

@@ -20,10 +20,10 @@ from typing import Any
 
 from _common import print_table
 
+from agentmath.agent.loop import run_episode
 from agentmath.backends.scripted import ScriptedBackend
 from agentmath.config import LoopConfig, SandboxConfig
 from agentmath.formats import get_format
-from agentmath.loop import run_episode
 from agentmath.sandbox import ExecResult, SandboxPool
 
 FMT = get_format("code_interpreter")

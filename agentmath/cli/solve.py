@@ -30,12 +30,12 @@ def solve(
     json_out: bool = JSON_OPTION,
 ) -> None:
     """Solve one problem with a model that calls the sandbox; show reasoning, code and outputs."""
+    from agentmath.agent.loop import run_episode
     from agentmath.backends import make_backend
     from agentmath.backends.base import SamplingParams
     from agentmath.config import LoopConfig
     from agentmath.errors import AgentMathError
     from agentmath.formats import get_format
-    from agentmath.loop import run_episode
     from agentmath.sandbox import SandboxPool
 
     if model is None:

@@ -18,7 +18,7 @@ the tokenizer's chat template (assistant turns trained, the rest masked)::
     {"id": ..., "messages": [system, user, assistant+tool_calls, tool, ..., assistant],
      "tools": [<the python tool schema>], "answer": ...}
 
-``messages`` come from :func:`agentmath.loop.build_messages`, so training prompts are the
+``messages`` come from :func:`agentmath.agent.build_messages`, so training prompts are the
 inference prompts. The completion's concatenated text is exactly what the agent loop produces:
 each model turn ends where generation stops (the format's stop string), the tool output is
 ``fmt.render(result, max_chars=max_output_chars)``, and the final piece has no end-of-turn
@@ -35,7 +35,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
-from agentmath.chat_loop import CHAT_SYSTEM_PROMPT
+from agentmath.agent.loop import CHAT_SYSTEM_PROMPT, build_messages
 from agentmath.config import LoopConfig
 from agentmath.data.synthetic import Step, SyntheticProblem
 from agentmath.errors import DataError, SandboxError
@@ -44,7 +44,6 @@ from agentmath.formats.openai_tools import OPENAI_TOOLS, TOOL_NAME, tool_message
 from agentmath.grading import averify, extract_answer
 from agentmath.jsonl import read_jsonl as read_jsonl  # re-exported: part of the data API
 from agentmath.jsonl import write_jsonl as write_jsonl
-from agentmath.loop import build_messages
 from agentmath.sandbox.pool import SandboxPool
 from agentmath.sandbox.result import ExecResult
 
@@ -272,7 +271,7 @@ async def convert_one(problem: SyntheticProblem, converter: Converter, fmt: Tool
 
     ``native``: a chat record for native tool calling instead (``fmt`` is ignored): the whole
     conversation in ``messages`` (assistant turns with ``tool_calls``, ``tool`` turns) and the
-    tool schema in ``tools``, the prompt as :func:`agentmath.chat_loop.run_chat_episode` sends
+    tool schema in ``tools``, the prompt as :func:`agentmath.agent.loop.run_chat_episode` sends
     it (default system prompt: its ``CHAT_SYSTEM_PROMPT``).
     """
     limit = max_output_chars or LoopConfig().max_output_chars

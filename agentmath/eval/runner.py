@@ -29,6 +29,8 @@ from pathlib import Path
 from typing import Any
 
 from agentmath import __version__
+from agentmath.agent.loop import run_episode
+from agentmath.agent.trajectory import Trajectory
 from agentmath.backends.base import Backend, SamplingParams
 from agentmath.config import EvalConfig
 from agentmath.errors import GradingError
@@ -45,9 +47,7 @@ from agentmath.eval.store import (
     write_json_atomic,
 )
 from agentmath.formats import get_format
-from agentmath.loop import run_episode
 from agentmath.sandbox.pool import SandboxPool
-from agentmath.trajectory import Trajectory
 
 ProgressFn = Callable[[dict[str, Any]], None]
 log = logging.getLogger(__name__)

@@ -2,7 +2,7 @@
 
 A text-format record (``messages`` = the prompt, ``completion`` = pieces) is what the text
 agent loop produces. A model served with native tool calls (``/v1/chat/completions`` with
-``tools``; :mod:`agentmath.chat_loop`) instead sees a conversation that the server renders
+``tools``; :mod:`agentmath.agent.loop`) instead sees a conversation that the server renders
 with the model's chat template, tool schemas in the system turn and tool results in ``tool``
 turns. Such a record is ``{"messages": [..., assistant, tool, ..., assistant], "tools": [...]}``.
 

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from agentmath.chat_loop import run_chat_episode
+from agentmath.agent.loop import run_chat_episode
 from agentmath.config import LoopConfig, SandboxConfig
 from agentmath.errors import BackendError
 from agentmath.sandbox import SandboxPool

@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from agentmath.trajectory import Trajectory
+from agentmath.agent.trajectory import Trajectory
 from tests.fixtures.models import held_out_problems
 
 pytestmark = pytest.mark.integration

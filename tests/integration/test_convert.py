@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from agentmath.agent.loop import build_messages, run_episode
 from agentmath.backends.scripted import ScriptedBackend
 from agentmath.config import LoopConfig, SandboxConfig
 from agentmath.data.convert import (
@@ -23,7 +24,6 @@ from agentmath.data.convert import (
 from agentmath.data.synthetic import Step, SyntheticProblem, generate_problems
 from agentmath.errors import DataError
 from agentmath.formats import get_format
-from agentmath.loop import build_messages, run_episode
 from agentmath.sandbox import ExecResult, SandboxPool
 
 pytestmark = pytest.mark.integration
@@ -223,7 +223,7 @@ async def test_snippet_that_the_format_cannot_carry_is_dropped(pool: SandboxPool
 async def test_native_records_replay_through_the_chat_loop(pool: SandboxPool) -> None:
     """A native record's assistant turns, replayed by the chat loop, give back the record's
     conversation exactly: same prompt, same tool messages (the sandbox's real output)."""
-    from agentmath.chat_loop import run_chat_episode
+    from agentmath.agent.loop import run_chat_episode
     from agentmath.formats.openai_tools import tool_spec
     from tests.integration.test_chat_loop import FakeChatBackend
 

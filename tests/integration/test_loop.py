@@ -6,13 +6,13 @@ import json
 
 import pytest
 
+from agentmath.agent.loop import run_episode
+from agentmath.agent.trajectory import Trajectory
 from agentmath.backends.base import SamplingParams
 from agentmath.backends.scripted import ScriptedBackend
 from agentmath.config import LoopConfig, SandboxConfig
 from agentmath.formats import get_format
-from agentmath.loop import run_episode
 from agentmath.sandbox import SandboxPool
-from agentmath.trajectory import Trajectory
 from tests.fixtures.backends import RecordingBackend
 from tests.fixtures.models import held_out_problems
 

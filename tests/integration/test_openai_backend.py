@@ -9,11 +9,11 @@ from typing import Any
 
 import pytest
 
+from agentmath.agent.loop import build_messages
 from agentmath.backends.base import SamplingParams
 from agentmath.backends.openai import OpenAIBackend
 from agentmath.errors import BackendError
 from agentmath.formats import get_format
-from agentmath.loop import build_messages
 from tests.fixtures.models import held_out_problems
 
 pytestmark = [pytest.mark.vllm, pytest.mark.integration]

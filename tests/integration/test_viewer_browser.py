@@ -25,9 +25,9 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
+from agentmath.agent.trajectory import Segment, Trajectory
 from agentmath.cli.main import app
 from agentmath.sandbox.result import ExecResult
-from agentmath.trajectory import Segment, Trajectory
 
 pytestmark = pytest.mark.integration
 

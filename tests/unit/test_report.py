@@ -15,6 +15,7 @@ import pytest
 from rich.console import Console
 from typer.testing import CliRunner
 
+from agentmath.agent.trajectory import Segment, Trajectory
 from agentmath.cli.main import app
 from agentmath.errors import DataError
 from agentmath.report import (
@@ -28,7 +29,6 @@ from agentmath.report import (
 )
 from agentmath.report.viewer import cap_text, render_viewer_html
 from agentmath.sandbox.result import ExecResult
-from agentmath.trajectory import Segment, Trajectory
 
 EVIL = "</script><b>x</b>"
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"

@@ -23,8 +23,10 @@ FINISH_REASONS = ("answered", "eos", "token_budget", "tool_budget", "time_budget
 class Segment:
     """A contiguous run of tokens from one source.
 
-    Model segments carry ``logprobs`` (one per token, when the backend returns them) and the
-    generation's ``finish_reason``; tool segments carry the ``code`` that ran and its ``result``.
+    Model segments carry ``logprobs`` (one per token, when the backend returns them), the
+    generation's ``finish_reason`` and the ``policy_version`` that sampled them (an episode
+    parked and resumed under newer weights has model segments of several versions); tool
+    segments carry the ``code`` that ran and its ``result``.
     """
 
     source: Source
@@ -35,6 +37,7 @@ class Segment:
     code: str | None = None
     result: ExecResult | None = None
     duration_ms: float = 0.0
+    policy_version: int | None = None
 
     @property
     def loss_mask(self) -> list[int]:
@@ -118,6 +121,12 @@ class Trajectory:
     @property
     def num_tool_errors(self) -> int:
         return sum(1 for s in self.tool_calls if s.result is not None and s.result.error)
+
+    @property
+    def policy_versions(self) -> list[int]:
+        """The distinct policy versions of the model segments, oldest first."""
+        return sorted({s.policy_version for s in self.segments
+                       if s.source == "model" and s.policy_version is not None})
 
     @property
     def completion_text(self) -> str:

@@ -1,0 +1,239 @@
+"""The model side of an episode: how a turn is generated and how tool results go back.
+
+Two drivers share one :class:`~agentmath.agent.episode.Episode` (budgets, time limit, sandbox,
+answers, parking):
+
+* :class:`TextDriver`: a text tool format (``<code>`` ... ``</code>`` and the others) over
+  ``Backend.generate``. Token-exact: the context sent at every turn is the concatenation of
+  the ids already recorded (prompt ids, each model segment's sampled ids, each tool segment's
+  ids), so what the model conditioned on and what a trainer later sees are the same ids.
+* :class:`ChatDriver`: native tool calling over ``/v1/chat/completions`` (a backend with a
+  ``chat`` method). The server renders the conversation through its chat template at every
+  turn, so this is *not* token-exact: segments carry the ids the server reports where it does,
+  and ``meta["token_exact"]`` is False. Use a text format for training data.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from agentmath.agent.trajectory import Segment
+from agentmath.errors import BackendError
+from agentmath.formats.openai_tools import OPENAI_TOOLS, parse_tool_calls, tool_message, tool_spec
+from agentmath.sandbox.result import ExecResult
+
+if TYPE_CHECKING:
+    from agentmath.agent.episode import Episode
+
+CHAT_SYSTEM_PROMPT = ("Solve the problem step by step. You can call the `python` tool to run "
+                      "code in a persistent session; put the final answer in \\boxed{}.")
+
+
+@dataclass(frozen=True, slots=True)
+class Call:
+    """A tool call found in a model turn: its code, or why it could not be read."""
+
+    code: str | None
+    error: str | None = None
+    id: str | None = None
+
+
+@dataclass(slots=True)
+class ModelTurn:
+    """What one generate call gave: tokens spent, whether the turn was cut by a token limit,
+    the calls it ends with, and the text an answer is looked for in (before the first call)."""
+
+    tokens: int
+    finish_reason: str | None
+    cut: bool
+    calls: list[Call] = field(default_factory=list)
+    answer_text: str = ""
+
+
+def build_messages(problem: str, fmt: Any, system_prompt: str | None = None,
+                   few_shot: Any = ()) -> list[dict[str, str]]:
+    """System prompt (the format's instructions by default), few-shot pairs, then the problem."""
+    messages = [{"role": "system", "content": system_prompt or fmt.instructions()}]
+    for question, answer in few_shot:
+        messages.append({"role": "user", "content": question})
+        messages.append({"role": "assistant", "content": answer})
+    messages.append({"role": "user", "content": problem})
+    return messages
+
+
+def failure(exc: BaseException) -> str:
+    """How a failed backend call is recorded: the error's type and message. A backend error
+    of an unexpected type (a TypeError in a third-party backend) ends this episode the same
+    way, so that one bad reply never takes down a whole evaluation."""
+    kind = type(exc).__name__
+    if isinstance(exc, BackendError | OSError | ValueError):
+        return f"{kind}: {exc}"
+    return f"{kind} (unexpected, from the backend): {exc}"
+
+
+async def _call_model(ep: Episode, coro: Any, deadline: float) -> Any:
+    """Await one model call under the episode's deadline; a str is the finish reason."""
+    try:
+        return await asyncio.wait_for(coro, max(0.0, deadline - time.monotonic()))
+    except TimeoutError:
+        return "time_budget"
+    except Exception as exc:  # noqa: BLE001 - any backend failure is this episode's error
+        ep.trajectory.error = failure(exc)
+        return "error"
+
+
+class TextDriver:
+    """Token-exact turns in a text tool format over ``Backend.generate``."""
+
+    can_cut = True  # a turn cut by a token limit can be continued from its ids
+
+    def __init__(self, ep: Episode) -> None:
+        self.ep = ep
+        self.context: list[int] = []
+        self.format_name = getattr(ep.fmt, "name", type(ep.fmt).__name__)
+
+    def _add(self, segment: Segment) -> None:
+        self.ep.trajectory.segments.append(segment)
+        self.context.extend(segment.token_ids)
+
+    def context_tokens(self) -> int:
+        return len(self.context)
+
+    def _open_turn(self) -> list[Segment]:
+        """The model segments of the turn in progress (a turn cut by parking has several)."""
+        out: list[Segment] = []
+        for seg in reversed(self.ep.trajectory.segments):
+            if seg.source != "model":
+                break
+            out.append(seg)
+        return out[::-1]
+
+    def open_turn_tokens(self) -> int:
+        return sum(len(s.token_ids) for s in self._open_turn())
+
+    def turn_text(self) -> str:
+        return "".join(s.text for s in self._open_turn())
+
+    async def start(self) -> None:
+        """Render the prompt through the backend's chat template (the first segment)."""
+        ep = self.ep
+        messages = build_messages(ep.trajectory.problem, ep.fmt, ep.config.system_prompt,
+                                  ep.few_shot)
+        try:
+            prompt_ids = await ep.backend.render_prompt(messages)
+        except Exception as exc:  # noqa: BLE001 - any backend failure is this episode's error
+            raise BackendError(f"render_prompt failed: {failure(exc)}") from exc
+        self._add(Segment("prompt", "".join(f"[{m['role']}] {m['content']}\n" for m in messages),
+                          list(prompt_ids)))
+        ep.trajectory.meta["messages"] = messages
+
+    async def model_turn(self, max_tokens: int, deadline: float) -> ModelTurn | str:
+        """One generate call continuing the context (and the open turn, if any)."""
+        ep = self.ep
+        continued = bool(self._open_turn())
+        started = time.perf_counter()
+        gen = await _call_model(ep, ep.backend.generate(
+            list(self.context), stop=ep.fmt.stop_strings, max_tokens=max_tokens,
+            sampling=ep.sampling), deadline)
+        if isinstance(gen, str):
+            return gen
+        self._add(Segment("model", gen.text, list(gen.token_ids), gen.logprobs,
+                          gen.finish_reason, duration_ms=(time.perf_counter() - started) * 1e3,
+                          policy_version=ep.policy_version))
+        text = self.turn_text()
+        reason = gen.finish_reason
+        if reason == "length" and continued and any(s in text for s in ep.fmt.stop_strings):
+            reason = "stop"  # completed across a parking cut (a one-token extension)
+        call = ep.fmt.find_call(text) if reason != "length" else None
+        return ModelTurn(len(gen.token_ids), reason, reason == "length",
+                         [Call(call.code)] if call is not None else [],
+                         text[: call.start] if call is not None else text)
+
+    def ends_in_partial_stop(self) -> bool:
+        """True when the open turn's text ends with a proper prefix of a stop string."""
+        text = self.turn_text()
+        return any(text.endswith(stop[:k]) for stop in self.ep.fmt.stop_strings
+                   for k in range(1, len(stop)))
+
+    async def add_tool(self, call: Call, result: ExecResult) -> str | None:
+        """Render the result in the format, tokenize it, append it; an error message if the
+        backend could not tokenize it."""
+        ep = self.ep
+        rendered = ep.fmt.render(result, max_chars=ep.config.max_output_chars)
+        try:
+            ids = await ep.backend.tokenize(rendered)
+        except Exception as exc:  # noqa: BLE001 - any backend failure is this episode's error
+            return f"tokenize failed: {failure(exc)}"
+        self._add(Segment("tool", rendered, list(ids), code=call.code, result=result,
+                          duration_ms=result.duration_ms))
+        return None
+
+
+class ChatDriver:
+    """Native tool calling over a backend's ``chat`` (``/v1/chat/completions`` + ``tools``)."""
+
+    can_cut = False  # a chat turn cannot be continued from its ids: segments end between turns
+
+    def __init__(self, ep: Episode) -> None:
+        self.ep = ep
+        self.messages: list[dict[str, Any]] = []
+        self.context = 0  # prompt + completion tokens of the last reply, as the server counts
+        self.format_name = "openai_tools(chat)"
+
+    def context_tokens(self) -> int:
+        return self.context
+
+    def open_turn_tokens(self) -> int:
+        return 0
+
+    def ends_in_partial_stop(self) -> bool:
+        return False
+
+    async def start(self) -> None:
+        ep = self.ep
+        self.messages = build_messages(ep.trajectory.problem, OPENAI_TOOLS,
+                                       ep.config.system_prompt or CHAT_SYSTEM_PROMPT, ep.few_shot)
+        ep.trajectory.segments.append(
+            Segment("prompt", json.dumps(self.messages, ensure_ascii=False), []))
+        ep.trajectory.meta.update(messages=self.messages, token_exact=False)  # the live list
+
+    async def model_turn(self, max_tokens: int, deadline: float) -> ModelTurn | str:
+        """One assistant message; its tool calls become the turn's calls."""
+        ep = self.ep
+        started = time.perf_counter()
+        message = await _call_model(ep, ep.backend.chat(  # type: ignore[attr-defined]
+            self.messages, tools=[tool_spec()], max_tokens=max_tokens, sampling=ep.sampling,
+            return_token_ids=True), deadline)
+        if isinstance(message, str):
+            return message
+        text = message.get("content") or ""
+        shown = text
+        for raw in message.get("tool_calls") or []:
+            fn = raw.get("function", {}) if isinstance(raw, dict) else {}
+            body = json.dumps({"name": fn.get("name"), "arguments": fn.get("arguments")})
+            shown += f"\n<tool_call>\n{body}\n</tool_call>"
+        ids = list(message.get("token_ids") or [])
+        usage = message.get("usage") or {}
+        tokens = usage.get("completion_tokens") or len(ids)
+        self.context = (usage.get("prompt_tokens") or self.context) + tokens
+        ep.trajectory.segments.append(Segment(
+            "model", shown, ids, None, message.get("finish_reason"),
+            duration_ms=(time.perf_counter() - started) * 1e3, policy_version=ep.policy_version))
+        calls = [Call(c.code, c.error, c.id) for c in parse_tool_calls(message)]
+        if calls:
+            self.messages.append({k: v for k, v in message.items()
+                                  if k in ("role", "content", "tool_calls")})
+        cut = message.get("finish_reason") == "length" and not calls
+        return ModelTurn(tokens, message.get("finish_reason"), cut, calls, text)
+
+    async def add_tool(self, call: Call, result: ExecResult) -> str | None:
+        ep = self.ep
+        reply = tool_message(call.id or "call_0", result, max_chars=ep.config.max_output_chars)
+        self.messages.append(reply)
+        ep.trajectory.segments.append(Segment("tool", reply["content"], [], code=call.code,
+                                              result=result, duration_ms=result.duration_ms))
+        return None
