@@ -176,6 +176,33 @@ class LoopConfig(StrictModel):
         "System prompt; None uses the tool format's own instructions."))
 
 
+class RolloutConfig(StrictModel):
+    """How the rollout engine schedules episodes (see agentmath/rollout/scheduler.py)."""
+
+    mode: Literal["async", "sync"] = Field("async", description=(
+        "async: every episode advances on its own (request-level scheduling, no barrier); "
+        "sync: the baseline of TRL's tool loop and DeepMath, a barrier after every turn with "
+        "all episodes of a batch in lockstep, and a barrier at the end of each batch."))
+    max_in_flight: int = Field(256, ge=1, le=1_000_000, description=(
+        "Episodes being advanced at once (admission bound; per-server request bounds are the "
+        "router's). In sync mode, the episodes of one lockstep batch."))
+    segment_tokens: int | None = Field(None, ge=1, le=1_048_576, description=(
+        "Partial rollout: model tokens an episode may generate per iteration; an unfinished "
+        "episode is parked and continued in the next iteration (None: no partial rollout)."))
+    segment_tool_calls: int | None = Field(None, ge=1, le=1000, description=(
+        "Partial rollout: tool calls an episode may make per iteration (None: unbounded)."))
+    max_staleness: int = Field(2, ge=0, le=1000, description=(
+        "Policy versions a parked sample may lag: resumed under version v, a sample whose "
+        "oldest model segment is older than v - max_staleness is stale."))
+    stale: Literal["regenerate", "drop"] = Field("regenerate", description=(
+        "What happens to a stale sample: regenerate it from scratch under the current policy, "
+        "or drop its whole group. Either way it is counted and logged."))
+    max_parked_sessions: int = Field(512, ge=0, le=1_000_000, description=(
+        "Parked episodes that keep their sandbox session open; beyond it the oldest release "
+        "theirs and replay their cells on resume. Keep it below SandboxConfig.max_sessions "
+        "minus max_in_flight, or active episodes wait for session slots held by parked ones."))
+
+
 class EvalConfig(StrictModel):
     """One evaluation run (``agentmath eval``). Fields marked *identity* must match on resume."""
 

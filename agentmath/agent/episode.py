@@ -25,6 +25,7 @@ handled here once for both.
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import time
 from collections.abc import Sequence
@@ -92,6 +93,8 @@ class Episode:
         self._deadline = 0.0
         self._seg_tokens: int | None = None  # model tokens left in this segment
         self._seg_calls: int | None = None
+        self._seg_turns: int | None = None
+        self._stop: asyncio.Event | None = None
         self._pending: list[Call] = []  # calls of a finished turn not yet run (parked before)
 
     # ------------------------------------------------------------------------------ public
@@ -105,11 +108,14 @@ class Episode:
         return RequestTag(self.id, self.group_id, self.policy_version)
 
     async def advance(self, *, max_tokens: int | None = None, max_tool_calls: int | None = None,
-                      policy_version: int = 0) -> bool:
+                      max_turns: int | None = None, policy_version: int = 0,
+                      stop: asyncio.Event | None = None) -> bool:
         """Run until the episode finishes or this segment's budget is spent; True when finished.
 
-        ``max_tokens`` bounds the model tokens and ``max_tool_calls`` the snippets of this
-        segment (None: only the episode's own budgets). Never raises for model, sandbox or
+        ``max_tokens`` bounds the model tokens, ``max_tool_calls`` the snippets and
+        ``max_turns`` the model turns (each with its tool calls) of this segment (None: only
+        the episode's own budgets). A set ``stop`` event parks the episode at its next turn
+        boundary (the end of a partial-rollout iteration). Never raises for model, sandbox or
         budget failures: they finish the episode with a finish reason and ``error``.
         """
         if self.finished:
@@ -117,6 +123,7 @@ class Episode:
         if max_tokens is not None and max_tokens < 1:
             raise ValueError("max_tokens of a segment must be at least 1")
         self._seg_tokens, self._seg_calls = max_tokens, max_tool_calls
+        self._seg_turns, self._stop = max_turns, stop
         self.policy_version = policy_version
         self.advances += 1
         started = time.monotonic()
@@ -156,8 +163,13 @@ class Episode:
     # ------------------------------------------------------------------------------ turns
     async def _run_turns(self) -> str:
         finish: str | None = None
+        turns = 0
         while finish is None:
+            if (self._stop is not None and self._stop.is_set()) or (
+                    self._seg_turns is not None and turns >= self._seg_turns):
+                return _PARK
             finish = await self._turn()
+            turns += 1
         return finish
 
     def turn_budget(self) -> tuple[int, bool]:

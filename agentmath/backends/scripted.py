@@ -6,6 +6,10 @@ cut just after the first stop string (finish ``stop``), a turn without one ends 
 end-of-turn id (``eos``), and ``max_tokens`` cuts it (``length``). The turn played is chosen by
 the number of tool outputs already in the context, so concurrent episodes each get their own
 sequence. An optional ``delay`` stands in for model latency.
+
+A turn cut by ``max_tokens`` continues where it stopped when the next call's context is the
+cut one (a parked episode resuming), and, like vLLM, stop strings are then matched only in the
+newly generated text: exactly the behaviour partial rollout must be exact under.
 """
 
 from __future__ import annotations
@@ -47,6 +51,7 @@ class ScriptedBackend:
         self.calls = 0
         self._byte = ByteTokenizer() if tokenizer is None else None
         self._eos = tokenizer.eos_token_id if tokenizer is not None else EOS_ID
+        self._cut: dict[tuple[int, ...], int] = {}  # context after a cut turn -> chars played
 
     def _encode(self, text: str) -> list[int]:
         if self._byte is not None:
@@ -84,7 +89,9 @@ class ScriptedBackend:
         self.calls += 1
         if self.delay:
             await asyncio.sleep(self.delay)
-        text = self.turns[index]
+        full = self.turns[index]
+        done = self._cut.pop(tuple(prompt_ids), 0)  # chars of this turn already generated
+        text = full[done:]
         hits = [(text.find(s) + len(s), s) for s in stop if s in text]
         if hits:
             end, matched = min(hits)
@@ -93,6 +100,7 @@ class ScriptedBackend:
             ids, reason, matched = self._encode(text) + [self._eos], "eos", None
         if len(ids) > max_tokens:
             ids, reason, matched = ids[:max_tokens], "length", None
+            self._cut[(*prompt_ids, *ids)] = done + len(self._decode(ids))
         return Generation(ids, self._decode(ids), reason, matched,  # type: ignore[arg-type]
                           [-0.5] * len(ids))
 

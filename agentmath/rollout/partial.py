@@ -1,0 +1,207 @@
+"""RL iterations on the rollout engine, with partial rollout and a staleness bound.
+
+An RL step needs a batch of complete groups. Three ways to get one, as in AgentMath's table:
+
+* sync (``mode="sync"``): B new groups in lockstep (a barrier per turn), all to the end;
+* async (``mode="async"``, no segment budget): B new groups, request-level, all to the end
+  (only the iteration itself is a barrier, so its longest episode still sets its length);
+* partial (``segment_tokens`` set; Kimi k1.5, AgentMath): each episode may generate at most
+  ``segment_tokens`` (and ``segment_tool_calls``) per iteration; more groups are admitted
+  than the batch needs, and as soon as B groups are complete the iteration ends: running
+  episodes park at their next turn boundary, episodes out of budget park at once, and all of
+  them continue in the next iteration under the new weights, their sandbox sessions kept.
+  Groups finished beyond B are carried into the next iteration's batch.
+
+Staleness: when a parked sample is resumed under policy version v and its oldest model segment
+is older than ``v - max_staleness``, it is stale: regenerated from scratch (``stale =
+"regenerate"``) or its whole group is dropped (``"drop"``). Either is counted in the stats,
+with the tokens thrown away, and logged.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from agentmath.rollout.records import Group, GroupRequest, RolloutStats
+from agentmath.rollout.scheduler import GroupState, RolloutEngine, _cancel
+
+log = logging.getLogger(__name__)
+
+Slot = tuple[GroupState, int]
+
+
+@dataclass(slots=True)
+class IterationResult:
+    """One iteration's batch, the policy version it ran under, and its counters."""
+
+    version: int
+    groups: list[Group]
+    stats: RolloutStats
+    exhausted: bool  # no request left and nothing parked: the run is over
+
+
+class PartialRollout:
+    """Successive RL iterations over ``requests``; parked work carries across iterations."""
+
+    def __init__(self, engine: RolloutEngine, requests: Iterable[GroupRequest]) -> None:
+        self.engine = engine
+        self._requests = iter(requests)
+        self._exhausted = False
+        self._parked: list[Slot] = []
+        self._ready: list[Group] = []
+
+    @property
+    def parked(self) -> int:
+        """Episodes waiting for the next iteration."""
+        return len(self._parked)
+
+    def _next_request(self) -> GroupRequest | None:
+        if self._exhausted:
+            return None
+        request = next(self._requests, None)
+        self._exhausted = request is None
+        return request
+
+    async def iteration(self, batch_groups: int) -> IterationResult:
+        """Run until ``batch_groups`` groups are complete (fewer once the requests run out)."""
+        if batch_groups < 1:
+            raise ValueError("batch_groups must be at least 1")
+        engine = self.engine
+        engine.stats = stats = RolloutStats()
+        if engine.config.mode == "sync":
+            groups = await self._lockstep(batch_groups)
+        else:
+            groups = await self._request_level(batch_groups)
+        groups = self._ready + groups
+        groups, self._ready = groups[:batch_groups], groups[batch_groups:]
+        exhausted = self._exhausted and not self._parked and not self._ready
+        return IterationResult(engine.version, groups, stats, exhausted)
+
+    async def aclose(self) -> None:
+        """Close the parked episodes' sandbox sessions."""
+        for state, index in self._parked:
+            await state.episodes[index].close()
+        self._parked = []
+
+    # --------------------------------------------------------------------------- modes
+    async def _lockstep(self, batch_groups: int) -> list[Group]:
+        states = []
+        while len(states) < batch_groups and (request := self._next_request()) is not None:
+            states.append(GroupState(request))
+        return await self.engine.run_lockstep(states)
+
+    async def _request_level(self, batch_groups: int) -> list[Group]:
+        engine, config = self.engine, self.engine.config
+        partial = config.segment_tokens is not None
+        stop = asyncio.Event()
+        slots = asyncio.Semaphore(config.max_in_flight)
+        ready: list[Group] = []
+        parked: list[Slot] = []
+        tasks: set[asyncio.Task[None]] = set()
+        need = batch_groups - len(self._ready)
+        if need <= 0:
+            return []
+
+        async def run(state: GroupState, index: int) -> None:
+            try:
+                finished = await engine.advance(
+                    state.episodes[index], max_tokens=config.segment_tokens,
+                    max_tool_calls=config.segment_tool_calls, stop=stop if partial else None)
+            finally:
+                slots.release()
+            if not finished:
+                parked.append((state, index))
+                engine.stats.parked += 1
+            elif (group := engine.collect(state, index)) is not None:
+                ready.append(group)
+                if partial and len(ready) >= need:
+                    stop.set()
+
+        async def start(slot: Slot) -> None:
+            await slots.acquire()
+            if stop.is_set():
+                slots.release()
+                parked.append(slot)
+                return
+            task = asyncio.create_task(run(*slot))
+            tasks.add(task)
+            task.add_done_callback(tasks.discard)
+
+        try:
+            for slot in await self._resumable():
+                engine.stats.resumed += 1
+                await start(slot)
+            admitted = 0
+            while not stop.is_set() and (partial or admitted < need):
+                request = self._next_request()
+                if request is None:
+                    break
+                admitted += 1
+                state = GroupState(request)
+                if not request.sample_indices:
+                    ready.append(state.group)
+                for index in request.sample_indices:
+                    engine.new_episode(state, index)
+                    await start((state, index))
+            while tasks:
+                await asyncio.gather(*list(tasks))
+        except BaseException:
+            await _cancel(*tasks)
+            for state, index in parked:
+                await state.episodes[index].close()
+            raise
+        self._parked = parked
+        await self._limit_parked_sessions()
+        return ready
+
+    # --------------------------------------------------------------------------- staleness
+    async def _resumable(self) -> list[Slot]:
+        """The parked slots to continue, stale ones regenerated or their groups dropped."""
+        engine, config = self.engine, self.engine.config
+        slots, self._parked = self._parked, []
+        dropped: set[str] = set()
+        out: list[Slot] = []
+        for state, index in slots:
+            if state.request.group_id in dropped:
+                continue
+            episode = state.episodes[index]
+            versions = episode.trajectory.policy_versions
+            if not versions or engine.version - versions[0] <= config.max_staleness:
+                out.append((state, index))
+                continue
+            if config.stale == "drop":
+                dropped.add(state.request.group_id)
+                await self._drop(state)
+                continue
+            engine.stats.regenerated += 1
+            engine.stats.wasted_tokens += episode.model_used
+            log.info("sample %s is stale (versions %s, now %d): regenerated", episode.id,
+                     versions, engine.version)
+            await episode.close()
+            state.restarts[index] = state.restarts.get(index, 0) + 1
+            engine.new_episode(state, index)
+            out.append((state, index))
+        return [slot for slot in out if slot[0].request.group_id not in dropped]
+
+    async def _drop(self, state: GroupState) -> None:
+        stats = self.engine.stats
+        stats.dropped_groups += 1
+        wasted = sum(s.trajectory.model_tokens for s in state.group.samples)
+        for episode in state.episodes.values():
+            wasted += episode.model_used
+            await episode.close()
+        stats.wasted_tokens += wasted
+        log.info("group %s dropped: a sample lagged more than %d policy versions (%d tokens "
+                 "thrown away)", state.request.group_id, self.engine.config.max_staleness,
+                 wasted)
+        state.episodes.clear()
+
+    async def _limit_parked_sessions(self) -> None:
+        """Beyond ``max_parked_sessions``, the oldest parked episodes release their sessions
+        (their cells are replayed when they resume)."""
+        extra = len(self._parked) - self.engine.config.max_parked_sessions
+        for state, index in self._parked[:max(0, extra)]:
+            await state.episodes[index].close()

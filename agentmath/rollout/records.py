@@ -1,0 +1,81 @@
+"""Typed records passed between the rollout engine and its consumers (evaluator, trainer)."""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from agentmath.agent.trajectory import Trajectory
+
+if TYPE_CHECKING:
+    from agentmath.datasets import Task
+
+
+@dataclass(frozen=True, slots=True)
+class GroupRequest:
+    """A problem to sample ``samples`` times (GRPO's group of G; evaluation's samples per
+    problem). ``indices`` restricts which sample indices to run (a resumed evaluation runs
+    only the missing ones); None runs ``range(samples)``."""
+
+    task: Task
+    samples: int = 1
+    indices: tuple[int, ...] | None = None
+
+    @property
+    def group_id(self) -> str:
+        return self.task.id
+
+    @property
+    def sample_indices(self) -> tuple[int, ...]:
+        return self.indices if self.indices is not None else tuple(range(self.samples))
+
+
+@dataclass(slots=True)
+class Sample:
+    """One finished episode of a group. ``restarts`` counts regenerations after it went stale;
+    ``error`` is set when the episode could not be run at all (a bug, not a model failure)."""
+
+    group_id: str
+    index: int
+    trajectory: Trajectory
+    restarts: int = 0
+
+    @property
+    def policy_versions(self) -> list[int]:
+        return self.trajectory.policy_versions
+
+
+@dataclass(slots=True)
+class Group:
+    """A group whose samples are all finished, handed to the consumer as one unit."""
+
+    request: GroupRequest
+    samples: list[Sample] = field(default_factory=list)
+
+    @property
+    def complete(self) -> bool:
+        return len(self.samples) == len(self.request.sample_indices)
+
+
+@dataclass(slots=True)
+class RolloutStats:
+    """Counters of a run (or of one iteration), for logs and benchmarks."""
+
+    groups_done: int = 0
+    samples_done: int = 0
+    segments: int = 0  # calls of Episode.advance
+    parked: int = 0  # segments that ended parked (partial rollout)
+    resumed: int = 0  # parked episodes continued in a later iteration
+    dropped_groups: int = 0  # groups dropped for staleness
+    regenerated: int = 0  # samples restarted from scratch for staleness
+    wasted_tokens: int = 0  # model tokens thrown away by drops and regenerations
+    version_spans: Counter[int] = field(default_factory=Counter)  # samples by versions spanned
+
+    def to_dict(self) -> dict[str, object]:
+        """JSON-ready counters."""
+        return {"groups_done": self.groups_done, "samples_done": self.samples_done,
+                "segments": self.segments, "parked": self.parked, "resumed": self.resumed,
+                "dropped_groups": self.dropped_groups, "regenerated": self.regenerated,
+                "wasted_tokens": self.wasted_tokens,
+                "version_spans": {str(k): v for k, v in sorted(self.version_spans.items())}}
