@@ -51,7 +51,8 @@ class ScriptedBackend:
         self.calls = 0
         self._byte = ByteTokenizer() if tokenizer is None else None
         self._eos = tokenizer.eos_token_id if tokenizer is not None else EOS_ID
-        self._cut: dict[tuple[int, ...], int] = {}  # context after a cut turn -> chars played
+        # context after a cut turn -> chars played (kept: sibling samples share contexts)
+        self._cut: dict[tuple[int, ...], int] = {}
 
     def _encode(self, text: str) -> list[int]:
         if self._byte is not None:
@@ -90,7 +91,7 @@ class ScriptedBackend:
         if self.delay:
             await asyncio.sleep(self.delay)
         full = self.turns[index]
-        done = self._cut.pop(tuple(prompt_ids), 0)  # chars of this turn already generated
+        done = self._cut.get(tuple(prompt_ids), 0)  # chars of this turn already generated
         text = full[done:]
         hits = [(text.find(s) + len(s), s) for s in stop if s in text]
         if hits:

@@ -157,6 +157,7 @@ class RolloutEngine:
                 out.put_nowait(group)
 
         async def feed() -> None:
+            failure: Exception | None = None
             try:
                 for request in requests:
                     state = GroupState(request)
@@ -168,10 +169,15 @@ class RolloutEngine:
                         task = asyncio.create_task(run_one(state, index))
                         tasks.add(task)
                         task.add_done_callback(tasks.discard)
+            except Exception as exc:  # noqa: BLE001 - a bad source: finish what started first
+                failure = exc
+            try:
                 while tasks:
                     await asyncio.gather(*list(tasks))
             finally:
                 out.put_nowait(None)
+            if failure is not None:
+                raise failure
 
         feeder = asyncio.create_task(feed())
         try:
