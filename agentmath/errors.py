@@ -27,6 +27,12 @@ class BackendError(AgentMathError):
     """A generation backend failed (unreachable server, bad response, missing extra)."""
 
 
+class RequestRejected(BackendError):
+    """The server refused the request itself (HTTP 400, 413, 422...: a prompt too long, a
+    token id out of vocabulary): sending it to another server would fail the same way, so a
+    router re-raises it instead of taking the server out of rotation."""
+
+
 class GradingError(AgentMathError):
     """An answer could not be graded (verifier crashed or timed out where that is fatal)."""
 

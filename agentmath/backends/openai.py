@@ -17,8 +17,17 @@ field, never a ``TypeError`` in the agent loop.
 Retries: 408, 429, 5xx, connection errors, timeouts and malformed replies are retried, up to
 ``max_retries`` times, with exponential backoff and jitter; a ``Retry-After`` header on a 429
 or 503 (delta-seconds or an HTTP date) is honoured, capped at ``max_retry_after_s``. Other 4xx
-responses fail at once. Each attempt holds one slot of a semaphore bounding the number of
-requests in flight; the backoff sleep does not.
+responses fail at once: as :class:`~agentmath.errors.RequestRejected` when the request
+itself is at fault (any 4xx but 401/403/404, which mean a misconfigured server or model name),
+so that a router does not take a healthy server out of rotation for a bad prompt. Each attempt
+holds one slot of a semaphore bounding the number of requests in flight; the backoff sleep does
+not.
+
+Prefix-cache isolation across weight updates: with ``cache_salt_by_version`` each completion
+inside a :func:`~agentmath.backends.base.tagged` block carries vLLM's ``cache_salt`` =
+``v{policy_version}``, so KV computed under older weights is never reused (vLLM 0.32 accepts it
+with a prompt of token ids; an empty salt is a 400). ``healthy`` (``GET /health``) and
+``prefix_cache_counters`` (``GET /metrics``) serve the router's probing and hit-rate report.
 """
 
 from __future__ import annotations
@@ -37,16 +46,22 @@ import httpx
 from agentmath._lazy import require
 from agentmath.backends import _replies
 from agentmath.backends._replies import NO_TOKEN_IDS_MESSAGE, MalformedReply
-from agentmath.backends.base import Generation, SamplingParams
-from agentmath.errors import BackendError
+from agentmath.backends.base import Generation, SamplingParams, current_tag
+from agentmath.errors import BackendError, RequestRejected
 
-__all__ = ["NO_TOKEN_IDS_MESSAGE", "OpenAIBackend", "retry_after_s"]
+__all__ = ["NO_TOKEN_IDS_MESSAGE", "PREFIX_CACHE_HITS", "PREFIX_CACHE_QUERIES", "OpenAIBackend",
+           "prometheus_sum", "retry_after_s"]
 
 T = TypeVar("T")
 _BODY_SNIPPET = 500
 _MAX_BACKOFF_S = 30.0
 _RETRY_STATUSES = frozenset({408, 429})  # and every 5xx
 _RETRY_AFTER_STATUSES = frozenset({429, 503})
+_SERVER_SIDE_4XX = frozenset({401, 403, 404})  # credentials, endpoint, model name: the server's
+_PROBE_TIMEOUT_S = 5.0
+#: vLLM's prefix-cache counters (tokens looked up / found in the cache since the server started).
+PREFIX_CACHE_HITS = "vllm:prefix_cache_hits_total"
+PREFIX_CACHE_QUERIES = "vllm:prefix_cache_queries_total"
 
 
 class _Retryable(Exception):
@@ -85,8 +100,9 @@ class OpenAIBackend:
     ``tokenizer`` (a path or a loaded Hugging Face tokenizer) makes ``tokenize`` and
     ``render_prompt`` local instead of going through ``/tokenize``. ``timeout_s`` bounds one
     request, ``max_retries`` the retries after a first failed attempt, ``max_retry_after_s``
-    the wait a server's ``Retry-After`` may ask for. ``transport`` and ``backoff_s`` (first
-    retry delay) exist for tests.
+    the wait a server's ``Retry-After`` may ask for. ``cache_salt_by_version`` salts vLLM's
+    prefix cache with the current request tag's policy version. ``transport`` and
+    ``backoff_s`` (first retry delay) exist for tests.
     """
 
     name: str = "openai"
@@ -95,7 +111,8 @@ class OpenAIBackend:
                  max_concurrency: int = 64, timeout_s: float = 120,
                  max_retries: int = 4, tokenizer: Any = None,
                  transport: httpx.AsyncBaseTransport | None = None,
-                 backoff_s: float = 0.5, max_retry_after_s: float = 60.0) -> None:
+                 backoff_s: float = 0.5, max_retry_after_s: float = 60.0,
+                 cache_salt_by_version: bool = False) -> None:
         if max_concurrency < 1:
             raise ValueError("max_concurrency must be at least 1")
         if max_retries < 0:
@@ -109,6 +126,7 @@ class OpenAIBackend:
         self.max_retries = max_retries
         self.backoff_s = backoff_s
         self.max_retry_after_s = float(max_retry_after_s)
+        self.cache_salt_by_version = cache_salt_by_version
         self._semaphore = asyncio.Semaphore(max_concurrency)
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         self._client = httpx.AsyncClient(
@@ -139,6 +157,9 @@ class OpenAIBackend:
             payload["seed"] = sampling.seed
         if sampling.logprobs:
             payload["logprobs"] = 0  # the sampled token's logprob only
+        tag = current_tag.get()
+        if self.cache_salt_by_version and tag is not None:
+            payload["cache_salt"] = f"v{tag.policy_version}"
         url = self._url("/v1/completions")
         return await self._post("/v1/completions", payload, lambda data: _replies.completion(
             data, url, sampling.logprobs, int(max_tokens)))
@@ -169,6 +190,36 @@ class OpenAIBackend:
         await self._client.aclose()
 
     # ------------------------------------------------------------------------------- extras
+
+    async def healthy(self) -> bool:
+        """Whether ``GET /health`` answers 2xx within a few seconds (never raises)."""
+        try:
+            async with asyncio.timeout(min(self.timeout_s, _PROBE_TIMEOUT_S)):
+                response = await self._client.get("/health")
+        except (TimeoutError, httpx.HTTPError):
+            return False
+        return 200 <= response.status_code < 300
+
+    async def prefix_cache_counters(self) -> tuple[float, float]:
+        """``(hits, queries)``: the server's prefix-cache counters in tokens since it started,
+        read from its Prometheus ``/metrics`` (summed over engines)."""
+        url = self._url("/metrics")
+        try:
+            async with asyncio.timeout(min(self.timeout_s, _PROBE_TIMEOUT_S)):
+                response = await self._client.get("/metrics")
+        except (TimeoutError, httpx.HTTPError) as exc:
+            raise BackendError(f"GET {url} failed: {type(exc).__name__}: {exc}") from exc
+        if not 200 <= response.status_code < 300:
+            raise BackendError(f"GET {url} returned HTTP {response.status_code}: "
+                               f"{response.text[:_BODY_SNIPPET]}")
+        counters = []
+        for name in (PREFIX_CACHE_HITS, PREFIX_CACHE_QUERIES):
+            value = prometheus_sum(response.text, name)
+            if value is None:
+                raise BackendError(f"GET {url} has no {name} counter (not a vLLM server, or "
+                                   f"prefix caching is off)")
+            counters.append(value)
+        return counters[0], counters[1]
 
     async def chat(self, messages: Sequence[dict[str, Any]], *,
                    tools: Sequence[dict[str, Any]] | None = None, max_tokens: int = 1024,
@@ -245,8 +296,9 @@ class OpenAIBackend:
                     if status in _RETRY_AFTER_STATUSES else None)
             raise _Retryable(f"HTTP {status}: {response.text[:_BODY_SNIPPET]}", wait)
         if not 200 <= status < 300:
-            raise BackendError(f"POST {url} returned HTTP {status}: "
-                               f"{response.text[:_BODY_SNIPPET]}")
+            error = RequestRejected if 400 <= status < 500 and status not in _SERVER_SIDE_4XX \
+                else BackendError
+            raise error(f"POST {url} returned HTTP {status}: {response.text[:_BODY_SNIPPET]}")
         try:
             return response.json()
         except (ValueError, RecursionError) as exc:  # not JSON, not UTF-8, nested too deep
@@ -265,6 +317,27 @@ class OpenAIBackend:
         """Delay before retry ``attempt`` (1-based): exponential, with full-range jitter."""
         base = min(_MAX_BACKOFF_S, self.backoff_s * 2 ** (attempt - 1))
         return base * (0.5 + random.random() / 2)
+
+
+def prometheus_sum(text: str, name: str) -> float | None:
+    """The sum of every sample of metric ``name`` (over all label sets) in a Prometheus text
+    exposition; None when there is none."""
+    total, found = 0.0, False
+    for line in text.splitlines():
+        if not line.startswith(name):
+            continue
+        rest = line[len(name):]
+        if rest.startswith("{"):
+            rest = rest[rest.rfind("}") + 1:]
+        elif not rest[:1].isspace():
+            continue  # another metric whose name starts with this one
+        fields = rest.split()
+        try:
+            total += float(fields[0])
+        except (IndexError, ValueError):
+            continue
+        found = True
+    return total if found else None
 
 
 def _load_tokenizer(tokenizer: Any) -> Any:
