@@ -1,5 +1,6 @@
-"""Evaluation runs: every sample of every problem through the agent loop, concurrently,
-recorded as it finishes, resumable after any interruption.
+"""Evaluation runs: every sample of every problem through the rollout engine (request-level
+scheduling, one backend or a router over several servers), recorded as it finishes,
+resumable after any interruption.
 
 ``run_eval`` takes the run directory's lock (a second run on it is refused, naming the
 holder), loads the tasks, saves (or checks) the run's config and the dataset's fingerprint,
@@ -17,7 +18,6 @@ already finished. Only cancellation (Ctrl-C) stops it.
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
 import logging
 import platform
@@ -29,13 +29,14 @@ from pathlib import Path
 from typing import Any
 
 from agentmath import __version__
-from agentmath.agent.loop import run_episode
 from agentmath.agent.trajectory import Trajectory
 from agentmath.backends.base import Backend, SamplingParams
-from agentmath.config import EvalConfig
+from agentmath.config import EvalConfig, RolloutConfig
+from agentmath.datasets import Task
 from agentmath.errors import GradingError
 from agentmath.eval.fingerprint import dataset_fingerprint
 from agentmath.eval.lock import RunLock
+from agentmath.eval.records import SampleRecord
 from agentmath.eval.store import (
     METRICS_FILE,
     SampleWriter,
@@ -47,6 +48,9 @@ from agentmath.eval.store import (
     write_json_atomic,
 )
 from agentmath.formats import get_format
+from agentmath.rollout.records import GroupRequest, Sample
+from agentmath.rollout.scheduler import RolloutEngine
+from agentmath.sandbox.client import SandboxClient
 from agentmath.sandbox.pool import SandboxPool
 
 ProgressFn = Callable[[dict[str, Any]], None]
@@ -78,30 +82,14 @@ def _versions() -> dict[str, str]:
     return out
 
 
-def make_record(task: Any, index: int, traj: Trajectory, grade: Any) -> dict[str, Any]:
-    """One line of samples.jsonl: the grade, the counts metrics need, and the trajectory."""
-    results = [s.result for s in traj.tool_calls if s.result is not None]
-    meta = {k: v for k, v in task.meta.items() if k != "solution"}
-    return {
-        "problem_id": task.id, "sample_index": index, "gold": task.answer,
-        "extracted": grade.extracted, "correct": grade.correct,
-        "grade_timed_out": grade.timed_out, "model_tokens": traj.model_tokens,
-        "tool_tokens": traj.tool_tokens, "prompt_tokens": traj.prompt_length,
-        "total_tokens": traj.total_tokens, "tool_calls": len(results),
-        "tool_errors": sum(1 for r in results if r.error and not r.timed_out),
-        "tool_timeouts": sum(1 for r in results if r.timed_out),
-        "output_truncations": sum(1 for r in results if r.truncated),
-        "finish_reason": traj.finish_reason, "error": traj.error,
-        "duration_ms": traj.duration_ms, "problem": task.problem, "problem_meta": meta,
-        "trajectory": traj.to_dict(),
-    }
+def make_record(task: Task, index: int, traj: Trajectory, grade: Any) -> dict[str, Any]:
+    """One line of samples.jsonl (see :class:`~agentmath.eval.records.SampleRecord`)."""
+    return SampleRecord.build(task, index, traj, grade).to_dict()
 
 
 @dataclass
 class _Run:
     config: EvalConfig
-    backend: Backend
-    pool: SandboxPool
     writer: SampleWriter
     progress: ProgressFn | None
     done: int = 0
@@ -112,26 +100,21 @@ class _Run:
     started: float = 0.0
 
 
-async def _sample(run: _Run, task: Any, index: int) -> dict[str, Any]:
-    """Run and grade one sample and return its record."""
+async def _grade(run: _Run, task: Task, traj: Trajectory) -> SampleRecord:
+    """Grade a finished sample (extraction and verification under one timeout)."""
     from agentmath.grading import GradeResult, agrade
 
-    cfg = run.config
-    sampling = SamplingParams(temperature=cfg.temperature, top_p=cfg.top_p,
-                              top_k=cfg.top_k, seed=sample_seed(cfg.seed, task.id, index))
-    traj = await run_episode(task.problem, run.backend, get_format(cfg.format), run.pool,
-                             cfg.loop, sampling,
-                             meta={"problem_id": task.id, "sample_index": index})
-    try:  # extraction and verification both sit under the grading timeout
-        grade = await agrade(task.answer, traj.model_text, timeout=cfg.grade_timeout_s)
+    index = int(traj.meta["sample_index"])
+    try:
+        grade = await agrade(task.answer, traj.model_text, timeout=run.config.grade_timeout_s)
     except GradingError as exc:  # an ungradable row is recorded as such, not raised
         grade = GradeResult(traj.answer, None, error=str(exc))
     if grade.extracted is None and grade.timed_out:  # the loop's answer still says what was
         grade = replace(grade, extracted=traj.answer)  # answered, though it went ungraded
-    return make_record(task, index, traj, grade)
+    return SampleRecord.build(task, index, traj, grade)
 
 
-def failed_record(task: Any, index: int, exc: BaseException) -> dict[str, Any]:
+def failed_record(task: Task, index: int, exc: BaseException) -> dict[str, Any]:
     """The record of a sample that raised instead of finishing: an error, never a crash."""
     from agentmath.grading import GradeResult
 
@@ -142,14 +125,13 @@ def failed_record(task: Any, index: int, exc: BaseException) -> dict[str, Any]:
     return make_record(task, index, traj, GradeResult(None, False))
 
 
-async def _one(run: _Run, task: Any, index: int, slots: asyncio.Semaphore) -> None:
-    """Run, grade and record one sample (failures are recorded, never raised)."""
-    async with slots:
-        try:
-            record = await _sample(run, task, index)
-        except Exception as exc:  # noqa: BLE001 - one sample's failure is that sample's record
-            log.debug("sample %s/%s failed", task.id, index, exc_info=True)
-            record = failed_record(task, index, exc)
+async def _record(run: _Run, task: Task, sample: Sample) -> None:
+    """Grade, record (at once, durably) and count one finished sample."""
+    try:
+        record = (await _grade(run, task, sample.trajectory)).to_dict()
+    except Exception as exc:  # noqa: BLE001 - one sample's failure is that sample's record
+        log.debug("sample %s/%s failed", task.id, sample.index, exc_info=True)
+        record = failed_record(task, sample.index, exc)
     run.writer.append(record)
     run.done += 1
     run.fresh += 1
@@ -171,24 +153,39 @@ def _load(config: EvalConfig) -> list[Any]:
                       id_field=config.id_field)
 
 
-async def _run_todo(run: _Run, todo: list[tuple[Any, int]]) -> None:
-    """Every pending sample, at most ``concurrency`` at once. Should one fail to be recorded
-    (a full disk), or the run be cancelled, the others are cancelled and awaited before this
-    returns, so nothing writes to the run directory after it."""
-    slots = asyncio.Semaphore(run.config.concurrency)
-    pending = [asyncio.ensure_future(_one(run, t, i, slots)) for t, i in todo]
-    try:
-        await asyncio.gather(*pending)
-    except BaseException:
-        for future in pending:
-            future.cancel()
-        await asyncio.gather(*pending, return_exceptions=True)
-        raise
+def make_engine(config: EvalConfig, backend: Backend, sandbox: SandboxClient) -> RolloutEngine:
+    """The rollout engine of an evaluation: request-level scheduling, ``concurrency`` samples
+    in flight, each sample's seed derived from (run seed, problem id, sample index)."""
+    def sampling(request: GroupRequest, index: int) -> SamplingParams:
+        return SamplingParams(temperature=config.temperature, top_p=config.top_p,
+                              top_k=config.top_k,
+                              seed=sample_seed(config.seed, request.task.id, index))
+
+    return RolloutEngine(backend, sandbox, get_format(config.format), loop=config.loop,
+                         config=RolloutConfig(max_in_flight=config.concurrency),
+                         sampling=sampling)
+
+
+async def _run_todo(run: _Run, engine: RolloutEngine, todo: list[GroupRequest]) -> None:
+    """Every pending sample through the engine, each recorded the moment it is graded.
+    Should one fail to be recorded (a full disk), or the run be cancelled, the rest is
+    cancelled and awaited before this returns, so nothing writes to the run directory after."""
+    tasks = {request.group_id: request.task for request in todo}
+
+    async def on_sample(sample: Sample) -> None:
+        await _record(run, tasks[sample.group_id], sample)
+
+    async for _group in engine.stream(todo, on_sample=on_sample):
+        pass
 
 
 async def run_eval(config: EvalConfig, out_dir: str | Path, backend: Backend,
-                   progress: ProgressFn | None = None) -> dict[str, Any]:
+                   progress: ProgressFn | None = None,
+                   sandbox: SandboxClient | None = None) -> dict[str, Any]:
     """Run (or resume) an evaluation into ``out_dir``; returns the metrics.
+
+    ``backend`` may be one server or a router over several; ``sandbox`` is the run's shared
+    sandbox client (None: a local :class:`SandboxPool` from ``config.sandbox`` for this run).
 
     Raises :class:`~agentmath.eval.lock.RunLockedError` when another run holds the directory,
     :class:`~agentmath.errors.ConfigError` when the saved config or dataset differs, and
@@ -205,14 +202,18 @@ async def run_eval(config: EvalConfig, out_dir: str | Path, backend: Backend,
         if config.retry_errors:
             drop_errors(out)
         done = {(r["problem_id"], r["sample_index"]) for r in load_records(out)}
-        todo = [(t, i) for t in tasks for i in range(config.samples) if (t.id, i) not in done]
+        todo = [GroupRequest(t, config.samples, missing) for t in tasks
+                if (missing := tuple(i for i in range(config.samples)
+                                     if (t.id, i) not in done))]
         writer = SampleWriter(out)
+        run = _Run(config, writer, progress, done=len(done),
+                   total=len(tasks) * config.samples, started=time.monotonic())
         try:
-            if todo:
+            if todo and sandbox is not None:
+                await _run_todo(run, make_engine(config, backend, sandbox), todo)
+            elif todo:
                 async with SandboxPool(config.sandbox) as pool:
-                    run = _Run(config, backend, pool, writer, progress, done=len(done),
-                               total=len(tasks) * config.samples, started=time.monotonic())
-                    await _run_todo(run, todo)
+                    await _run_todo(run, make_engine(config, backend, pool), todo)
         finally:
             writer.close()
         metrics = compute_run_metrics(out)

@@ -23,7 +23,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator, Callable, Iterable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 
 from agentmath.agent.episode import Episode
@@ -37,6 +37,8 @@ log = logging.getLogger(__name__)
 
 #: The sampling settings of one sample (so that each can have its own seed).
 SamplingFn = Callable[[GroupRequest, int], SamplingParams]
+#: Called with every sample as it finishes.
+SampleHook = Callable[[Sample], Awaitable[None]]
 
 
 @dataclass(slots=True)
@@ -102,7 +104,7 @@ class RolloutEngine:
             log.debug("episode %s raised", episode.id, exc_info=True)
             traj = episode.trajectory
             traj.finish_reason = "error"
-            traj.error = f"{type(exc).__name__} (unexpected, while running this episode): {exc}"
+            traj.error = f"{type(exc).__name__} (unexpected, while running this sample): {exc}"
             episode.status = "finished"
             await episode.close()
             return True
@@ -130,15 +132,22 @@ class RolloutEngine:
             setter(version)
 
     # --------------------------------------------------------------------------- streaming
-    async def stream(self, requests: Iterable[GroupRequest]) -> AsyncIterator[Group]:
+    async def stream(self, requests: Iterable[GroupRequest],
+                     on_sample: SampleHook | None = None) -> AsyncIterator[Group]:
         """Run every request's episodes; yield each group as soon as it is complete (async
-        mode) or each lockstep batch's groups when the batch ends (sync mode). Leaving the
-        loop early cancels and closes whatever is still running."""
-        runner = self._stream_sync if self.config.mode == "sync" else self._stream_async
-        async for group in runner(requests):
+        mode) or each lockstep batch's groups when the batch ends (sync mode). ``on_sample``
+        is awaited for every sample the moment it finishes (an evaluator records it there,
+        so a kill loses no finished sample); an exception from it ends the stream. Leaving
+        the loop early cancels and closes whatever is still running."""
+        if self.config.mode == "sync":
+            async for group in self._stream_sync(requests, on_sample):
+                yield group
+            return
+        async for group in self._stream_async(requests, on_sample):
             yield group
 
-    async def _stream_async(self, requests: Iterable[GroupRequest]) -> AsyncIterator[Group]:
+    async def _stream_async(self, requests: Iterable[GroupRequest],
+                            on_sample: SampleHook | None) -> AsyncIterator[Group]:
         out: asyncio.Queue[Group | None] = asyncio.Queue()
         slots = asyncio.Semaphore(self.config.max_in_flight)
         tasks: set[asyncio.Task[None]] = set()
@@ -153,6 +162,9 @@ class RolloutEngine:
             finally:
                 slots.release()
             group = self.collect(state, index)
+            if on_sample is not None:
+                await on_sample(state.group.samples[-1] if group is None
+                                else next(s for s in group.samples if s.index == index))
             if group is not None:
                 out.put_nowait(group)
 
@@ -187,21 +199,23 @@ class RolloutEngine:
         finally:
             await _cancel(feeder, *tasks)
 
-    async def _stream_sync(self, requests: Iterable[GroupRequest]) -> AsyncIterator[Group]:
+    async def _stream_sync(self, requests: Iterable[GroupRequest],
+                           on_sample: SampleHook | None) -> AsyncIterator[Group]:
         batch: list[GroupState] = []
         size = 0
         for request in requests:
             batch.append(GroupState(request))
             size += len(request.sample_indices)
             if size >= self.config.max_in_flight:
-                for group in await self.run_lockstep(batch):
+                for group in await self.run_lockstep(batch, on_sample):
                     yield group
                 batch, size = [], 0
         if batch:
-            for group in await self.run_lockstep(batch):
+            for group in await self.run_lockstep(batch, on_sample):
                 yield group
 
-    async def run_lockstep(self, states: list[GroupState]) -> list[Group]:
+    async def run_lockstep(self, states: list[GroupState],
+                           on_sample: SampleHook | None = None) -> list[Group]:
         """Run a batch to its end, one turn per episode between barriers; its groups."""
         groups = [s.group for s in states if not s.request.sample_indices]
         live: list[tuple[GroupState, int]] = []
@@ -217,7 +231,11 @@ class RolloutEngine:
                 for (state, index), finished in zip(live, done, strict=True):
                     if not finished:
                         still.append((state, index))
-                    elif (group := self.collect(state, index)) is not None:
+                        continue
+                    group = self.collect(state, index)
+                    if on_sample is not None:
+                        await on_sample(next(s for s in state.group.samples if s.index == index))
+                    if group is not None:
                         groups.append(group)
                 live = still
         finally:
