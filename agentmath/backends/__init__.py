@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from agentmath.backends.base import Backend, Generation, RequestTag, SamplingParams, tagged
@@ -10,15 +11,24 @@ from agentmath.backends.base import Backend, Generation, RequestTag, SamplingPar
 BACKENDS = ("openai", "hf", "vllm")
 
 
-def make_backend(kind: str, model: str, *, base_url: str | None = None,
+def make_backend(kind: str, model: str, *, base_url: str | Sequence[str] | None = None,
                  **kwargs: Any) -> Backend:
-    """Build a backend by name. ``model`` is a served model name (openai) or a path (hf, vllm)."""
+    """Build a backend by name. ``model`` is a served model name (openai) or a path (hf, vllm).
+
+    For ``openai``, several URLs give a :class:`~agentmath.rollout.router.Router` over one
+    server backend per URL (a malformed or duplicate URL is a ConfigError naming it).
+    """
     if kind == "openai":
-        if not base_url:
+        urls = [base_url] if isinstance(base_url, str) else list(base_url or [])
+        if not urls:
             raise ValueError("the openai backend needs --base-url (e.g. http://127.0.0.1:8000)")
+        if len(urls) > 1:
+            from agentmath.rollout.router import Router
+
+            return Router.from_urls(urls, model, **kwargs)
         from agentmath.backends.openai import OpenAIBackend
 
-        return OpenAIBackend(base_url, model, **kwargs)
+        return OpenAIBackend(urls[0], model, **kwargs)
     if kind == "hf":
         from agentmath.backends.hf import HFBackend
 

@@ -24,7 +24,9 @@ def eval_command(
     model: str = typer.Option(..., help="Served model name (openai) or model directory."),
     out: Path = typer.Option(..., "--out", "-o", help="Run directory (resumes if it exists)."),
     backend: str = typer.Option(None, help="openai | hf | vllm (default openai)."),
-    base_url: str = typer.Option(None, "--base-url", help="OpenAI-compatible server URL."),
+    base_url: list[str] = typer.Option(None, "--base-url", help=(
+        "OpenAI-compatible server URL; repeat it to spread samples over several servers "
+        "(prefix-aware router).")),
     fmt: str = typer.Option(None, "--format", help="Tool format (default code_interpreter)."),
     samples: int = typer.Option(None, help="Samples per problem (default 1)."),
     concurrency: int = typer.Option(None, help="Samples in flight (default 32)."),
@@ -59,7 +61,8 @@ def eval_command(
     from agentmath.errors import AgentMathError
 
     config = build_config(EvalConfig, "eval", config_file, sets, {
-        "dataset": dataset, "model": model, "backend": backend, "base_url": base_url,
+        "dataset": dataset, "model": model, "backend": backend,
+        "base_url": (base_url[0] if len(base_url) == 1 else list(base_url)) if base_url else None,
         "format": fmt, "samples": samples, "concurrency": concurrency,
         "temperature": temperature, "top_p": top_p, "seed": seed, "limit": limit,
         "data_dir": data_dir, "problem_field": problem_field, "answer_field": answer_field,
