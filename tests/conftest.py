@@ -3,6 +3,6 @@
 from __future__ import annotations
 
 from tests.fixtures.models import tiny_model_dir
-from tests.fixtures.vllm_server import vllm_server
+from tests.fixtures.vllm_server import vllm_server, vllm_server_pair
 
-__all__ = ["tiny_model_dir", "vllm_server"]
+__all__ = ["tiny_model_dir", "vllm_server", "vllm_server_pair"]

@@ -247,6 +247,11 @@ class Router:
         if len(homes) > self.config.max_sticky_entries:
             homes.popitem(last=False)
 
+    def home_of(self, episode_id: str) -> str | None:
+        """The server an episode's next request would stick to (None: no home yet)."""
+        server = self._episodes.get(episode_id)
+        return None if server is None else server.server
+
     def forget(self, episode_id: str | None = None, group_id: str | None = None) -> None:
         """Drop the sticky home of a finished episode and/or group (unknown ids are fine)."""
         if episode_id is not None:

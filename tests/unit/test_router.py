@@ -151,6 +151,8 @@ async def test_episode_stays_on_its_server_across_turns() -> None:
         await call(router, RequestTag("solo"), [1] * (10 + turn))
         await call(router, RequestTag("other", "gx"))
     assert len(set(where(fakes, "solo"))) == 1 and len(where(fakes, "solo")) == 4
+    assert router.home_of("solo") == fakes[where(fakes, "solo")[0]].base_url
+    assert router.home_of("never") is None
     assert len(set(where(fakes, "other"))) == 1
     router.forget(episode_id="solo", group_id="gx")
     assert router.stats().sticky_episodes == 1 and router.stats().sticky_groups == 0
