@@ -112,13 +112,18 @@ class RolloutEngine:
     def collect(self, state: GroupState, index: int) -> Group | None:
         """Record a finished episode as a sample; the group once it is complete."""
         episode = state.episodes.pop(index)
+        forget = getattr(self.backend, "forget", None)  # a router's sticky home: done with
         sample = Sample(state.request.group_id, index, episode.trajectory,
                         state.restarts.get(index, 0))
         state.group.samples.append(sample)
         self.stats.samples_done += 1
         self.stats.version_spans[len(sample.policy_versions)] += 1
         if not state.group.complete:
+            if callable(forget):
+                forget(episode_id=episode.id)
             return None
+        if callable(forget):
+            forget(episode_id=episode.id, group_id=state.request.group_id)
         state.group.samples.sort(key=lambda s: s.index)
         self.stats.groups_done += 1
         return state.group

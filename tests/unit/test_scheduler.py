@@ -191,3 +191,22 @@ async def test_staleness_bound(policy: str) -> None:
     for r in results:  # what is handed out never spans more versions than the bound allows
         for g in r.groups:
             assert all(len(s.policy_versions) <= 2 for s in g.samples)
+
+
+async def test_engine_through_a_router_keeps_groups_together_and_forgets_them() -> None:
+    from agentmath.rollout.router import Router
+
+    servers = [Tracing(), Tracing()]
+    router = Router(servers)
+    eng = RolloutEngine(router, FakeSandbox(), FMT, config=RolloutConfig(max_in_flight=8))
+    groups = [g async for g in eng.stream(requests(6, samples=4))]
+    assert len(groups) == 6 and all(g.complete for g in groups)
+    for server in servers:  # every call of a group went to the same server
+        mine = {episode.split("#")[0] for episode, _ in server.log}
+        other = {episode.split("#")[0] for s in servers if s is not server
+                 for episode, _ in s.log}
+        assert not mine & other
+    assert all(server.log for server in servers)  # and both servers got groups
+    stats = router.stats()
+    assert stats.sticky_episodes == 0 and stats.sticky_groups == 0  # forgotten when done
+    await router.aclose()
