@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -54,6 +53,12 @@ class ModelTurn:
     answer_text: str = ""
 
 
+def loop_time() -> float:
+    """The event loop's clock: monotonic time, or simulated time under the rollout simulator
+    (so that time limits and durations mean the same thing there)."""
+    return asyncio.get_running_loop().time()
+
+
 def build_messages(problem: str, fmt: Any, system_prompt: str | None = None,
                    few_shot: Any = ()) -> list[dict[str, str]]:
     """System prompt (the format's instructions by default), few-shot pairs, then the problem."""
@@ -78,7 +83,7 @@ def failure(exc: BaseException) -> str:
 async def _call_model(ep: Episode, coro: Any, deadline: float) -> Any:
     """Await one model call under the episode's deadline; a str is the finish reason."""
     try:
-        return await asyncio.wait_for(coro, max(0.0, deadline - time.monotonic()))
+        return await asyncio.wait_for(coro, max(0.0, deadline - loop_time()))
     except TimeoutError:
         return "time_budget"
     except Exception as exc:  # noqa: BLE001 - any backend failure is this episode's error
@@ -135,14 +140,14 @@ class TextDriver:
         """One generate call continuing the context (and the open turn, if any)."""
         ep = self.ep
         continued = bool(self._open_turn())
-        started = time.perf_counter()
+        started = loop_time()
         gen = await _call_model(ep, ep.backend.generate(
             list(self.context), stop=ep.fmt.stop_strings, max_tokens=max_tokens,
             sampling=ep.sampling), deadline)
         if isinstance(gen, str):
             return gen
         self._add(Segment("model", gen.text, list(gen.token_ids), gen.logprobs,
-                          gen.finish_reason, duration_ms=(time.perf_counter() - started) * 1e3,
+                          gen.finish_reason, duration_ms=(loop_time() - started) * 1e3,
                           policy_version=ep.policy_version))
         text = self.turn_text()
         reason = gen.finish_reason
@@ -204,7 +209,7 @@ class ChatDriver:
     async def model_turn(self, max_tokens: int, deadline: float) -> ModelTurn | str:
         """One assistant message; its tool calls become the turn's calls."""
         ep = self.ep
-        started = time.perf_counter()
+        started = loop_time()
         message = await _call_model(ep, ep.backend.chat(  # type: ignore[attr-defined]
             self.messages, tools=[tool_spec()], max_tokens=max_tokens, sampling=ep.sampling,
             return_token_ids=True), deadline)
@@ -222,7 +227,7 @@ class ChatDriver:
         self.context = (usage.get("prompt_tokens") or self.context) + tokens
         ep.trajectory.segments.append(Segment(
             "model", shown, ids, None, message.get("finish_reason"),
-            duration_ms=(time.perf_counter() - started) * 1e3, policy_version=ep.policy_version))
+            duration_ms=(loop_time() - started) * 1e3, policy_version=ep.policy_version))
         calls = [Call(c.code, c.error, c.id) for c in parse_tool_calls(message)]
         if calls:
             self.messages.append({k: v for k, v in message.items()

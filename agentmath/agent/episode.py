@@ -27,11 +27,11 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-import time
 from collections.abc import Sequence
 from typing import Any, Literal
 
 from agentmath.agent.drivers import Call, ChatDriver, ModelTurn, TextDriver
+from agentmath.agent.drivers import loop_time as _now
 from agentmath.agent.trajectory import Trajectory
 from agentmath.backends.base import Backend, RequestTag, SamplingParams, tagged
 from agentmath.config import LoopConfig
@@ -126,7 +126,7 @@ class Episode:
         self._seg_turns, self._stop = max_turns, stop
         self.policy_version = policy_version
         self.advances += 1
-        started = time.monotonic()
+        started = _now()
         self._deadline = started + max(0.0, self.config.time_limit_s - self.active_s)
         finish: str | None = None
         try:
@@ -139,7 +139,7 @@ class Episode:
             finish = "error"
             self.trajectory.error = f"{type(exc).__name__}: {exc}"
         finally:
-            self.active_s += time.monotonic() - started
+            self.active_s += _now() - started
         if finish == _PARK:
             self.status = "parked"
             return False
@@ -194,7 +194,7 @@ class Episode:
         budget, by_segment = self.turn_budget()
         if budget <= 0:
             return _PARK if by_segment else "token_budget"
-        if self._deadline - time.monotonic() <= 0:
+        if self._deadline - _now() <= 0:
             return "time_budget"
         turn = await self.driver.model_turn(budget, self._deadline)
         if isinstance(turn, str):
