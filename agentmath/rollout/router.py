@@ -22,11 +22,16 @@ cache away. AgentMath's prefix-aware weighted load balancing keeps both:
   routing path uses only the Backend protocol (a simulator drives it with simulated servers);
   probing and metrics use optional methods (``healthy``, ``prefix_cache_counters``).
 
+Baselines (``RouterConfig.policy``): ``round_robin`` (servers in turn) and ``least_loaded``
+(the least in-flight weight) ignore the tag and keep no sticky homes; benchmarks compare the
+prefix-aware policy against them (``benchmarks/_rollout_real.py``).
+
 Failures: a :class:`~agentmath.errors.BackendError` from a server (after its own retries) takes
 it out of rotation, drops the homes on it and re-sends the same prompt ids elsewhere, so the
 episode loses nothing; a background probe brings it back. A
 :class:`~agentmath.errors.RequestRejected` (the request's own fault) is re-raised, no failover.
-Hit rates are the servers' own counters (:meth:`Router.prefix_cache_stats`), never guesses.
+Hit rates are the servers' own counters (:meth:`Router.prefix_cache_stats`), never guesses;
+the records are in :mod:`agentmath.rollout.router_stats`.
 """
 
 from __future__ import annotations
@@ -36,13 +41,21 @@ import urllib.parse
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field, fields
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
 
 from pydantic import Field
 
 from agentmath.backends.base import Backend, Generation, RequestTag, SamplingParams, current_tag
 from agentmath.config import StrictModel
 from agentmath.errors import BackendError, ConfigError, RequestRejected
+from agentmath.rollout.router_stats import (
+    PrefixCacheStats,
+    RouterStats,
+    ServerCacheStats,
+    ServerStats,
+    imbalance,
+    read_prefix_cache_stats,
+)
 
 __all__ = ["PrefixCacheStats", "Router", "RouterConfig", "RouterStats", "ServerCacheStats",
            "ServerStats"]
@@ -53,6 +66,12 @@ T = TypeVar("T")
 class RouterConfig(StrictModel):
     """Routing, spill and probing settings of a :class:`Router`."""
 
+    policy: Literal["prefix_aware", "round_robin", "least_loaded"] = Field(
+        "prefix_aware", description=(
+            "prefix_aware: sticky by episode and group with weighted spill (the module "
+            "docstring). round_robin and least_loaded (least in-flight weight) are the "
+            "baselines benchmarks compare it against: no stickiness, so siblings and later "
+            "turns land wherever the policy sends them."))
     max_in_flight_per_server: int = Field(256, ge=1, le=1_000_000, description=(
         "In-flight requests at which a server counts as saturated: sticky requests spill to "
         "the least-loaded server (a saturation signal, not a queue: the server backend's own "
@@ -76,77 +95,6 @@ class RouterConfig(StrictModel):
     cache_salt_by_version: bool = Field(False, description=(
         "Servers built by Router.from_urls salt vLLM's prefix cache with the request tag's "
         "policy version (cache_salt), so KV from older weights is never reused."))
-
-
-@dataclass(slots=True)
-class ServerStats:
-    """One server's counters: ``spills`` are sticky requests sent elsewhere because it was
-    saturated; ``failovers`` are requests that failed on it and were re-sent."""
-
-    server: str
-    up: bool = True
-    in_flight: int = 0
-    load: int = 0
-    requests: int = 0
-    completed: int = 0
-    tokens: int = 0
-    spills: int = 0
-    failovers: int = 0
-    down_events: int = 0
-    last_error: str | None = None
-
-
-@dataclass(slots=True)
-class RouterStats:
-    """A snapshot of the router: per-server counters and the load imbalance, (max - min) /
-    mean of tokens (prompt + generated) routed per server (0 when nothing was routed)."""
-
-    servers: list[ServerStats]
-    imbalance: float
-    policy_version: int
-    stale_requests: int
-    sticky_episodes: int
-    sticky_groups: int
-
-    @property
-    def spills(self) -> int:
-        """Spills over all servers."""
-        return sum(s.spills for s in self.servers)
-
-    @property
-    def failovers(self) -> int:
-        """Failovers over all servers."""
-        return sum(s.failovers for s in self.servers)
-
-
-@dataclass(slots=True)
-class ServerCacheStats:
-    """A server's prefix-cache counters in tokens since it started (None with ``error``
-    when they could not be read)."""
-
-    server: str
-    hits: float | None
-    queries: float | None
-    error: str | None = None
-
-    @property
-    def hit_rate(self) -> float | None:
-        """hits / queries, None when unknown or nothing was queried."""
-        return self.hits / self.queries if self.hits is not None and self.queries else None
-
-
-@dataclass(slots=True)
-class PrefixCacheStats:
-    """Engine-reported prefix-cache counters: per server, and summed over those that answered."""
-
-    servers: list[ServerCacheStats]
-    hits: float
-    queries: float
-
-    @property
-    def hit_rate(self) -> float | None:
-        """Sum of hits / sum of queries, None when nothing was queried."""
-        return self.hits / self.queries if self.queries else None
 
 
 @dataclass(slots=True, eq=False)
@@ -173,6 +121,7 @@ class Router:
         self._groups: OrderedDict[str, _Server] = OrderedDict()
         self.policy_version = 0
         self._stale = 0
+        self._cursor = 0  # round_robin's next server; least_loaded's tie-break start
         self._closed = False
 
     @classmethod
@@ -206,6 +155,9 @@ class Router:
               exclude: frozenset[int] | set[int] = frozenset()) -> int:
         """The index of the server for a request (records the sticky homes; dispatches
         nothing). O(servers). BackendError when no server outside ``exclude`` is up."""
+        policy = self.config.policy
+        if policy != "prefix_aware":
+            return self._rotate(policy == "least_loaded", exclude).index
         least: _Server | None = None
         for server in self._servers:
             if server.up and (least is None or server.load < least.load) \
@@ -227,6 +179,24 @@ class Router:
                                                        exclude) is None:
                 self._remember(self._groups, tag.group_id, target)
         return target.index
+
+    def _rotate(self, by_load: bool, exclude: frozenset[int] | set[int]) -> _Server:
+        """The baselines: the next server that is up after the cursor (``round_robin``), or
+        the least-loaded one, ties going to the first after the cursor (``least_loaded``)."""
+        n = len(self._servers)
+        best: _Server | None = None
+        for step in range(n):
+            server = self._servers[(self._cursor + step) % n]
+            if not server.up or server.index in exclude:
+                continue
+            if best is None or (by_load and server.load < best.load):
+                best = server
+                if not by_load:
+                    break
+        if best is None:
+            raise self._no_server_error()
+        self._cursor = (best.index + 1) % n
+        return best
 
     def _saturated(self, home: _Server, least: _Server, weight: int) -> bool:
         cfg = self.config
@@ -390,29 +360,15 @@ class Router:
         """Per-server counters and the load imbalance, a snapshot."""
         servers = [ServerStats(**{f.name: getattr(s, f.name) for f in fields(ServerStats)})
                    for s in self._servers]
-        tokens = [s.tokens for s in self._servers]
-        mean = sum(tokens) / len(tokens)
-        imbalance = (max(tokens) - min(tokens)) / mean if mean else 0.0
-        return RouterStats(servers, imbalance, self.policy_version, self._stale,
-                           len(self._episodes), len(self._groups))
+        return RouterStats(servers, imbalance([s.tokens for s in self._servers]),
+                           self.policy_version, self._stale, len(self._episodes),
+                           len(self._groups), self.config.policy)
 
     async def prefix_cache_stats(self) -> PrefixCacheStats:
         """Each server's own prefix-cache counters (``prefix_cache_counters()``, on an
         OpenAIBackend from vLLM's ``/metrics``) and the overall hit rate; a server that cannot
         say is listed with its error and left out of the sums."""
-        async def one(server: _Server) -> ServerCacheStats:
-            read = getattr(server.backend, "prefix_cache_counters", None)
-            if not callable(read):
-                return ServerCacheStats(server.server, None, None, "no prefix_cache_counters()")
-            try:
-                hits, queries = await read()
-            except BackendError as exc:
-                return ServerCacheStats(server.server, None, None, str(exc))
-            return ServerCacheStats(server.server, float(hits), float(queries))
-
-        rows = await asyncio.gather(*(one(s) for s in self._servers))
-        return PrefixCacheStats(rows, sum(r.hits or 0.0 for r in rows),
-                                sum(r.queries or 0.0 for r in rows))
+        return await read_prefix_cache_stats([(s.server, s.backend) for s in self._servers])
 
 
 def _label(backend: Any, index: int) -> str:

@@ -417,3 +417,54 @@ async def test_openai_backend_health_and_prefix_counters() -> None:
     with pytest.raises(BackendError, match=r"http://v\.test/metrics has no vllm:prefix_cache"):
         await backend.prefix_cache_counters()
     await backend.aclose()
+
+
+# ---------------------------------------------------------------- baseline policies
+
+async def test_round_robin_ignores_tags_keeps_no_homes_and_skips_down_servers() -> None:
+    fakes = servers(3)
+    router = Router(fakes, RouterConfig(policy="round_robin", probe_interval_s=60))
+    for turn in range(6):  # one episode of one group: a sticky router would keep it on one
+        await call(router, RequestTag("e0", "g0"), [1] * (10 + turn))
+    turns = [sorted(len(prompt) - 10 for _, prompt in f.calls) for f in fakes]
+    assert turns == [[0, 3], [1, 4], [2, 5]]  # the servers in turn, whatever the tag
+    stats = router.stats()
+    assert stats.policy == "round_robin" and stats.sticky_episodes == stats.sticky_groups == 0
+    assert router.home_of("e0") is None and stats.spills == 0
+    fakes[1].fail = BackendError("refused")  # fails over to the next in turn, then skipped
+    for k in range(4):
+        await call(router, RequestTag(f"x{k}", "g1"))
+    assert not router.stats().servers[1].up
+    assert [len(f.completed) for f in fakes] == [4, 2, 4]
+    assert router.stats().servers[1].failovers == 1
+    await router.aclose()
+
+
+async def test_least_loaded_follows_in_flight_weight_not_homes() -> None:
+    fakes = servers(2)
+    router = Router(fakes, RouterConfig(policy="least_loaded", l_base=10))
+    gate = gate_all(fakes)
+    long = start(router, RequestTag("e0", "g"), [0] * 40)  # weight 5 on one server
+    await settle()
+    first = where(fakes, "e0")[0]
+    siblings = [start(router, RequestTag(f"e{k}", "g")) for k in range(1, 5)]
+    await settle()  # weights 1 each: all four go to the other server (load 4 < 5)
+    assert {i for k in range(1, 5) for i in where(fakes, f"e{k}")} == {1 - first}
+    sixth = start(router, RequestTag("e5", "g"))  # 5 vs 4: the other one again, then tie
+    await settle()
+    assert where(fakes, "e5") == [1 - first]
+    gate.set()
+    await asyncio.gather(long, sixth, *siblings)
+    stats = router.stats()
+    assert stats.policy == "least_loaded" and stats.sticky_episodes == 0
+    assert all(s.load == 0 for s in stats.servers)
+    for _ in range(4):  # idle servers tie: the tie-break rotates, so the turns alternate
+        await call(router, RequestTag("e0", "g"))
+    per_server = [sum(1 for tag, _ in f.calls if tag and tag.episode_id == "e0") for f in fakes]
+    assert sorted(per_server) == [2, 3]  # 1 long call + 4 turns split 2/2
+    await router.aclose()
+
+
+def test_router_config_rejects_an_unknown_policy() -> None:
+    with pytest.raises(ValueError, match="policy"):
+        RouterConfig(policy="consistent_hash")  # type: ignore[arg-type]
