@@ -28,6 +28,11 @@ inside a :func:`~agentmath.backends.base.tagged` block carries vLLM's ``cache_sa
 ``v{policy_version}``, so KV computed under older weights is never reused (vLLM 0.32 accepts it
 with a prompt of token ids; an empty salt is a 400). ``healthy`` (``GET /health``) and
 ``prefix_cache_counters`` (``GET /metrics``) serve the router's probing and hit-rate report.
+
+Extra request fields (``extra_body``): server-specific fields of ``/v1/completions`` that the
+protocol has no word for (vLLM's ``min_tokens``, ``ignore_eos``, ``priority``...), either fixed
+or computed per request from the body built so far; they are applied last, so they may also
+override a built field.
 """
 
 from __future__ import annotations
@@ -36,7 +41,7 @@ import asyncio
 import email.utils
 import math
 import random
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TypeVar
@@ -49,10 +54,12 @@ from agentmath.backends._replies import NO_TOKEN_IDS_MESSAGE, MalformedReply
 from agentmath.backends.base import Generation, SamplingParams, current_tag
 from agentmath.errors import BackendError, RequestRejected
 
-__all__ = ["NO_TOKEN_IDS_MESSAGE", "PREFIX_CACHE_HITS", "PREFIX_CACHE_QUERIES", "OpenAIBackend",
-           "prometheus_sum", "retry_after_s"]
+__all__ = ["NO_TOKEN_IDS_MESSAGE", "PREFIX_CACHE_HITS", "PREFIX_CACHE_QUERIES", "ExtraBody",
+           "OpenAIBackend", "prometheus_sum", "retry_after_s"]
 
 T = TypeVar("T")
+#: Extra ``/v1/completions`` fields: a mapping, or a function of the body built so far.
+ExtraBody = Mapping[str, Any] | Callable[[dict[str, Any]], Mapping[str, Any]]
 _BODY_SNIPPET = 500
 _MAX_BACKOFF_S = 30.0
 _RETRY_STATUSES = frozenset({408, 429})  # and every 5xx
@@ -101,8 +108,12 @@ class OpenAIBackend:
     ``render_prompt`` local instead of going through ``/tokenize``. ``timeout_s`` bounds one
     request, ``max_retries`` the retries after a first failed attempt, ``max_retry_after_s``
     the wait a server's ``Retry-After`` may ask for. ``cache_salt_by_version`` salts vLLM's
-    prefix cache with the current request tag's policy version. ``transport`` and
-    ``backoff_s`` (first retry delay) exist for tests.
+    prefix cache with the current request tag's policy version. ``extra_body`` adds fields to
+    every completion request: a mapping, or a function called with the request body (the
+    current :data:`~agentmath.backends.base.current_tag` is readable in it) returning the fields
+    to add, e.g. ``lambda body: {"min_tokens": body["max_tokens"], "ignore_eos": True}`` to make
+    vLLM write exactly ``max_tokens`` tokens. ``transport`` and ``backoff_s`` (first retry
+    delay) exist for tests.
     """
 
     name: str = "openai"
@@ -112,7 +123,8 @@ class OpenAIBackend:
                  max_retries: int = 4, tokenizer: Any = None,
                  transport: httpx.AsyncBaseTransport | None = None,
                  backoff_s: float = 0.5, max_retry_after_s: float = 60.0,
-                 cache_salt_by_version: bool = False) -> None:
+                 cache_salt_by_version: bool = False,
+                 extra_body: ExtraBody | None = None) -> None:
         if max_concurrency < 1:
             raise ValueError("max_concurrency must be at least 1")
         if max_retries < 0:
@@ -127,6 +139,7 @@ class OpenAIBackend:
         self.backoff_s = backoff_s
         self.max_retry_after_s = float(max_retry_after_s)
         self.cache_salt_by_version = cache_salt_by_version
+        self.extra_body = extra_body
         self._semaphore = asyncio.Semaphore(max_concurrency)
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         self._client = httpx.AsyncClient(
@@ -160,6 +173,9 @@ class OpenAIBackend:
         tag = current_tag.get()
         if self.cache_salt_by_version and tag is not None:
             payload["cache_salt"] = f"v{tag.policy_version}"
+        if self.extra_body is not None:
+            extra = self.extra_body(payload) if callable(self.extra_body) else self.extra_body
+            payload.update(extra)
         url = self._url("/v1/completions")
         return await self._post("/v1/completions", payload, lambda data: _replies.completion(
             data, url, sampling.logprobs, int(max_tokens)))

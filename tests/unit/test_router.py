@@ -468,3 +468,27 @@ async def test_least_loaded_follows_in_flight_weight_not_homes() -> None:
 def test_router_config_rejects_an_unknown_policy() -> None:
     with pytest.raises(ValueError, match="policy"):
         RouterConfig(policy="consistent_hash")  # type: ignore[arg-type]
+
+
+async def test_openai_backend_extra_body_fixed_or_per_request() -> None:
+    bodies: list[dict[str, Any]] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        bodies.append(json.loads(request.content))
+        return httpx.Response(200, json=completion_body())
+
+    def exact(body: dict[str, Any]) -> dict[str, Any]:
+        tag = current_tag.get()
+        return {"min_tokens": body["max_tokens"], "ignore_eos": True, "stop": [],
+                "cache_salt": f"row-{tag.policy_version if tag else 'none'}"}
+
+    sampling = SamplingParams(logprobs=False)
+    for extra in ({"priority": 3}, exact):
+        backend = OpenAIBackend("http://v.test", "tiny", transport=httpx.MockTransport(handler),
+                                extra_body=extra)
+        with tagged(RequestTag("e", "g", policy_version=2)):
+            await backend.generate([1], stop=["\n</code>"], max_tokens=9, sampling=sampling)
+        await backend.aclose()
+    assert bodies[0]["priority"] == 3 and bodies[0]["stop"] == ["\n</code>"]
+    assert (bodies[1]["min_tokens"], bodies[1]["ignore_eos"]) == (9, True)
+    assert bodies[1]["stop"] == [] and bodies[1]["cache_salt"] == "row-2"  # applied last
