@@ -15,4 +15,4 @@ def print_table(title: str, columns: Sequence[str], rows: Sequence[Sequence[str]
         table.add_column(col)
     for row in rows:
         table.add_row(*row)
-    Console().print(table)
+    Console(width=max(100, sum(len(c) + 6 for c in columns))).print(table)

@@ -1,0 +1,189 @@
+"""The simulated half of ``benchmarks/rollout.py``: AgentMath's table at paper scale.
+
+The real scheduler (:class:`RolloutEngine`, :class:`PartialRollout`) and the real router
+(:class:`Router`) run unchanged in simulated time (:mod:`agentmath.rollout.simulator`): simpy
+models continuous-batching servers (step cost, KV capacity, a block-level prefix cache keyed by
+policy version) and the sandbox (a worker pool, lognormal snippet latency). An RL run is a
+sequence of iterations, each collecting ``batch_groups`` complete groups; between iterations the
+policy version goes up (new weights: prefix caches keyed by the old version are useless) and
+the servers pause for ``--sync-s`` seconds (the weight update).
+
+Rows, each adding one thing to the one above: ``sync`` (lockstep turns, a barrier per turn and
+per batch, requests spread round-robin), ``+async`` (request-level scheduling; only the
+iteration is a barrier), ``+partial`` (segment budgets, oversampling, parking across
+iterations), ``+router`` (the prefix-aware weighted router instead of round-robin).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import time
+from dataclasses import asdict, dataclass, replace
+from typing import Any
+
+from agentmath.backends.base import current_tag
+from agentmath.config import RolloutConfig
+from agentmath.formats import get_format
+from agentmath.rollout.partial import PartialRollout
+from agentmath.rollout.records import GroupRequest
+from agentmath.rollout.router import Router, RouterConfig
+from agentmath.rollout.scheduler import RolloutEngine
+from agentmath.rollout.simulator.costs import ServerCostModel
+from agentmath.rollout.simulator.fleet import build_fleet
+from agentmath.rollout.simulator.sandbox import SandboxModel
+from agentmath.rollout.simulator.workload import Workload
+
+
+class HitBound:
+    """Wraps the engine's backend and counts the prefix-cache hits a perfect cache would give
+    (the ideal hit rate): a request may reuse what its episode computed before under the same
+    policy version (its previous context and output), or else its group's prompt once a
+    sibling computed it under this version; nothing across versions. Block-aligned, in
+    tokens, over the same queries (prompt tokens) the servers count."""
+
+    def __init__(self, inner: Any, block: int) -> None:
+        self.inner, self.block = inner, block
+        self.hits = self.queries = 0
+        self._last: dict[tuple[str, int], int] = {}
+        self._prompts: dict[tuple[str | None, int], int] = {}
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+    async def generate(self, prompt_ids: Any, **kwargs: Any) -> Any:
+        tag = current_tag.get()
+        assert tag is not None
+        key = (tag.episode_id, tag.policy_version)
+        group = (tag.group_id, tag.policy_version)
+        reusable = self._last.pop(key, None)
+        if reusable is None:
+            reusable = self._prompts.get(group, 0)
+            first = self._last.get((tag.episode_id, -1)) is None
+            if first:  # an episode's first request: its prompt is the group's
+                self._last[(tag.episode_id, -1)] = 1
+                self._prompts.setdefault(group, len(prompt_ids))
+            else:
+                reusable = 0
+        reusable = min(reusable, len(prompt_ids)) // self.block * self.block
+        self.hits += reusable
+        self.queries += len(prompt_ids)
+        gen = await self.inner.generate(prompt_ids, **kwargs)
+        self._last[key] = len(prompt_ids) + len(gen.token_ids)
+        return gen
+
+    @property
+    def rate(self) -> float | None:
+        return self.hits / self.queries if self.queries else None
+
+
+@dataclass(frozen=True)
+class Variant:
+    """One row: how the engine schedules and how the router routes."""
+
+    name: str
+    mode: str  # RolloutConfig.mode
+    partial: bool
+    policy: str  # RouterConfig.policy
+
+
+VARIANTS = (Variant("sync", "sync", False, "round_robin"),
+            Variant("+async", "async", False, "round_robin"),
+            Variant("+partial", "async", True, "round_robin"),
+            Variant("+router", "async", True, "prefix_aware"))
+
+
+def add_sim_arguments(parser: argparse.ArgumentParser) -> None:
+    """Options of the simulated run."""
+    group = parser.add_argument_group("simulation (--simulate)")
+    group.add_argument("--groups", type=int, default=512, help="problems (GRPO groups)")
+    group.add_argument("--group-size", type=int, default=8, help="samples per problem (G)")
+    group.add_argument("--batch-groups", type=int, default=64, help="groups per RL step")
+    group.add_argument("--servers", type=int, default=8, help="inference servers")
+    group.add_argument("--segments", type=int, default=4,
+                       help="partial rollout: segments an episode's token budget is cut into")
+    group.add_argument("--oversample", type=float, default=2.0,
+                       help="partial rollout: episodes in flight per episode of a batch")
+    group.add_argument("--sync-s", type=float, default=10.0,
+                       help="seconds the servers pause for a weight update per iteration")
+    group.add_argument("--sandbox-workers", type=int, default=512)
+    group.add_argument("--seed", type=int, default=0)
+    group.add_argument("--cost", choices=("h100", "cpu_tiny"), default="h100",
+                       help="server cost preset")
+    group.add_argument("--kv-tokens", type=int, default=None,
+                       help="override the preset's KV cache capacity (tokens per server)")
+
+
+def _config(variant: Variant, workload: Workload, ns: argparse.Namespace) -> RolloutConfig:
+    batch = ns.batch_groups * workload.group_size
+    if not variant.partial:
+        return RolloutConfig(mode=variant.mode, max_in_flight=batch)
+    return RolloutConfig(mode="async", max_in_flight=int(batch * ns.oversample),
+                         segment_tokens=workload.max_episode_tokens // ns.segments,
+                         max_staleness=ns.segments, stale="regenerate",
+                         max_parked_sessions=10**6)
+
+
+def simulate(variant: Variant, workload: Workload, cost: ServerCostModel,
+             ns: argparse.Namespace) -> dict[str, Any]:
+    """One row: the whole run of ``workload`` under ``variant``, in simulated time."""
+    fleet = build_fleet(workload, ns.servers, cost, SandboxModel(workers=ns.sandbox_workers))
+    router = Router(fleet.backends, RouterConfig(policy=variant.policy,
+                                                 max_in_flight_per_server=cost.max_running))
+    bound = HitBound(router, cost.block_size)
+    engine = RolloutEngine(bound, fleet.sandbox, get_format("code_interpreter"),
+                           loop=workload.loop_config(), config=_config(variant, workload, ns))
+    requests = [GroupRequest(task, workload.group_size) for task in workload.tasks()]
+    run = PartialRollout(engine, requests)
+    totals = {"iterations": 0, "groups": 0, "regenerated": 0, "dropped_groups": 0,
+              "wasted_tokens": 0}
+
+    async def main() -> None:
+        while True:
+            result = await run.iteration(ns.batch_groups)
+            totals["iterations"] += 1
+            totals["groups"] += len(result.groups)
+            for key in ("regenerated", "dropped_groups", "wasted_tokens"):
+                totals[key] += getattr(result.stats, key)
+            if result.exhausted:
+                break
+            for server in fleet.servers:  # the weight update: servers stop, then go on
+                server.pause()
+            await asyncio.sleep(ns.sync_s)
+            for server in fleet.servers:
+                server.resume()
+            engine.set_policy_version(engine.version + 1)
+        await run.aclose()
+
+    wall = time.perf_counter()
+    fleet.run(main)
+    report = fleet.report()
+    busy = [s["busy_s"] for s in report["servers"]]
+    mean = sum(busy) / len(busy)
+    return {"name": variant.name, "makespan_s": report["sim_time_s"],
+            "prefix_hit_rate": report["prefix_cache_hit_rate"], "ideal_hit_rate": bound.rate,
+            "idle_fraction": report["idle_fraction"],
+            "imbalance": (max(busy) - min(busy)) / mean if mean else 0.0,
+            "prefill_tokens": report["prefill_tokens"], "decode_tokens": report["decode_tokens"],
+            "preemptions": report["preemptions"], **totals,
+            "ideal_makespan_s": report["ideal_makespan_s"],
+            "wall_s": time.perf_counter() - wall}
+
+
+def run_sim(ns: argparse.Namespace) -> dict[str, Any]:
+    """Every variant on the same workload; rows with speedups, plus the ideal makespan."""
+    workload = Workload(seed=ns.seed, n_groups=ns.groups, group_size=ns.group_size)
+    cost = (ServerCostModel.h100_qwen3_8b() if ns.cost == "h100" else ServerCostModel.cpu_tiny())
+    if ns.kv_tokens:
+        cost = cost.with_(kv_tokens=ns.kv_tokens)
+    rows = [simulate(v, workload, cost, ns) for v in VARIANTS]
+    base = rows[0]["makespan_s"]
+    for row in rows:
+        row["speedup_vs_sync"] = base / row["makespan_s"]
+        row["vs_ideal"] = row["makespan_s"] / row["ideal_makespan_s"]
+    ideal = rows[0]["ideal_makespan_s"]
+    pauses = (rows[-1]["iterations"] - 1) * ns.sync_s
+    return {"workload": asdict(replace(workload)), "servers": ns.servers,
+            "cost_model": asdict(cost), "batch_groups": ns.batch_groups,
+            "sync_s": ns.sync_s, "ideal_makespan_s": ideal,
+            "ideal_plus_weight_updates_s": ideal + pauses, "rows": rows}
