@@ -186,6 +186,10 @@ class RolloutConfig(StrictModel):
     max_in_flight: int = Field(256, ge=1, le=1_000_000, description=(
         "Episodes being advanced at once (admission bound; per-server request bounds are the "
         "router's). In sync mode, the episodes of one lockstep batch."))
+    max_in_flight_tokens: int | None = Field(None, ge=1, le=10**12, description=(
+        "Context tokens the episodes in flight may hold together (None: no bound). Set it to "
+        "about the fleet's KV capacity so that prefix caches keep each episode's context "
+        "across its tool calls instead of evicting each other (agentmath/rollout/admission.py)."))
     segment_tokens: int | None = Field(None, ge=1, le=1_048_576, description=(
         "Partial rollout: model tokens an episode may generate per iteration; an unfinished "
         "episode is parked and continued in the next iteration (None: no partial rollout)."))

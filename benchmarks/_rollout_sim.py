@@ -102,7 +102,7 @@ def add_sim_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--servers", type=int, default=8, help="inference servers")
     group.add_argument("--segments", type=int, default=4,
                        help="partial rollout: segments an episode's token budget is cut into")
-    group.add_argument("--oversample", type=float, default=2.0,
+    group.add_argument("--oversample", type=float, default=1.0,
                        help="partial rollout: episodes in flight per episode of a batch")
     group.add_argument("--sync-s", type=float, default=10.0,
                        help="seconds the servers pause for a weight update per iteration")
@@ -110,15 +110,28 @@ def add_sim_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--seed", type=int, default=0)
     group.add_argument("--cost", choices=("h100", "cpu_tiny"), default="h100",
                        help="server cost preset")
+    group.add_argument("--kv-fraction", type=float, default=0.8,
+                       help="async rows: context tokens in flight, as a fraction of the fleet's "
+                            "KV capacity (RolloutConfig.max_in_flight_tokens; 0: no bound)")
+    group.add_argument("--rows", nargs="*", default=None,
+                       help="only these rows (sync always runs: it is the baseline)")
+    group.add_argument("--steps", type=int, default=None,
+                       help="stop after this many RL steps (iterations) instead of running "
+                            "every group: steady state, as seconds per RL step are measured")
     group.add_argument("--kv-tokens", type=int, default=None,
                        help="override the preset's KV cache capacity (tokens per server)")
 
 
-def _config(variant: Variant, workload: Workload, ns: argparse.Namespace) -> RolloutConfig:
+def _config(variant: Variant, workload: Workload, cost: ServerCostModel,
+            ns: argparse.Namespace) -> RolloutConfig:
     batch = ns.batch_groups * workload.group_size
+    tokens = int(ns.kv_fraction * cost.kv_tokens * ns.servers) or None
+    if variant.mode == "sync":  # lockstep: the whole batch at once, as TRL and DeepMath do
+        return RolloutConfig(mode="sync", max_in_flight=batch)
     if not variant.partial:
-        return RolloutConfig(mode=variant.mode, max_in_flight=batch)
+        return RolloutConfig(mode=variant.mode, max_in_flight=batch, max_in_flight_tokens=tokens)
     return RolloutConfig(mode="async", max_in_flight=int(batch * ns.oversample),
+                         max_in_flight_tokens=tokens,
                          segment_tokens=workload.max_episode_tokens // ns.segments,
                          max_staleness=ns.segments, stale="regenerate",
                          max_parked_sessions=10**6)
@@ -132,7 +145,7 @@ def simulate(variant: Variant, workload: Workload, cost: ServerCostModel,
                                                  max_in_flight_per_server=cost.max_running))
     bound = HitBound(router, cost.block_size)
     engine = RolloutEngine(bound, fleet.sandbox, get_format("code_interpreter"),
-                           loop=workload.loop_config(), config=_config(variant, workload, ns))
+                           loop=workload.loop_config(), config=_config(variant, workload, cost, ns))
     requests = [GroupRequest(task, workload.group_size) for task in workload.tasks()]
     run = PartialRollout(engine, requests)
     totals = {"iterations": 0, "groups": 0, "regenerated": 0, "dropped_groups": 0,
@@ -145,7 +158,7 @@ def simulate(variant: Variant, workload: Workload, cost: ServerCostModel,
             totals["groups"] += len(result.groups)
             for key in ("regenerated", "dropped_groups", "wasted_tokens"):
                 totals[key] += getattr(result.stats, key)
-            if result.exhausted:
+            if result.exhausted or totals["iterations"] == ns.steps:
                 break
             for server in fleet.servers:  # the weight update: servers stop, then go on
                 server.pause()
@@ -166,7 +179,9 @@ def simulate(variant: Variant, workload: Workload, cost: ServerCostModel,
             "imbalance": (max(busy) - min(busy)) / mean if mean else 0.0,
             "prefill_tokens": report["prefill_tokens"], "decode_tokens": report["decode_tokens"],
             "preemptions": report["preemptions"], **totals,
-            "ideal_makespan_s": report["ideal_makespan_s"],
+            "ideal_makespan_s": report["ideal_makespan_s"] * (
+                totals["groups"] / workload.n_groups),
+            "s_per_step": report["sim_time_s"] / totals["iterations"],
             "wall_s": time.perf_counter() - wall}
 
 
@@ -176,7 +191,8 @@ def run_sim(ns: argparse.Namespace) -> dict[str, Any]:
     cost = (ServerCostModel.h100_qwen3_8b() if ns.cost == "h100" else ServerCostModel.cpu_tiny())
     if ns.kv_tokens:
         cost = cost.with_(kv_tokens=ns.kv_tokens)
-    rows = [simulate(v, workload, cost, ns) for v in VARIANTS]
+    rows = [simulate(v, workload, cost, ns) for v in VARIANTS
+            if v.name == "sync" or not ns.rows or v.name in ns.rows]
     base = rows[0]["makespan_s"]
     for row in rows:
         row["speedup_vs_sync"] = base / row["makespan_s"]

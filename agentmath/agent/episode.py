@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, Literal
 
 from agentmath.agent.drivers import Call, ChatDriver, ModelTurn, TextDriver
@@ -41,6 +41,7 @@ from agentmath.sandbox.client import SandboxClient, SandboxSession
 from agentmath.sandbox.result import ExecResult
 
 Status = Literal["new", "parked", "finished"]
+TurnHook = Callable[["Episode"], Awaitable[None]]
 _PARK = "parked"  # internal: the segment budget is spent, the episode goes on later
 _ids = itertools.count()
 
@@ -95,6 +96,7 @@ class Episode:
         self._seg_calls: int | None = None
         self._seg_turns: int | None = None
         self._stop: asyncio.Event | None = None
+        self._before_turn: TurnHook | None = None
         self._pending: list[Call] = []  # calls of a finished turn not yet run (parked before)
 
     # ------------------------------------------------------------------------------ public
@@ -109,21 +111,24 @@ class Episode:
 
     async def advance(self, *, max_tokens: int | None = None, max_tool_calls: int | None = None,
                       max_turns: int | None = None, policy_version: int = 0,
-                      stop: asyncio.Event | None = None) -> bool:
+                      stop: asyncio.Event | None = None,
+                      before_turn: TurnHook | None = None) -> bool:
         """Run until the episode finishes or this segment's budget is spent; True when finished.
 
         ``max_tokens`` bounds the model tokens, ``max_tool_calls`` the snippets and
         ``max_turns`` the model turns (each with its tool calls) of this segment (None: only
         the episode's own budgets). A set ``stop`` event parks the episode at its next turn
-        boundary (the end of a partial-rollout iteration). Never raises for model, sandbox or
-        budget failures: they finish the episode with a finish reason and ``error``.
+        boundary (the end of a partial-rollout iteration). ``before_turn`` is awaited before
+        every model turn (the engine's admission control waits there). Never raises for
+        model, sandbox or budget failures: they finish the episode with a finish reason and
+        ``error``.
         """
         if self.finished:
             return True
         if max_tokens is not None and max_tokens < 1:
             raise ValueError("max_tokens of a segment must be at least 1")
         self._seg_tokens, self._seg_calls = max_tokens, max_tool_calls
-        self._seg_turns, self._stop = max_turns, stop
+        self._seg_turns, self._stop, self._before_turn = max_turns, stop, before_turn
         self.policy_version = policy_version
         self.advances += 1
         started = _now()
@@ -131,9 +136,7 @@ class Episode:
         finish: str | None = None
         try:
             with tagged(self.tag):
-                if self.status == "new":
-                    await self.driver.start()
-                    self.status = "parked"
+                await self._start()
                 finish = await self._run_turns()
         except (AgentMathError, OSError, ValueError) as exc:
             finish = "error"
@@ -145,6 +148,26 @@ class Episode:
             return False
         await self._finish(finish or "error")
         return True
+
+    async def prepare(self) -> bool:
+        """Render the prompt now (it is otherwise rendered by the first ``advance``), so that
+        the episode's context length is known before it runs; False if that failed (the
+        episode is then finished with the error)."""
+        if self.status != "new":
+            return True
+        try:
+            with tagged(self.tag):
+                await self._start()
+        except (AgentMathError, OSError, ValueError) as exc:
+            self.trajectory.error = f"{type(exc).__name__}: {exc}"
+            await self._finish("error")
+            return False
+        return True
+
+    async def _start(self) -> None:
+        if self.status == "new":
+            await self.driver.start()
+            self.status = "parked"
 
     async def close(self) -> None:
         """Release the sandbox session (an unfinished episode can still resume: its cells are
@@ -168,6 +191,8 @@ class Episode:
             if (self._stop is not None and self._stop.is_set()) or (
                     self._seg_turns is not None and turns >= self._seg_turns):
                 return _PARK
+            if self._before_turn is not None:
+                await self._before_turn(self)
             finish = await self._turn()
             turns += 1
         return finish

@@ -97,7 +97,7 @@ class PartialRollout:
         engine, config = self.engine, self.engine.config
         partial = config.segment_tokens is not None
         stop = asyncio.Event()
-        slots = asyncio.Semaphore(config.max_in_flight)
+        gate = engine.admission()
         ready: list[Group] = []
         parked: list[Slot] = []
         tasks: set[asyncio.Task[None]] = set()
@@ -106,12 +106,14 @@ class PartialRollout:
             return []
 
         async def run(state: GroupState, index: int) -> None:
+            episode = state.episodes[index]
             try:
                 finished = await engine.advance(
-                    state.episodes[index], max_tokens=config.segment_tokens,
-                    max_tool_calls=config.segment_tool_calls, stop=stop if partial else None)
+                    episode, max_tokens=config.segment_tokens,
+                    max_tool_calls=config.segment_tool_calls, stop=stop if partial else None,
+                    before_turn=gate.before_turn)
             finally:
-                slots.release()
+                await gate.release(episode)
             if not finished:
                 parked.append((state, index))
                 engine.stats.parked += 1
@@ -121,9 +123,10 @@ class PartialRollout:
                     stop.set()
 
         async def start(slot: Slot) -> None:
-            await slots.acquire()
+            episode = slot[0].episodes[slot[1]]
+            await gate.acquire(episode)
             if stop.is_set():
-                slots.release()
+                await gate.release(episode)
                 parked.append(slot)
                 return
             task = asyncio.create_task(run(*slot))

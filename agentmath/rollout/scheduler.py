@@ -30,6 +30,7 @@ from agentmath.agent.episode import Episode
 from agentmath.backends.base import Backend, SamplingParams
 from agentmath.config import LoopConfig, RolloutConfig
 from agentmath.formats.base import ToolFormat
+from agentmath.rollout.admission import Admission
 from agentmath.rollout.records import Group, GroupRequest, RolloutStats, Sample
 from agentmath.sandbox.client import SandboxClient
 
@@ -128,6 +129,10 @@ class RolloutEngine:
         self.stats.groups_done += 1
         return state.group
 
+    def admission(self) -> Admission:
+        """A gate bounding the episodes in flight (count, and context tokens if configured)."""
+        return Admission(self.config.max_in_flight, self.config.max_in_flight_tokens)
+
     def set_policy_version(self, version: int) -> None:
         """New weights are live: later segments are sampled (and tagged) with ``version``;
         a backend that keeps prefix caches per version (the router) is told too."""
@@ -154,18 +159,18 @@ class RolloutEngine:
     async def _stream_async(self, requests: Iterable[GroupRequest],
                             on_sample: SampleHook | None) -> AsyncIterator[Group]:
         out: asyncio.Queue[Group | None] = asyncio.Queue()
-        slots = asyncio.Semaphore(self.config.max_in_flight)
+        gate = self.admission()
         tasks: set[asyncio.Task[None]] = set()
 
         async def run_one(state: GroupState, index: int) -> None:
             episode = state.episodes[index]
             try:
-                await self.advance(episode)
+                await self.advance(episode, before_turn=gate.before_turn)
             except BaseException:  # cancelled: the episode's sandbox session must not leak
                 await episode.close()
                 raise
             finally:
-                slots.release()
+                await gate.release(episode)
             group = self.collect(state, index)
             if on_sample is not None:
                 await on_sample(state.group.samples[-1] if group is None
@@ -181,8 +186,7 @@ class RolloutEngine:
                     if not request.sample_indices:
                         out.put_nowait(state.group)
                     for index in request.sample_indices:
-                        await slots.acquire()
-                        self.new_episode(state, index)
+                        await gate.acquire(self.new_episode(state, index))
                         task = asyncio.create_task(run_one(state, index))
                         tasks.add(task)
                         task.add_done_callback(tasks.discard)

@@ -210,3 +210,14 @@ async def test_engine_through_a_router_keeps_groups_together_and_forgets_them() 
     stats = router.stats()
     assert stats.sticky_episodes == 0 and stats.sticky_groups == 0  # forgotten when done
     await router.aclose()
+
+
+@pytest.mark.parametrize("budget", [None, 1200])
+async def test_context_token_budget_bounds_what_is_in_flight(budget: int | None) -> None:
+    """Each episode holds ~500-700 tokens of context: a 1200-token budget lets about two run
+    at once (a new episode counts as the mean of those running); all still finish."""
+    backend = Tracing()
+    eng = engine(backend, max_in_flight=16, max_in_flight_tokens=budget)
+    groups = [g async for g in eng.stream(requests(4, samples=2))]
+    assert len(groups) == 4 and all(g.complete for g in groups)
+    assert (backend.peak <= 2) if budget else (backend.peak > 2)

@@ -1,0 +1,90 @@
+"""Admission control: how many episodes may be advancing at once.
+
+Episodes are bounded by count (``max_in_flight``) and, optionally, by the context tokens they
+hold (``max_in_flight_tokens``). The token bound matters for long agentic episodes: a server's
+prefix cache can only keep an episode's KV across its tool calls while the contexts of all the
+episodes it serves fit in KV memory; admit more and their caches evict each other, every turn
+re-prefills its whole context, and servers preempt. Counting contexts (the episodes' current
+lengths, which grow as they run) keeps the working set inside the fleet's KV, like
+AgentMath's length-weighted load. An episode is always admitted when nothing is in flight, so a
+single context larger than the bound still runs.
+
+Contexts grow after admission, so the token bound is also checked before every model turn
+(:meth:`Admission.before_turn`): an episode whose next turn would take the active contexts past
+the bound steps aside (it stops counting: its KV may be evicted) and waits until the others
+have shrunk the working set by finishing or stepping aside themselves. Fewer episodes then
+run at full speed with their caches intact instead of all of them thrashing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+from agentmath.agent.episode import Episode
+
+
+class Admission:
+    """A counting gate for episodes, optionally weighted by their context tokens."""
+
+    def __init__(self, max_episodes: int, max_tokens: int | None = None) -> None:
+        self.max_episodes = max_episodes
+        self.max_tokens = max_tokens
+        self.running: set[Episode] = set()
+        self._held = 0  # context tokens of the running episodes, as last counted
+        self._changed = asyncio.Condition()
+
+    def _refresh(self) -> None:
+        """Recount the active contexts (they grow while their episodes run): once per wake-up,
+        so that the waiters' checks cost O(1) each."""
+        self._held = sum(e.driver.context_tokens() for e in self.running)
+
+    def _need(self, episode: Episode) -> int:
+        # an episode not started yet holds nothing now but will grow like the others: it
+        # counts as the mean of those running
+        return episode.driver.context_tokens() or self._held // max(1, len(self.running))
+
+    def _fits(self, episode: Episode) -> bool:
+        if not self.running:
+            return True
+        if len(self.running) >= self.max_episodes:
+            return False
+        return self.max_tokens is None or self._held + self._need(episode) <= self.max_tokens
+
+    def _admit(self, episode: Episode) -> None:
+        if self.max_tokens is not None:
+            self._held += self._need(episode)
+        self.running.add(episode)
+
+    async def acquire(self, episode: Episode) -> None:
+        """Wait until ``episode`` may run, then count it in. Under a token bound, a new
+        episode's prompt is rendered first so that its length counts."""
+        if self.max_tokens is not None:
+            await episode.prepare()  # a failure finishes the episode; advance returns at once
+        async with self._changed:
+            if self.max_tokens is not None:
+                self._refresh()
+            await self._changed.wait_for(lambda: self._fits(episode))
+            self._admit(episode)
+
+    async def before_turn(self, episode: Episode) -> None:
+        """Under a token bound: go on if the active contexts still fit, else step aside and
+        wait to be let back in (see the module docstring)."""
+        if self.max_tokens is None:
+            return
+        self._refresh()
+        if self._held <= self.max_tokens or len(self.running) <= 1:
+            return
+        async with self._changed:
+            self.running.discard(episode)
+            self._refresh()
+            self._changed.notify_all()
+            await self._changed.wait_for(lambda: self._fits(episode))
+            self._admit(episode)
+
+    async def release(self, episode: Episode) -> None:
+        """Count ``episode`` out (it finished, parked or failed) and wake the waiters."""
+        async with self._changed:
+            self.running.discard(episode)
+            if self.max_tokens is not None:
+                self._refresh()
+            self._changed.notify_all()
