@@ -10,9 +10,9 @@
 
 from __future__ import annotations
 
-from agentmath.agent.drivers import CHAT_SYSTEM_PROMPT, build_messages
 from agentmath.agent.episode import Episode
 from agentmath.agent.loop import run_chat_episode, run_episode
+from agentmath.agent.prompts import CHAT_SYSTEM_PROMPT, build_messages
 from agentmath.agent.trajectory import FINISH_REASONS, Segment, Trajectory
 
 __all__ = ["CHAT_SYSTEM_PROMPT", "FINISH_REASONS", "Episode", "Segment", "Trajectory",

@@ -20,6 +20,7 @@ import json
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from agentmath.agent.prompts import CHAT_SYSTEM_PROMPT, build_messages
 from agentmath.agent.trajectory import Segment
 from agentmath.errors import BackendError
 from agentmath.formats.openai_tools import OPENAI_TOOLS, parse_tool_calls, tool_message, tool_spec
@@ -27,10 +28,6 @@ from agentmath.sandbox.result import ExecResult
 
 if TYPE_CHECKING:
     from agentmath.agent.episode import Episode
-
-CHAT_SYSTEM_PROMPT = ("Solve the problem step by step. You can call the `python` tool to run "
-                      "code in a persistent session; put the final answer in \\boxed{}.")
-
 
 @dataclass(frozen=True, slots=True)
 class Call:
@@ -57,17 +54,6 @@ def loop_time() -> float:
     """The event loop's clock: monotonic time, or simulated time under the rollout simulator
     (so that time limits and durations mean the same thing there)."""
     return asyncio.get_running_loop().time()
-
-
-def build_messages(problem: str, fmt: Any, system_prompt: str | None = None,
-                   few_shot: Any = ()) -> list[dict[str, str]]:
-    """System prompt (the format's instructions by default), few-shot pairs, then the problem."""
-    messages = [{"role": "system", "content": system_prompt or fmt.instructions()}]
-    for question, answer in few_shot:
-        messages.append({"role": "user", "content": question})
-        messages.append({"role": "assistant", "content": answer})
-    messages.append({"role": "user", "content": problem})
-    return messages
 
 
 def failure(exc: BaseException) -> str:

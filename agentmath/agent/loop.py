@@ -12,8 +12,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from agentmath.agent.drivers import CHAT_SYSTEM_PROMPT, build_messages
 from agentmath.agent.episode import Episode
+from agentmath.agent.prompts import CHAT_SYSTEM_PROMPT, build_messages
 from agentmath.agent.trajectory import Trajectory
 from agentmath.backends.base import Backend, SamplingParams
 from agentmath.config import LoopConfig

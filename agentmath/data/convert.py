@@ -35,7 +35,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
-from agentmath.agent.loop import CHAT_SYSTEM_PROMPT, build_messages
+from agentmath.agent.prompts import CHAT_SYSTEM_PROMPT, build_messages
 from agentmath.config import LoopConfig
 from agentmath.data.synthetic import Step, SyntheticProblem
 from agentmath.errors import DataError, SandboxError
