@@ -11,32 +11,92 @@ single context larger than the bound still runs.
 
 Contexts grow after admission, so the token bound is also checked before every model turn
 (:meth:`Admission.before_turn`): an episode whose next turn would take the active contexts past
-the bound steps aside (it stops counting: its KV may be evicted) and waits until the others
-have shrunk the working set by finishing or stepping aside themselves. Fewer episodes then
-run at full speed with their caches intact instead of all of them thrashing.
+the bound steps aside (it stops counting: its KV may be evicted) and queues again behind the
+others. Fewer episodes then run at full speed with their caches intact instead of all of them
+thrashing.
+
+Waiters form one FIFO queue and are let in from its head as room appears (no thundering herd:
+each release wakes only the episodes it makes room for), so the cost per admission stays O(1)
+plus, under a token bound, one recount of the running contexts per change.
 """
 
 from __future__ import annotations
 
 import asyncio
+from collections import deque
 
 from agentmath.agent.episode import Episode
 
 
 class Admission:
-    """A counting gate for episodes, optionally weighted by their context tokens."""
+    """A FIFO gate for episodes, bounded by count and optionally by context tokens."""
 
     def __init__(self, max_episodes: int, max_tokens: int | None = None) -> None:
         self.max_episodes = max_episodes
         self.max_tokens = max_tokens
         self.running: set[Episode] = set()
         self._held = 0  # context tokens of the running episodes, as last counted
-        self._changed = asyncio.Condition()
+        self._queue: deque[tuple[Episode, asyncio.Future[None]]] = deque()
+
+    # ------------------------------------------------------------------------------ public
+    async def acquire(self, episode: Episode) -> None:
+        """Wait until ``episode`` may run, then count it in. Under a token bound, a new
+        episode's prompt is rendered first so that its length counts."""
+        if self.max_tokens is not None:
+            await episode.prepare()  # a failure finishes the episode; advance returns at once
+        await self._enter(episode)
+
+    async def before_turn(self, episode: Episode) -> None:
+        """Under a token bound: go on if the active contexts still fit, else step aside and
+        queue again (see the module docstring)."""
+        if self.max_tokens is None:
+            return
+        self._refresh()
+        if self._held <= self.max_tokens or len(self.running) <= 1:
+            return
+        self.running.discard(episode)
+        self._drain()
+        await self._enter(episode)
+
+    async def release(self, episode: Episode) -> None:
+        """Count ``episode`` out (it finished, parked or failed) and let waiters in."""
+        self.running.discard(episode)
+        self._drain()
+
+    # ------------------------------------------------------------------------------ queue
+    async def _enter(self, episode: Episode) -> None:
+        self._refresh()
+        if not self._queue and self._fits(episode):
+            self._admit(episode)
+            return
+        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._queue.append((episode, fut))
+        try:
+            await fut
+        except asyncio.CancelledError:
+            if fut.done() and not fut.cancelled():  # let in just as it was cancelled
+                self.running.discard(episode)
+                self._drain()
+            raise
+
+    def _drain(self) -> None:
+        """Let in waiters from the head of the queue while they fit."""
+        self._refresh()
+        while self._queue:
+            episode, fut = self._queue[0]
+            if fut.cancelled():
+                self._queue.popleft()
+                continue
+            if not self._fits(episode):
+                break
+            self._queue.popleft()
+            self._admit(episode)
+            fut.set_result(None)
 
     def _refresh(self) -> None:
-        """Recount the active contexts (they grow while their episodes run): once per wake-up,
-        so that the waiters' checks cost O(1) each."""
-        self._held = sum(e.driver.context_tokens() for e in self.running)
+        """Recount the running contexts (they grow while their episodes run)."""
+        if self.max_tokens is not None:
+            self._held = sum(e.driver.context_tokens() for e in self.running)
 
     def _need(self, episode: Episode) -> int:
         # an episode not started yet holds nothing now but will grow like the others: it
@@ -54,37 +114,3 @@ class Admission:
         if self.max_tokens is not None:
             self._held += self._need(episode)
         self.running.add(episode)
-
-    async def acquire(self, episode: Episode) -> None:
-        """Wait until ``episode`` may run, then count it in. Under a token bound, a new
-        episode's prompt is rendered first so that its length counts."""
-        if self.max_tokens is not None:
-            await episode.prepare()  # a failure finishes the episode; advance returns at once
-        async with self._changed:
-            if self.max_tokens is not None:
-                self._refresh()
-            await self._changed.wait_for(lambda: self._fits(episode))
-            self._admit(episode)
-
-    async def before_turn(self, episode: Episode) -> None:
-        """Under a token bound: go on if the active contexts still fit, else step aside and
-        wait to be let back in (see the module docstring)."""
-        if self.max_tokens is None:
-            return
-        self._refresh()
-        if self._held <= self.max_tokens or len(self.running) <= 1:
-            return
-        async with self._changed:
-            self.running.discard(episode)
-            self._refresh()
-            self._changed.notify_all()
-            await self._changed.wait_for(lambda: self._fits(episode))
-            self._admit(episode)
-
-    async def release(self, episode: Episode) -> None:
-        """Count ``episode`` out (it finished, parked or failed) and wake the waiters."""
-        async with self._changed:
-            self.running.discard(episode)
-            if self.max_tokens is not None:
-                self._refresh()
-            self._changed.notify_all()
