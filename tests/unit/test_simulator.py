@@ -17,6 +17,7 @@ from agentmath.rollout.simulator import (
     LogNormal,
     SandboxModel,
     ServerCostModel,
+    SimSandbox,
     SimServer,
     SimulationDeadlock,
     StepMeasurement,
@@ -340,3 +341,35 @@ def test_ideal_makespan_formula() -> None:
     assert ideal.prefill_tokens == sum(workload.group_prompt_tokens(g) for g in range(4)) + sum(
         s.tool_tokens for s in workload.scripts())
     assert ideal.makespan_s == max(ideal.work_s, ideal.critical_path_s, ideal.sandbox_s)
+
+
+# ------------------------------------------------------------------------------ sandbox
+
+def test_sandbox_pool_queues_times_out_and_loses_sessions() -> None:
+    env = simpy.Environment()
+    sandbox = SimSandbox(env, SandboxModel(workers=2, loss_prob=1.0))
+
+    async def main() -> tuple:
+        sessions = [sandbox.session() for _ in range(4)]
+        code = 'print("x" * 12)  # sim: latency_s=1.0'
+        results = await asyncio.gather(*(s.run(code) for s in sessions))
+        slow = await sandbox.session().run('print("x" * 1)  # sim: latency_s=9.0', timeout=2.0)
+        return results, await sessions[0].alive(), slow
+
+    results, alive, slow = run_simulated(main, env)
+    assert [r.stdout for r in results] == ["x" * 12 + "\n"] * 4
+    assert env.now == pytest.approx(2.0 + 2.0)  # two waves of two, then the 2 s timeout
+    assert sandbox.stats.queue_s == pytest.approx(2.0)
+    assert not alive  # loss_prob=1: the session died after its snippet
+    assert slow.timed_out and slow.state_lost
+
+
+def test_executor_work_takes_no_simulated_time() -> None:
+    env = simpy.Environment()
+
+    async def main() -> int:
+        await asyncio.sleep(5)
+        return await asyncio.to_thread(sum, range(1000))
+
+    assert run_simulated(main, env) == 499500
+    assert env.now == pytest.approx(5)

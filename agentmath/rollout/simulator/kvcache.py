@@ -61,8 +61,9 @@ class BlockHasher:
         full = len(tail) - len(tail) % bs
         h = chain.hashes[-1] if chain.hashes else hash(("agentmath-sim-kv", salt))
         append = chain.hashes.append
-        for i in range(0, full, bs):
-            h = hash((h, *tail[i:i + bs]))
+        blocks = iter(tail[:full])
+        for block in zip(*[blocks] * bs, strict=False):  # each full block's ids, a tuple
+            h = hash((h, block))
             append(h)
         if full:
             chain.tokens = start + full
@@ -103,7 +104,10 @@ class KVCache:
     of n blocks costs O(segments on its path), not O(n)); an index maps every cached block's
     hash to its segment. Eviction takes the least recently released leaf segment's tail
     blocks first; so along any path the cached blocks are a prefix, and a lookup is a binary
-    search. Counts prefix-cache hits and queries in tokens.
+    search. Eviction only truncates the segment: its index entries go stale (an entry counts
+    only if its segment still holds that hash at that depth) and are swept when stale ones
+    outnumber the cache, so evicting costs O(1) per segment, not a dict deletion per block.
+    Counts prefix-cache hits and queries in tokens.
     """
 
     def __init__(self, blocks: int, block_size: int) -> None:
@@ -129,21 +133,29 @@ class KVCache:
         """Blocks held by running requests."""
         return self.blocks - self.free - self.evictable
 
+    def find(self, h: int, depth: int) -> Segment | None:
+        """The segment caching the block of hash ``h`` at ``depth``, None if it is not cached."""
+        seg = self.where.get(h)
+        if seg is None:
+            return None
+        i = depth - seg.start
+        return seg if 0 <= i < len(seg.hashes) and seg.hashes[i] == h else None
+
     def lookup(self, hashes: Sequence[int], limit: int) -> tuple[int, int]:
         """(leading blocks of ``hashes[:limit]`` that are cached, how many of those are
         evictable, i.e. not held by a running request)."""
-        where = self.where
+        find = self.find
         lo, hi = 0, min(limit, len(hashes))
         while lo < hi:  # cached blocks of a chain are a prefix of it
             mid = (lo + hi + 1) // 2
-            if hashes[mid - 1] in where:
+            if find(hashes[mid - 1], mid - 1) is not None:
                 lo = mid
             else:
                 hi = mid - 1
         if not lo:
             return 0, 0
         evictable = 0
-        seg: Segment | None = where[hashes[lo - 1]]
+        seg: Segment | None = self.find(hashes[lo - 1], lo - 1)
         while seg is not None:
             if not seg.users:
                 evictable += min(len(seg.hashes), lo - seg.start)
@@ -157,9 +169,7 @@ class KVCache:
         head.users, head.stamp, head.children = seg.users, seg.stamp, 1
         seg.hashes = seg.hashes[cut:]
         seg.start, seg.parent = depth, head
-        where = self.where
-        for h in head.hashes:
-            where[h] = head
+        self.where.update(dict.fromkeys(head.hashes, head))
         return head
 
     def _hold(self, seg: Segment | None) -> None:
@@ -174,7 +184,8 @@ class KVCache:
         """Hold the cached path of ``hashes[:hit]`` (from :meth:`lookup`); its last segment."""
         if not hit:
             return None
-        seg = self.where[hashes[hit - 1]]
+        seg = self.find(hashes[hit - 1], hit - 1)
+        assert seg is not None, "acquire needs a hit from lookup"
         if hit < seg.start + len(seg.hashes):
             seg = self._split(seg, hit)
         self._hold(seg)
@@ -196,9 +207,9 @@ class KVCache:
 
     def check(self) -> None:
         """Assert the bookkeeping is consistent (for tests; O(cached blocks))."""
-        segs = {id(s): s for s in self.where.values()}
+        segs = {id(s): s for s in self.where.values() if s.hashes}
         assert all(self.where[h] is s for s in segs.values() for h in s.hashes)
-        assert sum(len(s.hashes) for s in segs.values()) == len(self.where)
+        assert all(s.parent is None or s.parent.hashes for s in segs.values())
         idle = sum(len(s.hashes) for s in segs.values() if not s.users)
         assert idle == self.evictable, (idle, self.evictable)
         assert 0 <= self.free and self.used >= 0
@@ -208,10 +219,7 @@ class KVCache:
         if not seg.alive or seg.users or seg.children or seg.stamp != stamp:
             return  # a stale entry
         k = min(max(want, EVICT_BATCH), len(seg.hashes))
-        where = self.where
-        for h in seg.hashes[len(seg.hashes) - k:]:
-            del where[h]
-        del seg.hashes[len(seg.hashes) - k:]
+        del seg.hashes[len(seg.hashes) - k:]  # their index entries are now stale
         self.free += k
         self.evictable -= k
         self.evictions += k
@@ -233,15 +241,10 @@ class KVCache:
         its path and how many of its plain blocks were used (shared or registered)."""
         used = 0
         where = self.where
-        while start < end and hashes[start] in where:
-            seg = where[hashes[start]]
+        while start < end and (seg := self.find(hashes[start], start)) is not None:
             if seg.start != start or seg.parent is not tail:
                 return tail, used  # not a continuation of this path: leave the rest plain
-            stop = start + 1  # the blocks after the first match only as far as they agree
-            limit = min(end, seg.start + len(seg.hashes))
-            mine = seg.hashes
-            while stop < limit and mine[stop - seg.start] == hashes[stop]:
-                stop += 1
+            stop = _agree(seg.hashes, hashes, start, min(end, seg.start + len(seg.hashes)))
             if stop < seg.start + len(seg.hashes):
                 seg = self._split(seg, stop)
             if not seg.users:
@@ -254,11 +257,19 @@ class KVCache:
             new = Segment(tail, start, list(hashes[start:end]))
             if tail is not None:
                 tail.children += 1
-            for h in new.hashes:
-                where[h] = new
+            where.update(dict.fromkeys(new.hashes, new))
             used += end - start
             tail = new
+            if len(where) > 3 * self.blocks + 4096:
+                self._sweep()
         return tail, used
+
+    def _sweep(self) -> None:
+        """Rebuild the index from the live segments (drops the stale entries)."""
+        live = {id(seg): seg for seg in self.where.values() if seg.hashes}
+        self.where = {}
+        for seg in live.values():
+            self.where.update(dict.fromkeys(seg.hashes, seg))
 
     def _release_path(self, seg: Segment | None) -> None:
         """One user fewer for ``seg`` and its ancestors; those left unused become evictable."""
@@ -284,3 +295,20 @@ class KVCache:
         while self._heap and self.evictable:
             self._evict(self.blocks)
         return n
+
+
+def _agree(cached: list[int], hashes: Sequence[int], start: int, limit: int) -> int:
+    """The depth up to which a segment's blocks (``cached``, starting at depth ``start``, whose
+    first block matched) agree with ``hashes``, at most ``limit``: one C-level comparison when
+    they all agree, else a binary search (agreeing blocks are a prefix: the hashes chain)."""
+    n = limit - start
+    if cached[:n] == list(hashes[start:limit]):
+        return limit
+    lo, hi = 1, n  # cached[:lo] agrees, cached[:hi + 1] does not
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if cached[mid - 1] == hashes[start + mid - 1]:
+            lo = mid
+        else:
+            hi = mid - 1
+    return start + lo

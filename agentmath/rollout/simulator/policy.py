@@ -1,7 +1,8 @@
 """The simulated model: what it writes, as token ids and text that the real agent loop parses.
 
 The server model (:mod:`.server`) decides *when* tokens come out; this module decides *which*:
-it plays each episode's :class:`~.workload.EpisodeScript`. A tool turn is filler followed by a
+it plays each episode's :class:`~.workload.EpisodeScript`. A tool turn is filler (text: a "."
+every 64 tokens, so that the loop's parsing stays cheap at 10^8 tokens) followed by a
 call in the tool format (``<code>\\nprint("x" * N)  # sim: latency_s=...\\n</code>`` for
 ``code_interpreter``), ending at the format's stop string, so ``fmt.find_call`` finds the call
 and the simulated sandbox reads the scripted output size and latency from its code. The last
@@ -42,6 +43,7 @@ TOOL_MARK = 1  #: first id of every tool output (``tokenize``)
 TOOL_END = 2  #: last id of every tool output
 _LOW, _HIGH = 3, 256  # continuation ids are drawn from [3, 256): CPython's shared small ints
 _POOL = 1 << 20
+FILLER_EVERY = 64  #: filler tokens per "." of text
 _MASK64 = (1 << 64) - 1
 
 
@@ -53,6 +55,12 @@ def _mix(*values: int) -> int:
         h = (h ^ (h >> 31)) * 0x94D049BB133111EB & _MASK64
         h ^= h >> 29
     return h
+
+
+def _dots(lo: int, hi: int) -> int:
+    """Filler tokens at positions [lo, hi) write a "." every :data:`FILLER_EVERY` tokens and
+    nothing otherwise (text stays short, so the loop's parsing of it costs little)."""
+    return -(-hi // FILLER_EVERY) - -(-lo // FILLER_EVERY)
 
 
 @dataclass(slots=True)
@@ -185,7 +193,7 @@ class SimPolicy:
         key = _mix(self.workload.seed, 2, script.group, script.sample, turn_index)
         ids = self._ids(key, done, n)
         body = length - len(tail) - (1 if final and tail else 0)  # filler positions
-        text = "." * max(0, min(done + n, body) - done)
+        text = "." * _dots(done, max(done, min(done + n, body)))
         lo, hi = max(0, done - body), max(0, min(done + n, body + len(tail)) - body)
         text += "".join(tail[lo:hi])
         if not complete:
