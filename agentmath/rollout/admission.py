@@ -16,8 +16,9 @@ others. Fewer episodes then run at full speed with their caches intact instead o
 thrashing.
 
 Waiters form one FIFO queue and are let in from its head as room appears (no thundering herd:
-each release wakes only the episodes it makes room for), so the cost per admission stays O(1)
-plus, under a token bound, one recount of the running contexts per change.
+each release wakes only the episodes it makes room for). The running contexts are summed
+incrementally (each episode's length as last seen, updated at its turns), so every check is
+O(1) however many episodes are in flight.
 """
 
 from __future__ import annotations
@@ -35,7 +36,8 @@ class Admission:
         self.max_episodes = max_episodes
         self.max_tokens = max_tokens
         self.running: set[Episode] = set()
-        self._held = 0  # context tokens of the running episodes, as last counted
+        self._ctx: dict[Episode, int] = {}  # context of each running episode, as last seen
+        self._held = 0  # their sum
         self._queue: deque[tuple[Episode, asyncio.Future[None]]] = deque()
 
     # ------------------------------------------------------------------------------ public
@@ -51,21 +53,20 @@ class Admission:
         queue again (see the module docstring)."""
         if self.max_tokens is None:
             return
-        self._refresh()
+        self._note(episode)
         if self._held <= self.max_tokens or len(self.running) <= 1:
             return
-        self.running.discard(episode)
+        self._leave(episode)
         self._drain()
         await self._enter(episode)
 
     async def release(self, episode: Episode) -> None:
         """Count ``episode`` out (it finished, parked or failed) and let waiters in."""
-        self.running.discard(episode)
+        self._leave(episode)
         self._drain()
 
     # ------------------------------------------------------------------------------ queue
     async def _enter(self, episode: Episode) -> None:
-        self._refresh()
         if not self._queue and self._fits(episode):
             self._admit(episode)
             return
@@ -75,13 +76,12 @@ class Admission:
             await fut
         except asyncio.CancelledError:
             if fut.done() and not fut.cancelled():  # let in just as it was cancelled
-                self.running.discard(episode)
+                self._leave(episode)
                 self._drain()
             raise
 
     def _drain(self) -> None:
         """Let in waiters from the head of the queue while they fit."""
-        self._refresh()
         while self._queue:
             episode, fut = self._queue[0]
             if fut.cancelled():
@@ -93,10 +93,16 @@ class Admission:
             self._admit(episode)
             fut.set_result(None)
 
-    def _refresh(self) -> None:
-        """Recount the running contexts (they grow while their episodes run)."""
-        if self.max_tokens is not None:
-            self._held = sum(e.driver.context_tokens() for e in self.running)
+    def _note(self, episode: Episode) -> None:
+        """Update the running total with ``episode``'s context as it is now."""
+        if episode in self._ctx:
+            now = episode.driver.context_tokens()
+            self._held += now - self._ctx[episode]
+            self._ctx[episode] = now
+
+    def _leave(self, episode: Episode) -> None:
+        self.running.discard(episode)
+        self._held -= self._ctx.pop(episode, 0)
 
     def _need(self, episode: Episode) -> int:
         # an episode not started yet holds nothing now but will grow like the others: it
@@ -112,5 +118,7 @@ class Admission:
 
     def _admit(self, episode: Episode) -> None:
         if self.max_tokens is not None:
-            self._held += self._need(episode)
+            need = self._need(episode)
+            self._ctx[episode] = need
+            self._held += need
         self.running.add(episode)
