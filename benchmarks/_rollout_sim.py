@@ -96,7 +96,8 @@ VARIANTS = (Variant("sync", "sync", False, "round_robin"),
 def add_sim_arguments(parser: argparse.ArgumentParser) -> None:
     """Options of the simulated run."""
     group = parser.add_argument_group("simulation (--simulate)")
-    group.add_argument("--groups", type=int, default=512, help="problems (GRPO groups)")
+    group.add_argument("--groups", type=int, default=1024,
+                       help="problems (GRPO groups) in the stream; --steps takes what it needs")
     group.add_argument("--group-size", type=int, default=8, help="samples per problem (G)")
     group.add_argument("--batch-groups", type=int, default=64, help="groups per RL step")
     group.add_argument("--servers", type=int, default=8, help="inference servers")
@@ -115,9 +116,9 @@ def add_sim_arguments(parser: argparse.ArgumentParser) -> None:
                             "KV capacity (RolloutConfig.max_in_flight_tokens; 0: no bound)")
     group.add_argument("--rows", nargs="*", default=None,
                        help="only these rows (sync always runs: it is the baseline)")
-    group.add_argument("--steps", type=int, default=None,
-                       help="stop after this many RL steps (iterations) instead of running "
-                            "every group: steady state, as seconds per RL step are measured")
+    group.add_argument("--steps", type=int, default=8,
+                       help="stop after this many RL steps (iterations), a steady state as "
+                            "seconds per RL step are measured (0: run every group to the end)")
     group.add_argument("--kv-tokens", type=int, default=None,
                        help="override the preset's KV cache capacity (tokens per server)")
 

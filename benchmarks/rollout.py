@@ -63,7 +63,8 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if ns.simulate:
         result = run_sim(ns)
-        columns = ["name", "makespan_s", "speedup_vs_sync", "vs_ideal", "prefix_hit_rate",
+        columns = ["name", "makespan_s", "s_per_step", "speedup_vs_sync", "vs_ideal",
+                   "prefix_hit_rate",
                    "ideal_hit_rate", "imbalance", "idle_fraction", "prefill_tokens",
                    "preemptions", "wall_s"]
         title = (f"simulated: {result['workload']['n_groups']} groups x "
