@@ -20,7 +20,8 @@ scripted output length. Each row salts vLLM's prefix cache with its name and the
 version (``cache_salt``): no row reuses another's KV, and a parked episode re-prefills after a
 weight update, as in RL.
 
-Measured per row, over its measured iterations (after ``--real-warmup`` ones): makespan;
+Measured per row, over its measured iterations (partial rows first run ``--real-warmup``
+unmeasured ones, as parked work carries over; the others carry nothing): makespan;
 server idle fraction = 1 - share of ``/metrics`` readings (every ``--poll-s``) with a request
 running or waiting, averaged over servers (the servers' own view, the same for every router);
 prefix-cache hit rate = delta ``vllm:prefix_cache_hits_total`` / delta
@@ -85,12 +86,12 @@ SYSTEM_PROMPT = "Solve it. Run Python in <code> tags; put the final answer in \\
 _KNOBS = [  # --real-<flag>, type, default, help
     ("groups", int, 128, "problems available (partial rollout admits more than it returns)"),
     ("group-size", int, 4, "samples per problem (G)"),
-    ("batch", int, 8, "groups per RL iteration"),
-    ("iterations", int, 2, "measured RL iterations per row"),
-    ("warmup", int, 1, "iterations first run unmeasured (partial rollout's pipeline fills)"),
-    ("segment-tokens", int, 640, "partial rollout: model tokens per episode per iteration"),
+    ("batch", int, 6, "groups per RL iteration"),
+    ("iterations", int, 3, "measured RL iterations per row"),
+    ("warmup", int, 1, "partial rows: iterations first run unmeasured (parked work builds)"),
+    ("segment-tokens", int, 320, "partial rollout: model tokens per episode per iteration"),
     ("seed", int, 0, "seed of the workload's scripts"),
-    ("scale", float, 1.0, "multiplies turn lengths and tool latencies (smaller: quicker)")]
+    ("scale", float, 0.4, "multiplies turn lengths and tool latencies (smaller: quicker)")]
 
 
 def add_real_arguments(parser: argparse.ArgumentParser) -> None:
@@ -112,8 +113,9 @@ def add_real_arguments(parser: argparse.ArgumentParser) -> None:
 
 def real_workload(ns: argparse.Namespace) -> Workload:
     """The workload of ``ns``: AgentMath's shape scaled to a 2048-token context: ~420-token
-    prompts, ~3.5 tool calls (negative binomial, at most 6), turns of ~90 tokens with a long
-    tail (20-400), tool outputs of ~30 tokens, tool latencies of ~0.3 s (0.02-2 s)."""
+    prompts, ~3.5 tool calls (negative binomial, at most 6), turns of ~90 x scale tokens with
+    a long tail (20-400 x scale), tool outputs of ~30 tokens, tool latencies of ~0.3 x scale s
+    (up to 2 x scale s)."""
     s = ns.real_scale
     return Workload(seed=ns.real_seed, n_groups=ns.real_groups, group_size=ns.real_group_size,
                     prompt_tokens=LogNormal(420, 0.3, 300, 800), calls_mean=3.5,
@@ -128,7 +130,7 @@ def real_workload(ns: argparse.Namespace) -> Workload:
 def _engine_params(ns: argparse.Namespace) -> dict[str, Any]:
     episodes = ns.real_batch * ns.real_group_size
     return {"batch_groups": ns.real_batch, "iterations": ns.real_iterations,
-            "warmup_iterations": ns.real_warmup, "max_in_flight": episodes,
+            "warmup_iterations_partial_rows": ns.real_warmup, "max_in_flight": episodes,
             "segment_tokens": ns.real_segment_tokens, "max_staleness": 2,
             "sandbox_workers": episodes, "cache_salt": "row name + policy version"}
 
@@ -272,35 +274,36 @@ def _rollout(name: str, ns: argparse.Namespace, backend: ScriptedLengths, worklo
 
 
 async def _iterate(rollout: PartialRollout, ns: argparse.Namespace, name: str, first: int,
-                   count: int) -> tuple[list[Any], list[dict[str, Any]]]:
+                   count: int, warmup: bool = False) -> tuple[list[Any], list[dict[str, Any]]]:
     """``count`` iterations of ``batch`` groups, each followed by a new policy version."""
     groups, out = [], []
     for it in range(first, first + count):
         t0 = time.perf_counter()
         result = await rollout.iteration(ns.real_batch)
         groups += result.groups
-        out.append({"version": result.version, "groups": len(result.groups),
+        out.append({"version": result.version, "groups": len(result.groups), "warmup": warmup,
                     "seconds": time.perf_counter() - t0, **result.stats.to_dict()})
         rollout.engine.set_policy_version(it + 1)
         print(f"  {name}: iteration {it} {out[-1]['seconds']:.1f} s, {len(result.groups)} "
-              f"groups{' (warm-up)' if it < ns.real_warmup else ''}", file=sys.stderr,
-              flush=True)
+              f"groups{' (warm-up)' if warmup else ''}", file=sys.stderr, flush=True)
     return groups, out
 
 
 async def run_row(name: str, ns: argparse.Namespace, urls: list[str], workload: Workload,
                   pool: SandboxPool, log_dir: Path, tool: dict[str, float]) -> dict[str, Any]:
-    """Run one row: ``--real-warmup`` iterations (the pipeline fills: parked work builds up
-    in partial rows), then the measured ``--real-iterations``; its measurements."""
+    """Run one row: in partial rows ``--real-warmup`` iterations first (parked work builds up;
+    the other rows carry nothing from one iteration to the next), then the measured
+    ``--real-iterations``; its measurements."""
     backend, proc = await _backend(name, ROWS[name][2], urls, log_dir, workload, tool)
     rollout = _rollout(name, ns, backend, workload, pool)
+    warmup = ns.real_warmup if ROWS[name][1] else 0
     async with httpx.AsyncClient() as client:
         try:
-            await _iterate(rollout, ns, name, 0, ns.real_warmup)
+            _, warm = await _iterate(rollout, ns, name, 0, warmup, warmup=True)
             before = await asyncio.gather(*(srv.scrape_vllm(client, u) for u in urls))
             async with srv.BusySampler(urls, ns.poll_s) as busy:
                 started = time.perf_counter()
-                groups, iterations = await _iterate(rollout, ns, name, ns.real_warmup,
+                groups, iterations = await _iterate(rollout, ns, name, warmup,
                                                     ns.real_iterations)
                 makespan = time.perf_counter() - started
             after = await asyncio.gather(*(srv.scrape_vllm(client, u) for u in urls))
@@ -311,7 +314,8 @@ async def run_row(name: str, ns: argparse.Namespace, urls: list[str], workload: 
             if proc is not None:
                 srv.stop_server(proc)
     deltas = [a.delta(b) for a, b in zip(after, before, strict=True)]
-    return _row(name, makespan, deltas, busy, groups, iterations, router_stats)
+    row = _row(name, makespan, deltas, busy, groups, warm + iterations, router_stats)
+    return row | {"config": rollout.engine.config.model_dump()}
 
 
 def _row(name: str, makespan: float, deltas: list[srv.VllmMetrics], busy: srv.BusySampler,
@@ -361,8 +365,10 @@ async def _run(ns: argparse.Namespace, urls: list[str], log_dir: Path) -> dict[s
         row["speedup_vs_sync"] = sync / row["makespan_s"] if sync else None
     calibration.update(workload=dataclasses.asdict(workload), engine=params, tool_output=tool,
                        servers=len(urls))
-    return {"rows": rows, "calibration": calibration, "server_urls": urls,
-            "load_average": os.getloadavg(),
+    load = os.getloadavg()
+    return {"rows": rows, "calibration": calibration, "server_urls": urls, "load_average": load,
+            "notes": [f"host load average (1, 5, 15 min) at the end: {load}; idle fraction "
+                      f"from /metrics readings every {ns.poll_s:g} s"],
             "busy_source": "vLLM /metrics num_requests_running + num_requests_waiting > 0, "
                            f"polled every {ns.poll_s:g} s"}
 

@@ -335,53 +335,55 @@ class StepCosts:
 async def measure_step_costs(urls: Sequence[str], model: str, *,
                              batches: Sequence[int] = (1, 4, 16, 64),
                              lengths: tuple[int, int] = (16, 272), prompt_tokens: int = 32,
-                             long_context: int = 1024, prefill: Sequence[int] = (512, 1536),
-                             repeats: int = 2, id_range: tuple[int, int] = (3, 256),
+                             long_context: int = 1024, long_batches: Sequence[int] = (1, 16),
+                             prefill: Sequence[int] = (512, 1536), repeats: int = 3,
+                             id_range: tuple[int, int] = (3, 256),
                              seed: int = 0) -> StepCosts:
     """Step costs of vLLM servers as a client sees them, for :meth:`ServerCostModel.fit`,
     every server loaded alike at the same time (on a shared-CPU host the servers slow each
     other, as they do in a run).
 
-    Decode at batch ``n``: ``n`` fresh random prompts (no prefix-cache hits) sent at once for
-    exactly ``lengths[0]``, then ``lengths[1]`` tokens each; the difference of the wall times
-    over the difference of the lengths is one step (request overhead and prefill cancel).
-    Batches up to 16 are also run with ``long_context``-token prompts (the attention term).
-    Prefill: one uncached prompt of each ``prefill`` length against a 16-token one, one token
-    each; the difference is the prefill of ``L - 16`` tokens, recorded as a batch-1 step plus
-    it. (vLLM's own inter-token-latency histogram is not used: on CPU it reports the engine
-    core's pace, several times faster than what its API server delivers under load.) Each
-    time is the least of ``repeats`` runs, averaged over the servers."""
+    Each value is a difference of two wall times measured back to back (so that request
+    overhead and slow spells of the host mostly cancel), the median of ``repeats`` such pairs,
+    averaged over the servers. Decode at batch ``n``: ``n`` fresh random prompts (no
+    prefix-cache hits) for exactly ``lengths[0]`` and ``lengths[1]`` tokens each; the
+    difference over the difference of the lengths is one step; ``long_batches`` are also run
+    with ``long_context``-token prompts (the attention term). Prefill: one uncached prompt of
+    each ``prefill`` length against a 16-token one, one token each, recorded as a batch-1 step
+    plus the difference. Request overhead: a burst of ``max(batches)`` one-token requests
+    against one, per extra request. (vLLM's inter-token-latency histogram is not used: on CPU
+    it reports the engine core's pace, several times faster than its API server delivers.)"""
     from agentmath.rollout.simulator.costs import StepMeasurement
 
     rng = np.random.default_rng(seed)
 
-    async def best(client: httpx.AsyncClient, n: int, length: int, tokens: int) -> float:
-        times = []
-        for _ in range(repeats):
-            walls = await asyncio.gather(*(_batch(
-                client, u, model, rng.integers(*id_range, (n, length)).tolist(), tokens)
-                for u in urls))
-            times.append(sum(walls) / len(walls))
-        return min(times)
+    async def wall(client: httpx.AsyncClient, n: int, length: int, tokens: int) -> float:
+        walls = await asyncio.gather(*(_batch(
+            client, u, model, rng.integers(*id_range, (n, length)).tolist(), tokens)
+            for u in urls))
+        return sum(walls) / len(walls)
+
+    async def paired(client: httpx.AsyncClient, base: tuple[int, int, int],
+                     more: tuple[int, int, int]) -> float:
+        diffs = [await wall(client, *more) - await wall(client, *base) for _ in range(repeats)]
+        return float(np.median(diffs))
 
     out: list[StepMeasurement] = []
     t1, t2 = lengths
     async with httpx.AsyncClient(limits=httpx.Limits(max_connections=4096)) as client:
-        await best(client, 4, prompt_tokens, 4)  # warm-up
+        await wall(client, 4, prompt_tokens, 4)  # warm-up
         step1 = 0.0
         for n in batches:
-            for context in (prompt_tokens, long_context) if n <= 16 else (prompt_tokens,):
-                step = (await best(client, n, context, t2)
-                        - await best(client, n, context, t1)) / (t2 - t1)
-                step1 = step if n == 1 and context == prompt_tokens else step1
+            for ctx in (prompt_tokens, long_context) if n in long_batches else (prompt_tokens,):
+                step = await paired(client, (n, ctx, t1), (n, ctx, t2)) / (t2 - t1)
+                step1 = step if n == 1 and ctx == prompt_tokens else step1
                 out.append(StepMeasurement(n, max(step, 1e-6),
-                                           context_tokens=n * (context + (t1 + t2) // 2)))
-        short = await best(client, 1, 16, 1)
+                                           context_tokens=n * (ctx + (t1 + t2) // 2)))
         for length in prefill:
-            delta = await best(client, 1, length, 1) - short
+            delta = await paired(client, (1, 16, 1), (1, length, 1))
             out.append(StepMeasurement(1, step1 + max(delta, 0.0), prefill_tokens=length - 16))
         burst = max(batches)
-        overhead = (await best(client, burst, 16, 1) - short) / max(1, burst - 1)
+        overhead = await paired(client, (1, 16, 1), (burst, 16, 1)) / max(1, burst - 1)
     return StepCosts(out, max(overhead, 0.0))
 
 
