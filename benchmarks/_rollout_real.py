@@ -101,6 +101,8 @@ def add_real_arguments(parser: argparse.ArgumentParser) -> None:
         "an already running vLLM server of the tiny model, served as 'tiny' (repeat; none: "
         "start --vllm-servers of them)"))
     g.add_argument("--vllm-servers", type=int, default=2, help="servers to start")
+    g.add_argument("--shared-core", action="store_true", help=(
+        "started servers all compute on core 0 (vLLM's default) instead of one core each"))
     g.add_argument("--model-dir", type=Path, help=(
         "model to serve (default: the newest cached test model, built if there is none)"))
     g.add_argument("--real-rows", nargs="+", choices=list(ROWS), default=list(ROWS))
@@ -381,6 +383,7 @@ def run_real(ns: argparse.Namespace) -> dict[str, Any]:
     if not urls:
         model_dir = ns.model_dir or srv.default_model_dir()
         started = srv.start_vllm_servers(ns.vllm_servers, model_dir, log_dir,
+                                         bind_cores=not ns.shared_core,
                                          cache_dir=Path.home() / ".cache" / "agentmath-test"
                                          / "vllm-cache")
         procs = [p for p, _ in started]

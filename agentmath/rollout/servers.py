@@ -136,13 +136,15 @@ def start_vllm_server(model_dir: Path | str, log_path: Path, *, port: int | None
                       served_name: str = "tiny", max_model_len: int = 2048,
                       kv_cache_gib: int = 1, extra_args: Sequence[str] = (),
                       vllm_bin: Path | None = None, cache_dir: Path | None = None,
+                      env: dict[str, str] | None = None,
                       timeout_s: float = 300.0) -> tuple[subprocess.Popen[bytes], str]:
     """Start ``vllm serve model_dir`` (CPU build) on 127.0.0.1; the process and its base URL
     once ``/health`` answers. ``cache_dir`` keeps vLLM's torch.compile cache between starts
-    (halves a restart)."""
+    (halves a restart); ``env`` adds environment variables (``VLLM_CPU_OMP_THREADS_BIND``)."""
     port = port or free_port()
     env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": str(kv_cache_gib), "HF_HUB_OFFLINE": "1",
-           "TRANSFORMERS_OFFLINE": "1", "VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1"}
+           "TRANSFORMERS_OFFLINE": "1", "VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1",
+           **(env or {})}
     if cache_dir is not None:
         Path(cache_dir).mkdir(parents=True, exist_ok=True)
         env["VLLM_CACHE_ROOT"] = str(cache_dir)
@@ -154,12 +156,20 @@ def start_vllm_server(model_dir: Path | str, log_path: Path, *, port: int | None
     return _spawn(cmd, log_path, env, url, f"vllm serve at {url}", timeout_s), url
 
 
-def start_vllm_servers(n: int, model_dir: Path | str, log_dir: Path,
-                       **kwargs: object) -> list[tuple[subprocess.Popen[bytes], str]]:
-    """``n`` servers started at once (each on its own port); all stopped if one fails."""
+def start_vllm_servers(n: int, model_dir: Path | str, log_dir: Path, *, bind_cores: bool = False,
+                       **kwargs: Any) -> list[tuple[subprocess.Popen[bytes], str]]:
+    """``n`` servers started at once (each on its own port); all stopped if one fails.
+    ``bind_cores`` pins server ``i``'s compute threads to core ``i`` (mod the cores): by
+    default every vLLM-CPU server computes on core 0 (the others reserved), so servers on one
+    host share a core instead of behaving as separate machines."""
+    cores = os.cpu_count() or 1
+
+    def env(i: int) -> dict[str, str]:
+        return {"VLLM_CPU_OMP_THREADS_BIND": str(i % cores)} if bind_cores else {}
+
     with concurrent.futures.ThreadPoolExecutor(max(1, n)) as pool:
         futures = [pool.submit(start_vllm_server, model_dir, log_dir / f"vllm-{i}.log",
-                               **kwargs) for i in range(n)]  # type: ignore[arg-type]
+                               env=env(i), **kwargs) for i in range(n)]
         concurrent.futures.wait(futures)
     started = [f.result() for f in futures if f.exception() is None]
     failed = [f.exception() for f in futures if f.exception() is not None]
