@@ -15,4 +15,10 @@ def print_table(title: str, columns: Sequence[str], rows: Sequence[Sequence[str]
         table.add_column(col)
     for row in rows:
         table.add_row(*row)
-    Console(width=max(100, sum(len(c) + 6 for c in columns))).print(table)
+    # wide enough that no cell wraps (rich otherwise squeezes to 80 columns off a terminal)
+    needed = sum(max([len(str(c))] + [len(str(r[i])) for r in rows]) + 3
+                 for i, c in enumerate(columns)) + 1
+    console = Console()
+    if console.width < needed:
+        console = Console(width=needed)
+    console.print(table)

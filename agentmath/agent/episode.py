@@ -304,7 +304,7 @@ class Episode:
     async def _live_session(self) -> SandboxSession:
         """The episode's session; a lost one is replaced and its cells replayed."""
         assert self.sandbox is not None
-        if self.session is not None and await self.session.alive():
+        if self.session is not None and await _alive(self.session):
             return self.session
         if self.session is not None:
             await self.session.close()
@@ -330,3 +330,8 @@ class Episode:
         except (SandboxError, OSError) as exc:  # closing must not undo a finished episode
             traj.meta["session_close_error"] = f"{type(exc).__name__}: {exc}"
 
+
+async def _alive(session: SandboxSession) -> bool:
+    """``session.alive()``; a client written before that method existed counts as alive."""
+    alive = getattr(session, "alive", None)
+    return True if alive is None else bool(await alive())
