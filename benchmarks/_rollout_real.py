@@ -52,12 +52,10 @@ import numpy as np
 if __package__ in (None, ""):  # run as a script: make `benchmarks` and `agentmath` importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from agentmath.backends.base import Generation, SamplingParams, current_tag
+from agentmath.backends.base import SamplingParams
 from agentmath.backends.openai import OpenAIBackend
 from agentmath.config import RolloutConfig, SandboxConfig
-from agentmath.errors import BackendError
 from agentmath.formats import get_format
-from agentmath.formats.base import ToolFormat
 from agentmath.rollout import servers as srv
 from agentmath.rollout.partial import PartialRollout
 from agentmath.rollout.records import GroupRequest
@@ -66,7 +64,7 @@ from agentmath.rollout.router_stats import imbalance
 from agentmath.rollout.scheduler import RolloutEngine
 from agentmath.rollout.simulator.workload import LogNormal, Workload
 from agentmath.sandbox.pool import SandboxPool
-from agentmath.sandbox.result import ExecResult
+from benchmarks._rollout_real_script import ScriptedLengths, exact_lengths, tool_calibration
 
 __all__ = ["ROWS", "add_real_arguments", "real_workload", "run_real"]
 
@@ -135,112 +133,6 @@ def _engine_params(ns: argparse.Namespace) -> dict[str, Any]:
             "warmup_iterations_partial_rows": ns.real_warmup, "max_in_flight": episodes,
             "segment_tokens": ns.real_segment_tokens, "max_staleness": 2,
             "sandbox_workers": episodes, "cache_salt": "row name + policy version"}
-
-
-# ----------------------------------------------------------------- scripted lengths, real ids
-
-def exact_lengths(row: str) -> Any:
-    """``extra_body`` making vLLM write exactly ``max_tokens`` tokens, no stop, with the row
-    and the policy version as the prefix-cache salt."""
-    slug = "".join(c if c.isalnum() else "_" for c in row)  # vLLM refuses '/', '@', '\\'
-
-    def fields(body: dict[str, Any]) -> dict[str, Any]:
-        tag = current_tag.get()
-        version = tag.policy_version if tag is not None else 0
-        return {"min_tokens": body["max_tokens"], "ignore_eos": True, "stop": [],
-                "cache_salt": f"{slug}-v{version}"}
-    return fields
-
-
-async def tool_calibration(backend: Any, fmt: ToolFormat) -> dict[str, float]:
-    """Tokens of a rendered snippet output: ``framing`` + ``per_item`` x items printed."""
-    def out(k: int) -> str:
-        return fmt.render(ExecResult(stdout=" ".join(str(i * 37 % 1000) for i in range(k))
-                                     + "\n"), max_chars=100_000)
-    empty, full = len(await backend.tokenize(out(0))), len(await backend.tokenize(out(400)))
-    return {"framing": float(empty), "per_item": (full - empty) / 400}
-
-
-@dataclasses.dataclass(slots=True)
-class _Play:
-    """Where an episode is in its script (``expected``: its context after the last output)."""
-
-    script: Any
-    turn: int = 0
-    done: int = 0
-    turn_done: bool = False
-    expected: int = -1  # no call yet
-
-
-class ScriptedLengths:
-    """A Backend over a real one that plays a :class:`Workload`'s scripts: every call asks the
-    server (through ``inner``, whose ``extra_body`` is :func:`exact_lengths`) for exactly the
-    tokens left of the scripted turn (or ``max_tokens``, when fewer) and returns the ids it
-    sampled with the script's text. Other attributes (``tokenize``, ``aclose``, a router's
-    ``forget``, ``set_policy_version``, ``stats``) are the inner backend's."""
-
-    name = "scripted-lengths"
-
-    def __init__(self, inner: Any, workload: Workload, fmt: ToolFormat,
-                 tool: dict[str, float]) -> None:
-        self.inner, self.workload, self.fmt, self.tool = inner, workload, fmt, tool
-        self._plays: dict[str, _Play] = {}
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.inner, name)
-
-    async def render_prompt(self, messages: Any) -> list[int]:
-        """The real template's ids, padded with group-seeded ids to the scripted length."""
-        ids = await self.inner.render_prompt(messages)
-        group = Workload.group_of_text("\n".join(m["content"] for m in messages)) or 0
-        missing = self.workload.group_prompt_tokens(group) - len(ids)
-        rng = np.random.default_rng([self.workload.seed, group])
-        return ids + [int(x) for x in rng.choice(ids, max(0, missing))]
-
-    def _locate(self, episode: str, group: int, context: int) -> _Play:
-        play = self._plays.get(episode)
-        if play is None:
-            sample = Workload.sample_of_episode(episode) or 0
-            play = self._plays[episode] = _Play(self.workload.script(group, sample))
-        elif context > play.expected and play.turn_done:
-            play.turn, play.done = play.turn + 1, 0
-        elif context != play.expected or play.turn_done:
-            raise BackendError(f"scripted workload lost episode {episode}: context of "
-                               f"{context} tokens, {play.expected} expected")
-        return play
-
-    def _tail(self, play: _Play, final: bool) -> str:
-        if final:
-            return f" \\boxed{{{self.workload.answer(play.script.group)}}}"
-        turn = play.script.turns[play.turn]
-        items = max(0, round((turn.tool_tokens - self.tool["framing"]) / self.tool["per_item"]))
-        return self.fmt.render_call(f"import time\ntime.sleep({turn.tool_latency_s:.3f})\nprint"
-                                    f"(' '.join(str(i * 37 % 1000) for i in range({items})))")
-
-    async def generate(self, prompt_ids: Any, *, stop: Any, max_tokens: int,
-                       sampling: SamplingParams) -> Generation:
-        tag = current_tag.get()
-        if tag is None or tag.group_id is None:
-            raise BackendError("scripted workload: a generate call without a request tag")
-        play = self._locate(tag.episode_id, int(tag.group_id.split("-")[-1]), len(prompt_ids))
-        turns = play.script.turns
-        final = play.turn >= len(turns) - 1
-        endless = final and play.script.ending == "truncated"
-        left = max_tokens if endless else max(1, turns[play.turn].gen_tokens - play.done)
-        n = min(max_tokens, left)
-        gen = await self.inner.generate(prompt_ids, stop=(), max_tokens=n, sampling=sampling)
-        if len(gen.token_ids) != n:
-            raise BackendError(f"asked {getattr(self.inner, 'name', 'the server')} for exactly "
-                               f"{n} tokens, got {len(gen.token_ids)}")
-        play.done += n
-        play.expected = len(prompt_ids) + n
-        play.turn_done = not endless and n == left
-        if not play.turn_done:
-            return Generation(gen.token_ids, "." * n, "length", None, gen.logprobs)
-        text = "." * (n - 1) + self._tail(play, final)
-        if final:
-            return Generation(gen.token_ids, text, "eos", None, gen.logprobs)
-        return Generation(gen.token_ids, text, "stop", self.fmt.stop_strings[0], gen.logprobs)
 
 
 # ------------------------------------------------------------------------------- one row
@@ -317,7 +209,10 @@ async def run_row(name: str, ns: argparse.Namespace, urls: list[str], workload: 
                 srv.stop_server(proc)
     deltas = [a.delta(b) for a, b in zip(after, before, strict=True)]
     row = _row(name, makespan, deltas, busy, groups, warm + iterations, router_stats)
-    return row | {"config": rollout.engine.config.model_dump()}
+    overheads = backend.tool_overheads or [0.0]
+    return row | {"config": rollout.engine.config.model_dump(),
+                  "tool_overhead_s": {"median": float(np.median(overheads)),
+                                      "p90": float(np.percentile(overheads, 90))}}
 
 
 def _row(name: str, makespan: float, deltas: list[srv.VllmMetrics], busy: srv.BusySampler,
@@ -362,6 +257,8 @@ async def _run(ns: argparse.Namespace, urls: list[str], log_dir: Path) -> dict[s
         await probe.aclose()
         for name in ns.real_rows:
             rows.append(await run_row(name, ns, urls, workload, pool, log_dir, tool))
+    calibration["tool_overhead_s"] = next(  # no barrier nor parking in +async
+        (r["tool_overhead_s"] for r in rows if r["name"] == "+async"), None)
     sync = next((r["makespan_s"] for r in rows if r["name"] == "sync"), None)
     for row in rows:
         row["speedup_vs_sync"] = sync / row["makespan_s"] if sync else None

@@ -158,14 +158,7 @@ class Router:
         policy = self.config.policy
         if policy != "prefix_aware":
             return self._rotate(policy == "least_loaded", exclude).index
-        least: _Server | None = None
-        for server in self._servers:
-            if server.up and (least is None or server.load < least.load) \
-                    and server.index not in exclude:
-                least = server
-        if least is None:
-            raise self._no_server_error()
-        target = least
+        target = least = self._least(exclude)
         if tag is not None:
             home = self._home(self._episodes, tag.episode_id, exclude)
             if home is None and tag.group_id is not None:
@@ -179,6 +172,13 @@ class Router:
                                                        exclude) is None:
                 self._remember(self._groups, tag.group_id, target)
         return target.index
+
+    def _least(self, exclude: frozenset[int] | set[int]) -> _Server:
+        """The least-loaded server that is up and not excluded (the first of equals)."""
+        live = [s for s in self._servers if s.up and s.index not in exclude]
+        if not live:
+            raise self._no_server_error()
+        return min(live, key=lambda s: s.load)
 
     def _rotate(self, by_load: bool, exclude: frozenset[int] | set[int]) -> _Server:
         """The baselines: the next server that is up after the cursor (``round_robin``), or
@@ -298,8 +298,8 @@ class Router:
     async def _any(self, call: Callable[[Any], Awaitable[T]]) -> T:
         self._check_open()
         tried: set[int] = set()
-        while True:
-            server = self._servers[self.route(None, 0, tried)]
+        while True:  # not through route: tokenizing must not move round_robin's turn
+            server = self._least(tried)
             try:
                 return await call(server.backend)
             except RequestRejected as exc:

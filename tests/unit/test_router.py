@@ -492,3 +492,13 @@ async def test_openai_backend_extra_body_fixed_or_per_request() -> None:
     assert bodies[0]["priority"] == 3 and bodies[0]["stop"] == ["\n</code>"]
     assert (bodies[1]["min_tokens"], bodies[1]["ignore_eos"]) == (9, True)
     assert bodies[1]["stop"] == [] and bodies[1]["cache_salt"] == "row-2"  # applied last
+
+
+async def test_round_robin_turn_is_not_taken_by_tokenize_calls() -> None:
+    fakes = servers(2)
+    router = Router(fakes, RouterConfig(policy="round_robin"))
+    for turn in range(6):  # an agent turn: generate, then tokenize the tool output
+        await call(router, RequestTag("e0", "g0"), [1] * (10 + turn))
+        await router.tokenize("out")
+    assert [len(f.calls) for f in fakes] == [3, 3]
+    await router.aclose()
