@@ -29,7 +29,7 @@ from pydantic import Field
 
 from agentmath._lazy import require
 from agentmath.config import StrictModel
-from agentmath.errors import ConfigError, DataError
+from agentmath.errors import DataError
 from agentmath.jsonl import iter_jsonl
 from agentmath.train.chat_records import (
     IGNORE_INDEX,
@@ -37,8 +37,18 @@ from agentmath.train.chat_records import (
     encode_chat,
     is_chat_record,
 )
+from agentmath.train.plumbing import (
+    build_optimizer,
+    collate,
+    list_checkpoints,
+    load_for_training,
+    progress_bar,
+    resolve_device,
+    restore_checkpoint,
+    save_checkpoint,
+    save_final,
+)
 
-STATE_FILE = "trainer_state.pt"
 _STRUCTURAL = ("lora", "lora_r", "lora_alpha")  # resuming under other values is an error
 
 
@@ -201,43 +211,6 @@ def masked_lm_loss(logits: Any, labels: Any, loss_mask: Any = None,
     return total if reduction == "sum" else total / count
 
 
-def _load(model: Any, tokenizer: Any, config: SFTConfig, device: Any) -> tuple[Any, Any]:
-    """The model (LoRA-wrapped when asked) on ``device`` in train mode, and its tokenizer."""
-    torch = require("torch", "train")
-    transformers = require("transformers", "train")
-    if isinstance(model, str | Path):
-        if tokenizer is None:
-            tokenizer = transformers.AutoTokenizer.from_pretrained(str(model))
-        model = transformers.AutoModelForCausalLM.from_pretrained(str(model),
-                                                                  dtype=torch.float32)
-    elif tokenizer is None:
-        raise ConfigError("train_sft: pass tokenizer= when model is a model object")
-    torch.manual_seed(config.seed)
-    if config.lora:
-        peft = require("peft", "train")
-        model = peft.get_peft_model(model, peft.LoraConfig(
-            r=config.lora_r, lora_alpha=config.lora_alpha, lora_dropout=config.lora_dropout,
-            target_modules="all-linear", task_type="CAUSAL_LM"))
-    return model.to(device).train(), tokenizer
-
-
-def _optimizer(model: Any, config: SFTConfig) -> tuple[Any, Any]:
-    """AdamW (decay on matrices only) and a linear warmup/decay LambdaLR over max_steps."""
-    torch = require("torch", "train")
-    params = [p for p in model.parameters() if p.requires_grad]
-    groups = [{"params": [p for p in params if p.ndim >= 2], "weight_decay": config.weight_decay},
-              {"params": [p for p in params if p.ndim < 2], "weight_decay": 0.0}]
-    optimizer = torch.optim.AdamW(groups, lr=config.learning_rate)
-    warmup, total = config.warmup_steps, config.max_steps
-
-    def factor(done: int) -> float:  # ``done`` optimizer steps taken before this one
-        if done < warmup:
-            return (done + 1) / warmup
-        return max(0.0, (total - done) / max(1, total - warmup))
-
-    return optimizer, torch.optim.lr_scheduler.LambdaLR(optimizer, factor)
-
-
 def _step_indices(step: int, n: int, config: SFTConfig, orders: dict[int, list[int]]
                   ) -> list[list[int]]:
     """Example indices of each micro-batch of optimizer step ``step`` (1-based).
@@ -253,20 +226,6 @@ def _step_indices(step: int, n: int, config: SFTConfig, orders: dict[int, list[i
             orders[epoch] = random.Random(f"{config.seed}:{epoch}").sample(range(n), n)
         picked.append(orders[epoch][pos % n])
     return [picked[i:i + config.batch_size] for i in range(0, per_step, config.batch_size)]
-
-
-def _collate(pairs: list[tuple[list[int], list[int]]], pad_id: int) -> tuple[Any, Any, Any]:
-    """Right-pad a micro-batch to its longest example: (input_ids, attention_mask, labels)."""
-    torch = require("torch", "train")
-    width = max(len(ids) for ids, _ in pairs)
-    ids = torch.full((len(pairs), width), pad_id, dtype=torch.long)
-    labels = torch.full((len(pairs), width), IGNORE_INDEX, dtype=torch.long)
-    lengths = torch.tensor([len(seq) for seq, _ in pairs])
-    mask = (torch.arange(width)[None, :] < lengths[:, None]).long()
-    for row, (seq, lab) in enumerate(pairs):
-        ids[row, :len(seq)] = torch.tensor(seq)
-        labels[row, :len(lab)] = torch.tensor(lab)
-    return ids, mask, labels
 
 
 def _train_step(model: Any, batches: list[tuple[Any, Any, Any]], optimizer: Any,
@@ -293,104 +252,42 @@ def _train_step(model: Any, batches: list[tuple[Any, Any, Any]], optimizer: Any,
     return total, n_tokens, lr
 
 
-def _checkpoints(out_dir: Path) -> list[tuple[int, Path]]:
-    """Complete checkpoints under ``out_dir`` (those with a state file), oldest first."""
-    return sorted((int(p.name[11:]), p) for p in out_dir.glob("checkpoint-*")
-                  if p.name[11:].isdigit() and (p / STATE_FILE).exists())
-
-
-def _save_checkpoint(out_dir: Path, step: int, model: Any, tokenizer: Any, optimizer: Any,
-                     scheduler: Any, state: dict[str, Any], keep: int) -> None:
-    """Write checkpoint-STEP atomically (built in a temp dir, then renamed); prune old ones."""
-    torch = require("torch", "train")
-    target, tmp = out_dir / f"checkpoint-{step}", out_dir / f".checkpoint-{step}.tmp"
-    shutil.rmtree(tmp, ignore_errors=True)
-    model.save_pretrained(str(tmp))
-    tokenizer.save_pretrained(str(tmp))
-    rng = {"torch": torch.get_rng_state()}
-    if torch.cuda.is_available():
-        rng["cuda"] = torch.cuda.get_rng_state_all()
-    torch.save({**state, "step": step, "optimizer": optimizer.state_dict(),
-                "scheduler": scheduler.state_dict(), "rng": rng}, tmp / STATE_FILE)
-    shutil.rmtree(target, ignore_errors=True)
-    tmp.rename(target)
-    if keep:
-        for _, old in _checkpoints(out_dir)[:-keep]:
-            shutil.rmtree(old, ignore_errors=True)
-
-
-def _restore(path: Path, model: Any, optimizer: Any, scheduler: Any, config: SFTConfig,
-             device: Any) -> dict[str, Any]:
-    """Load weights, optimizer, scheduler and RNG state from a checkpoint into the run."""
-    torch = require("torch", "train")  # weights_only: a checkpoint cannot run code
-    state = torch.load(path / STATE_FILE, map_location="cpu", weights_only=True)
-    changed = [k for k in _STRUCTURAL if state["config"][k] != getattr(config, k)]
-    if changed:
-        raise ConfigError(f"{path}: cannot resume: {', '.join(changed)} differ from the "
-                          f"checkpoint's; use another out_dir or resume=False")
-    if config.lora:
-        peft = require("peft", "train")
-        peft.set_peft_model_state_dict(model, peft.utils.load_peft_weights(str(path)))
-    else:
-        loaded = type(model).from_pretrained(str(path), dtype=torch.float32)
-        model.load_state_dict(loaded.state_dict())
-    model.to(device)
-    optimizer.load_state_dict(state["optimizer"])
-    scheduler.load_state_dict(state["scheduler"])
-    torch.set_rng_state(state["rng"]["torch"])
-    if "cuda" in state["rng"] and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all(state["rng"]["cuda"])
-    return state
-
-
 def _truncate_log(log: Path, step: int) -> None:
     """Keep only the loss records up to ``step`` (a killed run may have logged past it)."""
     lines = log.read_text().splitlines() if log.exists() else []
     log.write_text("".join(f"{x}\n" for x in lines if x.strip() and json.loads(x)["step"] <= step))
 
 
-def _save_final(out_dir: Path, model: Any, tokenizer: Any, lora: bool) -> tuple[Path, Path | None]:
-    """Save final/ (LoRA merged into the weights) and, for LoRA, the adapter to adapter/."""
-    adapter = out_dir / "adapter" if lora else None
-    if adapter is not None:
-        model.save_pretrained(str(adapter))
-        model = model.merge_and_unload()
-    final = out_dir / "final"
-    model.save_pretrained(str(final))
-    tokenizer.save_pretrained(str(final))
-    return final, adapter
-
-
-def _progress(enabled: bool, total: int, done: int) -> tuple[Any, Any]:
-    """A rich progress bar on stderr (a disabled one when not ``enabled``) and its task."""
-    import rich.console
-    import rich.progress as rp
-
-    bar = rp.Progress(rp.TextColumn("[bold]sft"), rp.BarColumn(), rp.MofNCompleteColumn(),
-                      rp.TextColumn("{task.fields[stats]}"), rp.TimeRemainingColumn(),
-                      console=rich.console.Console(stderr=True), disable=not enabled)
-    return bar, bar.add_task("sft", total=total, completed=done, stats="")
-
-
 def _prepare(config: SFTConfig, data: Any, model: Any, out_dir: Path, tokenizer: Any,
              resume: bool) -> dict[str, Any]:
     """Load data and model, build the optimizer, and restore the latest checkpoint if any."""
-    torch = require("torch", "train")
     examples = ([_check_example(row, f"data[{i}]") for i, row in enumerate(data)]
                 if isinstance(data, list) else load_examples(data))
-    device = torch.device(("cuda" if torch.cuda.is_available() else "cpu")
-                          if config.device == "auto" else config.device)
-    model, tokenizer = _load(model, tokenizer, config, device)
+    device = resolve_device(config.device)
+    model, tokenizer = load_for_training(
+        model, tokenizer, seed=config.seed, lora=config.lora, lora_r=config.lora_r,
+        lora_alpha=config.lora_alpha, lora_dropout=config.lora_dropout, what="train_sft")
+    model = model.to(device).train()
     encoded, stats = tokenize_examples(tokenizer, examples, config.max_length)
     if not encoded:
         raise DataError(f"no example has a trainable token within max_length={config.max_length}")
-    optimizer, scheduler = _optimizer(model, config)
+    warmup, total = config.warmup_steps, config.max_steps
+
+    def factor(done: int) -> float:  # ``done`` optimizer steps taken before this one
+        if done < warmup:
+            return (done + 1) / warmup
+        return max(0.0, (total - done) / max(1, total - warmup))
+
+    optimizer, scheduler = build_optimizer(model, config.learning_rate, config.weight_decay,
+                                           factor)
     out_dir.mkdir(parents=True, exist_ok=True)
-    found = _checkpoints(out_dir) if resume else []
+    found = list_checkpoints(out_dir) if resume else []
     if not resume:
         for stale in [*out_dir.glob("checkpoint-*"), out_dir / "loss.jsonl"]:
             shutil.rmtree(stale) if stale.is_dir() else stale.unlink(missing_ok=True)
-    state = (_restore(found[-1][1], model, optimizer, scheduler, config, device)
+    state = (restore_checkpoint(found[-1][1], model, optimizer, scheduler, lora=config.lora,
+                                device=device,
+                                structural={k: getattr(config, k) for k in _STRUCTURAL})
              if found else {"step": 0, "tokens": 0, "loss": None})
     _truncate_log(out_dir / "loss.jsonl", state["step"])
     (out_dir / "sft_config.json").write_text(json.dumps(
@@ -418,11 +315,11 @@ def train_sft(config: SFTConfig, data: str | Path | list[dict[str, Any]], model:
     step, tokens, last_loss = state["step"], state["tokens"], state["loss"]
     orders: dict[int, list[int]] = {}
     log, window = out_dir / "loss.jsonl", [0.0, 0]  # token-weighted loss since last record
-    bar, task = _progress(progress, config.max_steps, step)
+    bar, task = progress_bar("sft", progress, config.max_steps, step)
     with bar, log.open("a", encoding="utf-8", buffering=1) as log_file:
         while step < config.max_steps and (stop_after is None or step < stop_after):
             step += 1
-            batches = [_collate([run["encoded"][i] for i in idx], pad_id)
+            batches = [collate([run["encoded"][i] for i in idx], pad_id)
                        for idx in _step_indices(step, len(run["encoded"]), config, orders)]
             last_loss, n, lr = _train_step(model, batches, run["optimizer"], run["scheduler"],
                                            config, device)
@@ -436,17 +333,17 @@ def train_sft(config: SFTConfig, data: str | Path | list[dict[str, Any]], model:
                 window = [0.0, 0]
             if config.checkpoint_every and (step % config.checkpoint_every == 0
                                             or step == config.max_steps):
-                _save_checkpoint(out_dir, step, model, run["tokenizer"], run["optimizer"],
+                save_checkpoint(out_dir, step, model, run["tokenizer"], run["optimizer"],
                                  run["scheduler"], {"tokens": tokens, "loss": last_loss,
                                                     "config": config.model_dump()},
                                  config.keep_checkpoints)
             bar.update(task, completed=step, stats=f"loss {last_loss:.4f} · lr {lr:.2e}")
     final = adapter = None
     if step >= config.max_steps:
-        final, adapter = _save_final(out_dir, model, run["tokenizer"], config.lora)
+        final, adapter = save_final(out_dir, model, run["tokenizer"], config.lora)
     return SFTResult(
         final_loss=last_loss, steps=step, trainable_tokens=tokens, out_dir=str(out_dir),
         final_dir=str(final) if final else None, adapter_dir=str(adapter) if adapter else None,
-        loss_log=str(log), checkpoints=[str(p) for _, p in _checkpoints(out_dir)],
+        loss_log=str(log), checkpoints=[str(p) for _, p in list_checkpoints(out_dir)],
         resumed_from=run["resumed_from"], wall_time_s=time.monotonic() - started,
         examples=run["stats"])
