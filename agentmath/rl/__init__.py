@@ -1,0 +1,1 @@
+"""Agentic GRPO: rewards, losses, rollouts and the training loop (issue 10)."""
