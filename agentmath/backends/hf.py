@@ -140,7 +140,12 @@ class HFBackend:
         new = out.sequences[:, width:].tolist()
         logprobs = None
         if s.logprobs and out.logits:
-            stacked = torch.stack(out.logits, dim=1).float().log_softmax(-1)  # raw model dist.
+            # The distribution sampled from: logits / temperature (top-p/top-k cuts aside),
+            # which is what an RL trainer's importance weights compare against; greedy: raw.
+            stacked = torch.stack(out.logits, dim=1).float()
+            if s.temperature > 0:
+                stacked = stacked / s.temperature
+            stacked = stacked.log_softmax(-1)
             logprobs = stacked.gather(-1, out.sequences[:, width:, None]).squeeze(-1).tolist()
         return [self._cut(row, req, logprobs[i] if logprobs else None)
                 for i, (row, req) in enumerate(zip(new, batch, strict=True))]

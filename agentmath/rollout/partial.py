@@ -80,6 +80,15 @@ class PartialRollout:
         exhausted = self._exhausted and not self._parked and not self._ready
         return IterationResult(engine.version, groups, stats, exhausted)
 
+    def pending_task_ids(self) -> list[str]:
+        """Ids of the problems whose groups are parked or finished but not yet handed out, in
+        order (a checkpoint cannot save live episodes: a resumed run reruns these first)."""
+        ids = [g.request.task.id for g in self._ready]
+        for state, _ in self._parked:
+            if state.request.task.id not in ids:
+                ids.append(state.request.task.id)
+        return ids
+
     async def aclose(self) -> None:
         """Close the parked episodes' sandbox sessions."""
         for state, index in self._parked:

@@ -1,0 +1,139 @@
+"""From scored groups to training tensors: typed samples, dynamic sampling, collation.
+
+A trajectory is already token-exact (the ids the model sampled and the ids of the prompt and
+of every tool output, as the model read them), so a training sample is its ids, a loss mask
+and the sampler's logprobs, with no re-tokenisation (re-tokenising a multi-turn text is how
+TRL's tool masks drifted off their tokens, huggingface/trl#5144). The loss mask is 1 on model
+tokens only; the unmasked ablation (DeepMath's trainer) also puts 1 on tool-output tokens.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+from agentmath._lazy import require
+from agentmath.agent.trajectory import Trajectory
+from agentmath.rollout.records import Group
+
+TRUNCATED = frozenset({"token_budget", "tool_budget", "time_budget"})
+
+
+@dataclass(slots=True)
+class ScoredSample:
+    """One finished episode with its reward terms (the record between rollout and loss)."""
+
+    group_id: str
+    index: int
+    trajectory: Trajectory
+    reward: float
+    terms: dict[str, float]
+    correct: bool
+    advantage: float = 0.0
+
+    @property
+    def truncated(self) -> bool:
+        return self.trajectory.finish_reason in TRUNCATED
+
+    @property
+    def temperature(self) -> float:
+        sampling = self.trajectory.meta.get("sampling") or {}
+        return float(sampling.get("temperature") or 1.0)
+
+
+@dataclass(slots=True)
+class ScoredGroup:
+    """A complete group and its samples' rewards."""
+
+    group: Group
+    samples: list[ScoredSample] = field(default_factory=list)
+
+    @property
+    def rewards(self) -> list[float]:
+        return [s.reward for s in self.samples]
+
+    @property
+    def has_signal(self) -> bool:
+        """False when every reward is equal: all advantages would be zero (DAPO's dynamic
+        sampling drops such groups; AgentMath does too)."""
+        return len({round(r, 9) for r in self.rewards}) > 1
+
+
+def split_by_signal(groups: list[ScoredGroup]) -> tuple[list[ScoredGroup], list[ScoredGroup]]:
+    """(groups with reward variance, groups without) in their order."""
+    return [g for g in groups if g.has_signal], [g for g in groups if not g.has_signal]
+
+
+@dataclass(slots=True)
+class TrainSample:
+    """Tensors-to-be of one sequence, aligned with its ids (position t = token t)."""
+
+    ids: list[int]
+    mask: list[int]  # 1: token t carries loss
+    sampler_logp: list[float]  # NaN where the sampler gave none (prompt, tool tokens)
+    advantage: float
+    temperature: float
+
+
+def to_train_sample(sample: ScoredSample, *, mask_tool_tokens: bool = True) -> TrainSample:
+    """The ids, loss mask and sampler logprobs of a scored sample.
+
+    With ``mask_tool_tokens`` False the tool-output tokens carry loss too (the ablation).
+    """
+    traj = sample.trajectory
+    ids, mask, logps = [], [], []
+    for seg in traj.segments:
+        n = len(seg.token_ids)
+        ids += seg.token_ids
+        trained = seg.source == "model" or (seg.source == "tool" and not mask_tool_tokens)
+        mask += [int(trained)] * n
+        if seg.source == "model" and seg.logprobs is not None and len(seg.logprobs) == n:
+            logps += [float(x) for x in seg.logprobs]
+        else:
+            logps += [math.nan] * n
+    return TrainSample(ids, mask, logps, sample.advantage, sample.temperature)
+
+
+@dataclass(slots=True)
+class TensorBatch:
+    """A padded micro-batch; ``mask``/``sampler_logp`` are shifted to target positions
+    ([B, T-1]: entry t is about token t + 1), as the loss functions want them."""
+
+    input_ids: Any
+    attention_mask: Any
+    mask: Any
+    sampler_logp: Any
+    advantages: Any
+    temperature: Any
+
+    def to(self, device: Any) -> TensorBatch:
+        return TensorBatch(*(t.to(device) for t in (
+            self.input_ids, self.attention_mask, self.mask, self.sampler_logp,
+            self.advantages, self.temperature)))
+
+
+def collate_samples(samples: list[TrainSample], pad_id: int) -> TensorBatch:
+    """Right-pad ``samples`` into one :class:`TensorBatch`."""
+    torch = require("torch", "train")
+    width = max(len(s.ids) for s in samples)
+    n = len(samples)
+    ids = torch.full((n, width), pad_id, dtype=torch.long)
+    attn = torch.zeros((n, width), dtype=torch.long)
+    mask = torch.zeros((n, width), dtype=torch.bool)
+    logp = torch.full((n, width), math.nan, dtype=torch.float32)
+    for row, s in enumerate(samples):
+        k = len(s.ids)
+        ids[row, :k] = torch.tensor(s.ids)
+        attn[row, :k] = 1
+        mask[row, :k] = torch.tensor(s.mask, dtype=torch.bool)
+        logp[row, :k] = torch.tensor(s.sampler_logp, dtype=torch.float32)
+    return TensorBatch(ids, attn, mask[:, 1:], logp[:, 1:],
+                       torch.tensor([s.advantage for s in samples], dtype=torch.float32),
+                       torch.tensor([s.temperature for s in samples], dtype=torch.float32))
+
+
+def micro_batches(samples: list[TrainSample], size: int) -> list[list[TrainSample]]:
+    """Consecutive slices of ``size`` samples, after sorting by length (less padding)."""
+    ordered = sorted(samples, key=lambda s: len(s.ids))
+    return [ordered[i:i + size] for i in range(0, len(ordered), size)]

@@ -1,0 +1,150 @@
+"""Configuration of an agentic GRPO run (``agentmath rl --config FILE``).
+
+Plain pydantic with bounds and a description per field; loading it never imports torch. The
+sections mirror the stages of a step: data -> rollout (loop budgets, stages, temperature) ->
+rewards -> loss -> optimizer -> weight sync -> logging and checkpoints.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field, model_validator
+
+from agentmath.config import LoopConfig, RolloutConfig, SandboxConfig, StrictModel
+from agentmath.rl.rewards import RewardSpec
+
+
+class RLDataConfig(StrictModel):
+    """Where the training prompts come from (the same loader as ``agentmath eval``)."""
+
+    dataset: str = Field(..., min_length=1, description=(
+        "Built-in name, or a JSONL/JSON/Parquet file with a problem and a gold answer per row."))
+    data_dir: str | None = Field(None, description="Where to look for built-in datasets.")
+    problem_field: str = Field("problem", description="Problem field of a custom dataset.")
+    answer_field: str = Field("answer", description="Answer field of a custom dataset.")
+    id_field: str = Field("id", description="Id field of a custom dataset.")
+    limit: int | None = Field(None, ge=1, description="Only the first N problems.")
+    shuffle: bool = Field(True, description="A new seeded order every epoch over the data.")
+
+
+class LossConfig(StrictModel):
+    """The policy-gradient objective (agentmath/rl/losses.py)."""
+
+    std_normalize: bool = Field(True, description=(
+        "Divide advantages by the group's std (GRPO); False is Dr. GRPO."))
+    clip_low: float = Field(0.2, ge=0, le=1, description="Ratio clip below: 1 - clip_low.")
+    clip_high: float = Field(0.28, ge=0, le=10, description=(
+        "Ratio clip above: 1 + clip_high (DAPO clip-higher; = clip_low for symmetric PPO)."))
+    aggregation: Literal["token", "sequence"] = Field("token", description=(
+        "token: mean over all loss tokens of a step (DAPO); sequence: mean of sequence means."))
+    tis_cap: float | None = Field(2.0, gt=0, le=1000, description=(
+        "Truncated importance sampling against the sampler's logprobs, weights capped here "
+        "(the off-policy correction async and partial-rollout samples need); None: off."))
+    kl_coef: float = Field(0.0, ge=0, le=100, description=(
+        "k3 KL penalty to the starting model (0: none, and no reference model is kept)."))
+    mask_tool_tokens: bool = Field(True, description=(
+        "Tool output carries no loss. False trains on it as if the model wrote it (DeepMath's "
+        "choice; the demo's ablation)."))
+    mini_batches: int = Field(1, ge=1, le=1024, description=(
+        "Optimizer steps per RL step, each on a slice of its samples (>1 is off-policy within "
+        "a step; the ratio and clip then matter)."))
+    micro_batch_size: int = Field(16, ge=1, le=4096, description=(
+        "Sequences per forward/backward pass (gradient accumulation inside a mini-batch)."))
+
+
+class OptimConfig(StrictModel):
+    """AdamW and the learning-rate schedule (agentmath/train/plumbing.py)."""
+
+    learning_rate: float = Field(1e-6, gt=0, le=1, description="Peak learning rate.")
+    warmup_steps: int = Field(0, ge=0, le=10**7, description="Optimizer steps of linear warmup.")
+    decay: Literal["constant", "linear", "cosine"] = Field("constant", description=(
+        "Decay after warmup, to min_lr_factor at the last step."))
+    min_lr_factor: float = Field(0.0, ge=0, le=1, description="Final LR / peak LR.")
+    weight_decay: float = Field(0.0, ge=0, le=10, description="AdamW decay (matrices only).")
+    max_grad_norm: float = Field(1.0, ge=0, le=1e6, description="Gradient clip norm; 0: none.")
+    lora: bool = Field(False, description="Train a LoRA adapter on every linear layer (PEFT).")
+    lora_r: int = Field(32, ge=1, le=4096, description="LoRA rank.")
+    lora_alpha: float = Field(16.0, gt=0, le=1e6, description="LoRA scale numerator.")
+    lora_dropout: float = Field(0.0, ge=0, lt=1, description="Dropout on the LoRA input.")
+    bf16: bool = Field(False, description="bfloat16 mixed precision (accelerate).")
+
+
+class TemperatureSchedule(StrictModel):
+    """Sampling temperature over the run (DeepMath: 1.2 -> 0.7, linear)."""
+
+    start: float = Field(1.0, gt=0, le=5, description="Temperature at step 1.")
+    end: float | None = Field(None, gt=0, le=5, description="At the last step; None: constant.")
+    top_p: float = Field(1.0, gt=0, le=1, description="Nucleus sampling.")
+
+
+class StageConfig(StrictModel):
+    """Budgets of one training stage (AgentMath: 48k -> 72k -> 96k context)."""
+
+    max_total_tokens: int = Field(..., ge=16, le=2**22, description="Context budget.")
+    max_model_tokens: int = Field(..., ge=1, le=2**22, description="Model tokens per episode.")
+    max_tool_calls: int = Field(..., ge=0, le=10_000, description="Tool calls per episode.")
+    segment_tokens: int | None = Field(None, ge=1, le=2**22, description=(
+        "Partial rollout segment in this stage (None: the rollout section's)."))
+
+
+class StagesConfig(StrictModel):
+    """Multi-stage budgets that grow when the truncation rate passes a threshold."""
+
+    stages: list[StageConfig] = Field([], description=(
+        "In order; empty: one stage with the loop section's budgets."))
+    truncation_threshold: float = Field(0.1, gt=0, le=1, description=(
+        "Move to the next stage when this fraction of the window's samples was truncated."))
+    window: int = Field(256, ge=1, le=10**7, description="Samples in the truncation window.")
+
+
+class GeneratorConfig(StrictModel):
+    """Who generates the rollouts and how new weights reach them."""
+
+    backend: Literal["hf", "openai"] = Field("hf", description=(
+        "hf: the trainer's own model in process (CPU, tests, small runs); openai: vLLM "
+        "servers at base_urls, weights pushed from disk after every step."))
+    base_urls: list[str] = Field([], description="vLLM server URLs (backend openai).")
+    served_name: str | None = Field(None, description="The servers' model name (openai).")
+    sync_dir: str | None = Field(None, description=(
+        "Where pushed weights go, readable by the servers (default: OUT/weights)."))
+    max_batch: int = Field(64, ge=1, le=4096, description="hf: sequences per generate batch.")
+    http_timeout_s: float = Field(600.0, gt=0, le=86_400, description="openai: per request.")
+
+
+class RLConfig(StrictModel):
+    """One agentic GRPO run."""
+
+    model: str = Field(..., min_length=1, description="A local model directory (HF format).")
+    format: str = Field("code_interpreter", description="Tool format of the episodes.")
+    data: RLDataConfig
+    steps: int = Field(100, ge=1, le=10**7, description="RL steps (optimizer updates / mini).")
+    group_size: int = Field(8, ge=2, le=4096, description="G: samples per prompt.")
+    prompts_per_step: int = Field(8, ge=1, le=100_000, description="Groups trained per step.")
+    dynamic_sampling: bool = Field(True, description=(
+        "Drop groups whose rewards are all equal (no signal) and back-fill with new prompts."))
+    max_sampling_rounds: int = Field(3, ge=1, le=100, description=(
+        "Rollout rounds per step at most when back-filling; then train on what there is."))
+    seed: int = Field(0, ge=0, le=2**63 - 1, description="Seeds data order, model, sampling.")
+    device: str = Field("auto", min_length=1, description="'auto' (cuda if any), 'cpu', ...")
+    rewards: list[RewardSpec] = Field(
+        default_factory=lambda: [RewardSpec(name="accuracy", weight=1.0)], min_length=1,
+        description="Weighted reward terms, each logged on its own.")
+    loss: LossConfig = Field(default_factory=LossConfig)
+    optim: OptimConfig = Field(default_factory=OptimConfig)
+    temperature: TemperatureSchedule = Field(default_factory=TemperatureSchedule)
+    stages: StagesConfig = Field(default_factory=StagesConfig)
+    loop: LoopConfig = Field(default_factory=LoopConfig, description="Episode budgets.")
+    rollout: RolloutConfig = Field(default_factory=RolloutConfig, description="Scheduling.")
+    sandbox: SandboxConfig = Field(default_factory=SandboxConfig)
+    generator: GeneratorConfig = Field(default_factory=GeneratorConfig)
+    checkpoint_every: int = Field(10, ge=0, le=10**7, description=(
+        "Save OUT/checkpoint-STEP every this many steps and at the end; 0: only at the end."))
+    keep_checkpoints: int = Field(2, ge=0, le=10**5, description="Newest kept; 0 keeps all.")
+    tensorboard: bool = Field(True, description="Also write OUT/tensorboard (needs tensorboard).")
+
+    @model_validator(mode="after")
+    def _consistent(self) -> RLConfig:
+        if self.generator.backend == "openai" and not self.generator.base_urls:
+            raise ValueError("generator.base_urls: backend 'openai' needs at least one URL")
+        return self

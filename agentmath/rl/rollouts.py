@@ -1,0 +1,145 @@
+"""The rollout half of an RL step: prompts in, scored groups with signal out.
+
+* :class:`RequestStream` — the training prompts as an endless, seeded stream of GRPO groups
+  (a new permutation each epoch), with a cursor that a checkpoint saves, so that a resumed
+  run draws exactly the prompts the uninterrupted one would have.
+* :func:`collect_groups` — one step's groups from the rollout engine (sync or async, partial
+  rollout with a staleness bound: :class:`~agentmath.rollout.partial.PartialRollout`), each
+  sample scored by the reward model, and DAPO/AgentMath **dynamic sampling**: groups whose
+  rewards are all equal carry no gradient, so they are dropped and back-filled from new
+  prompts, for at most ``max_rounds`` rollout rounds; how many were dropped is returned.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import random
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+
+from agentmath.backends.base import SamplingParams
+from agentmath.datasets import Task
+from agentmath.rl.batch import ScoredGroup, ScoredSample, split_by_signal
+from agentmath.rl.rewards import RewardModel
+from agentmath.rollout.partial import PartialRollout
+from agentmath.rollout.records import Group, GroupRequest, RolloutStats
+
+
+def derive_seed(*parts: object) -> int:
+    """A stable 63-bit seed from any parts (Python's hash() is salted per process)."""
+    digest = hashlib.sha256(":".join(map(str, parts)).encode()).digest()
+    return int.from_bytes(digest[:8], "big") >> 1
+
+
+class RequestStream(Iterator[GroupRequest]):
+    """Groups of ``group_size`` over ``tasks``, epoch after epoch, each epoch in a seeded
+    order. ``cursor`` requests were already drawn (resume); ``requeue`` tasks come first (the
+    groups a checkpoint found parked or waiting: their episodes cannot be saved, so they are
+    run again from scratch)."""
+
+    def __init__(self, tasks: Sequence[Task], group_size: int, *, seed: int, shuffle: bool,
+                 cursor: int = 0, requeue: Sequence[str] = ()) -> None:
+        if not tasks:
+            raise ValueError("no training problems")
+        self.tasks = list(tasks)
+        self.group_size = group_size
+        self.seed = seed
+        self.shuffle = shuffle
+        self.cursor = cursor
+        by_id = {t.id: t for t in self.tasks}
+        self._requeue = [by_id[i] for i in requeue if i in by_id]
+        self._serial: dict[int, int] = {}  # id(request) -> its draw number, for seeds
+        self._order: tuple[int, list[int]] | None = None
+
+    def _task_at(self, position: int) -> Task:
+        n = len(self.tasks)
+        epoch, offset = divmod(position, n)
+        if self._order is None or self._order[0] != epoch:
+            order = list(range(n))
+            if self.shuffle:
+                random.Random(derive_seed(self.seed, "epoch", epoch)).shuffle(order)
+            self._order = (epoch, order)
+        return self.tasks[self._order[1][offset]]
+
+    def __next__(self) -> GroupRequest:
+        if self._requeue:
+            task, serial = self._requeue.pop(0), -len(self._requeue) - 1
+        else:
+            task, serial = self._task_at(self.cursor), self.cursor
+            self.cursor += 1
+        request = GroupRequest(task, samples=self.group_size)
+        self._serial[id(request)] = serial
+        return request
+
+    def sample_seed(self, request: GroupRequest, index: int, step: int) -> int:
+        return derive_seed(self.seed, "sample", self._serial.get(id(request), -1), index, step)
+
+
+@dataclass(slots=True)
+class Sampling:
+    """The sampling settings of new episodes: the temperature of the current step."""
+
+    stream: RequestStream
+    temperature: float = 1.0
+    top_p: float = 1.0
+    step: int = 0
+
+    def __call__(self, request: GroupRequest, index: int) -> SamplingParams:
+        return SamplingParams(temperature=self.temperature, top_p=self.top_p,
+                              seed=self.stream.sample_seed(request, index, self.step),
+                              logprobs=True)
+
+
+@dataclass(slots=True)
+class Collected:
+    """One step's rollouts: groups to train on, and what happened on the way."""
+
+    groups: list[ScoredGroup]
+    dropped: list[ScoredGroup] = field(default_factory=list)  # no reward variance
+    rounds: int = 0
+    stats: RolloutStats = field(default_factory=RolloutStats)
+    exhausted: bool = False
+
+    @property
+    def all_samples(self) -> list[ScoredSample]:
+        return [s for g in self.groups + self.dropped for s in g.samples]
+
+
+async def score_group(group: Group, rewards: RewardModel) -> ScoredGroup:
+    """Score every sample of a group (grading runs off the event loop)."""
+    scored = ScoredGroup(group)
+    breakdowns = await asyncio.gather(*(rewards.ascore(group.request.task, s.trajectory)
+                                        for s in group.samples))
+    for sample, b in zip(group.samples, breakdowns, strict=True):
+        scored.samples.append(ScoredSample(sample.group_id, sample.index, sample.trajectory,
+                                           b.total, dict(b.terms), b.correct))
+    return scored
+
+
+def _merge(total: RolloutStats, part: RolloutStats) -> None:
+    for name in ("groups_done", "samples_done", "segments", "parked", "resumed",
+                 "dropped_groups", "regenerated", "wasted_tokens"):
+        setattr(total, name, getattr(total, name) + getattr(part, name))
+    total.version_spans.update(part.version_spans)
+
+
+async def collect_groups(rollout: PartialRollout, rewards: RewardModel, need: int, *,
+                         dynamic_sampling: bool, max_rounds: int) -> Collected:
+    """``need`` scored groups (fewer if the rounds or the prompts run out)."""
+    out = Collected([])
+    while len(out.groups) < need and out.rounds < max_rounds and not out.exhausted:
+        result = await rollout.iteration(need - len(out.groups))
+        out.rounds += 1
+        out.exhausted = result.exhausted
+        _merge(out.stats, result.stats)
+        scored = [await score_group(g, rewards) for g in result.groups]
+        if dynamic_sampling:
+            good, bad = split_by_signal(scored)
+        else:
+            good, bad = scored, []
+        out.groups += good
+        out.dropped += bad
+        if not dynamic_sampling:
+            break
+    return out

@@ -1,0 +1,157 @@
+"""The learning half of an RL step: scored groups -> advantages -> optimizer step(s).
+
+Advantages are computed per group (:func:`~agentmath.rl.losses.group_advantages`), every
+sample becomes ids + loss mask + sampler logprobs (:mod:`agentmath.rl.batch`), and the samples
+are split into ``mini_batches`` optimizer steps, each accumulated over micro-batches with the
+loss normalised by the mini-batch's total (token or sequence) count, so that the gradient does
+not depend on the micro-batch size. With one mini-batch the update is on-policy (the "old"
+policy is the current one, detached); with more, the old log-probabilities are computed once
+before the first update, as PPO does. Backward goes through ``accelerate`` so that
+``accelerate launch`` gives data parallelism and bf16 without code changes.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from agentmath._lazy import require
+from agentmath.rl.batch import (
+    ScoredGroup,
+    TensorBatch,
+    TrainSample,
+    collate_samples,
+    micro_batches,
+    to_train_sample,
+)
+from agentmath.rl.config import RLConfig
+from agentmath.rl.losses import entropy, group_advantages, policy_loss, token_logprobs
+
+
+def assign_advantages(groups: list[ScoredGroup], std_normalize: bool) -> None:
+    """Set each sample's advantage from its group's rewards."""
+    if not groups:
+        return
+    size = {len(g.samples) for g in groups}
+    if len(size) == 1:
+        adv = group_advantages([g.rewards for g in groups], std_normalize=std_normalize)
+        for g, row in zip(groups, adv.tolist(), strict=True):
+            for s, a in zip(g.samples, row, strict=True):
+                s.advantage = a
+        return
+    for g in groups:  # groups of unequal size (a regenerated sample was dropped): one by one
+        row = group_advantages([g.rewards], std_normalize=std_normalize)[0].tolist()
+        for s, a in zip(g.samples, row, strict=True):
+            s.advantage = a
+
+
+@dataclass(slots=True)
+class UpdateStats:
+    """Averages over an RL step's optimizer steps."""
+
+    loss: float = 0.0
+    clip_frac: float = 0.0
+    is_weight_mean: float = 1.0
+    is_capped_frac: float = 0.0
+    kl: float = 0.0
+    entropy: float = 0.0
+    grad_norm: float = 0.0
+    loss_tokens: int = 0
+    lr: float = 0.0
+
+
+def _forward_logp(model: Any, batch: TensorBatch) -> tuple[Any, Any]:
+    logits = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask).logits
+    return logits, token_logprobs(logits, batch.input_ids, batch.temperature)
+
+
+class PolicyUpdater:
+    """Holds the model, optimizer and (optional) reference model of a run."""
+
+    def __init__(self, config: RLConfig, model: Any, optimizer: Any, scheduler: Any,
+                 accelerator: Any, pad_id: int, ref_model: Any = None) -> None:
+        self.config = config
+        self.model = model
+        self.optimizer = optimizer
+        self.scheduler = scheduler
+        self.accelerator = accelerator
+        self.pad_id = pad_id
+        self.ref_model = ref_model
+
+    def _old_logps(self, batches: list[TensorBatch]) -> list[Any]:
+        torch = require("torch", "train")
+        with torch.no_grad():
+            return [_forward_logp(self.model, b.to(self.accelerator.device))[1]
+                    for b in batches]
+
+    def _ref_logps(self, batch: TensorBatch) -> Any:
+        torch = require("torch", "train")
+        if self.ref_model is None:
+            return None
+        with torch.no_grad():
+            return _forward_logp(self.ref_model, batch)[1]
+
+    def _denominator(self, batches: list[TensorBatch]) -> float:
+        if self.config.loss.aggregation == "token":
+            return float(sum(int(b.mask.sum()) for b in batches)) or 1.0
+        return float(sum(b.input_ids.shape[0] for b in batches)) or 1.0
+
+    def _optimizer_step(self, batches: list[TensorBatch], old: list[Any] | None,
+                        acc: UpdateStats) -> None:
+        torch = require("torch", "train")
+        loss_cfg, device = self.config.loss, self.accelerator.device
+        denominator = self._denominator(batches)
+        for i, batch in enumerate(batches):
+            batch = batch.to(device)
+            with self.accelerator.autocast():
+                logits, logp = _forward_logp(self.model, batch)
+            old_logp = old[i].to(device) if old is not None else logp.detach()
+            loss, st = policy_loss(
+                logp, old_logp, batch.advantages, batch.mask, clip_low=loss_cfg.clip_low,
+                clip_high=loss_cfg.clip_high, sampler_logp=batch.sampler_logp,
+                tis_cap=loss_cfg.tis_cap, ref_logp=self._ref_logps(batch),
+                kl_coef=loss_cfg.kl_coef, aggregation=loss_cfg.aggregation,
+                denominator=denominator)
+            self.accelerator.backward(loss)
+            with torch.no_grad():
+                ent = entropy(logits.detach(), batch.temperature)
+                m = batch.mask.float()
+                w = st.tokens
+                acc.entropy += float((ent * m).sum() / m.sum().clamp(min=1)) * w
+            acc.loss += float(loss.detach())
+            for name in ("clip_frac", "is_weight_mean", "is_capped_frac", "kl"):
+                setattr(acc, name, getattr(acc, name) + getattr(st, name) * w)
+            acc.loss_tokens += int(st.tokens)
+        params = [p for p in self.model.parameters() if p.requires_grad]
+        max_norm = self.config.optim.max_grad_norm
+        norm = self.accelerator.clip_grad_norm_(params, max_norm if max_norm > 0 else math.inf)
+        acc.grad_norm = max(acc.grad_norm, float(norm))
+        acc.lr = float(self.optimizer.param_groups[0]["lr"])
+        self.optimizer.step()
+        self.scheduler.step()
+        self.optimizer.zero_grad(set_to_none=True)
+
+    def update(self, groups: list[ScoredGroup]) -> UpdateStats:
+        """Advantages, then ``mini_batches`` optimizer steps over the groups' samples."""
+        cfg = self.config.loss
+        assign_advantages(groups, cfg.std_normalize)
+        samples: list[TrainSample] = [to_train_sample(s, mask_tool_tokens=cfg.mask_tool_tokens)
+                                      for g in groups for s in g.samples]
+        acc = UpdateStats(is_weight_mean=0.0)
+        if not samples:
+            return UpdateStats()
+        self.model.train()
+        n_mini = min(cfg.mini_batches, len(samples))
+        minis = [samples[i::n_mini] for i in range(n_mini)]
+        tensor_minis = [[collate_samples(mb, self.pad_id)
+                         for mb in micro_batches(mini, cfg.micro_batch_size)] for mini in minis]
+        olds = ([self._old_logps(b) for b in tensor_minis] if n_mini > 1
+                else [None] * n_mini)
+        for batches, old in zip(tensor_minis, olds, strict=True):
+            self._optimizer_step(batches, old, acc)
+        tokens = max(1, acc.loss_tokens)
+        for name in ("clip_frac", "is_weight_mean", "is_capped_frac", "kl", "entropy"):
+            setattr(acc, name, getattr(acc, name) / tokens)
+        acc.loss /= n_mini
+        return acc
