@@ -16,6 +16,7 @@ from agentmath.cli import example as example_cmd
 from agentmath.cli import grade as grade_cmd
 from agentmath.cli import grow as grow_cmd
 from agentmath.cli import report as report_cmd
+from agentmath.cli import rl as rl_cmd
 from agentmath.cli import sandbox as sandbox_cmd
 from agentmath.cli import sft as sft_cmd
 from agentmath.cli import solve as solve_cmd
@@ -37,6 +38,7 @@ app.command("report")(report_cmd.report)
 app.command("eval")(eval_cmd.eval_command)
 app.command("sft")(sft_cmd.sft)
 app.command("grow")(grow_cmd.grow)
+app.command("rl")(rl_cmd.rl)
 
 
 def _print_version(value: bool) -> None:

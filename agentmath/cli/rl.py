@@ -1,0 +1,75 @@
+"""``agentmath rl``: agentic GRPO on the rollout engine (agentmath/rl/trainer.py)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import typer
+
+from agentmath.cli._common import JSON_OPTION, build_config, out_console, print_json, usage_error
+
+CONFIG_OPTION = typer.Option(..., "--config", "-c", metavar="FILE", help=(
+    "RLConfig file (TOML/YAML; its 'rl' table if it has one). Recipes: configs/rl/."))
+OUT_OPTION = typer.Option(Path("runs/rl"), "--out", "-o", metavar="DIR", help=(
+    "Run directory: checkpoints, metrics.jsonl, tensorboard/, final/ (resumes from it)."))
+SET_OPTION = typer.Option(None, "--set", "-s", metavar="KEY=VALUE", help=(
+    "Override a config field, e.g. --set loss.clip_high=0.28 (repeatable)."))
+
+
+def _render(result: Any) -> None:
+    from rich.table import Table
+
+    table = Table(title=f"agentmath rl · {result.out_dir}")
+    table.add_column("")
+    table.add_column("value")
+    last = result.last or {}
+    rows = [("steps", str(result.steps)), ("policy version", str(result.policy_version)),
+            ("stage", str(result.stage)),
+            ("last reward", f"{last.get('reward_mean', 0):.3f}"),
+            ("last accuracy", f"{last.get('accuracy', 0):.3f}"),
+            ("stage changes", str(sum(e.get("event") == "stage" for e in result.events))),
+            ("resumed from", "-" if result.resumed_from is None
+             else f"step {result.resumed_from}"),
+            ("final model", result.final_dir or "-"), ("metrics", result.metrics),
+            ("wall time", f"{result.wall_time_s:.1f} s")]
+    for name, value in rows:
+        table.add_row(name, value)
+    out_console().print(table)
+
+
+def rl(
+    config_file: Path = CONFIG_OPTION,
+    out: Path = OUT_OPTION,
+    sets: list[str] = SET_OPTION,
+    steps: int = typer.Option(None, "--steps", min=1, help="RL steps (overrides the file)."),
+    resume: bool = typer.Option(True, "--resume/--restart", help=(
+        "Continue from the newest checkpoint in --out, or start over (deleting them).")),
+    json_out: bool = JSON_OPTION,
+) -> None:
+    """Train a tool-using model with agentic GRPO: rollouts through the agent loop and the
+    sandbox, weighted rewards, masked clipped loss, weight sync, checkpoints. Needs
+    `pip install 'agentmath[train]'`."""
+    from agentmath._lazy import require
+    from agentmath.errors import AgentMathError, MissingExtraError
+    from agentmath.rl.config import RLConfig
+
+    config = build_config(RLConfig, "rl", config_file, sets, section="rl",
+                          options={"steps": steps})
+    try:
+        for module in ["torch", "transformers", "accelerate"] + (
+                ["peft"] if config.optim.lora else []):
+            require(module, "train")  # before any data or model is read
+        from agentmath.rl.trainer import train_rl
+
+        result = train_rl(config, out, progress=not json_out, resume=resume)
+    except MissingExtraError as exc:
+        usage_error(f"agentmath rl needs the training extra: {exc}")
+    except AgentMathError as exc:
+        usage_error(str(exc))
+    except OSError as exc:  # unreadable model directory, disk full, ...
+        usage_error(f"{type(exc).__name__}: {exc}", code=1)
+    if json_out:
+        print_json(result.to_dict())
+    else:
+        _render(result)

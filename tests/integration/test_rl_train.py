@@ -1,0 +1,108 @@
+"""Agentic GRPO end to end on the CPU with the test model: learning, exact resume, the CLI."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytest.importorskip("torch")
+pytest.importorskip("accelerate")
+
+from agentmath.agent.trajectory import Trajectory  # noqa: E402
+from agentmath.datasets import Task  # noqa: E402
+from agentmath.rl.config import RLConfig  # noqa: E402
+from agentmath.rl.metrics import read_metrics  # noqa: E402
+from agentmath.rl.trainer import train_rl  # noqa: E402
+
+pytestmark = pytest.mark.integration
+
+
+def brevity(task: Task, trajectory: Trajectory) -> float:
+    """A reward the test model can learn in a few steps: write fewer tokens."""
+    return -trajectory.model_tokens / 100.0
+
+
+def _config(model_dir: Path, **over: Any) -> RLConfig:
+    data = {
+        "model": str(model_dir), "format": "code_interpreter",
+        "data": {"dataset": str(model_dir.parent / "test.jsonl")},
+        "steps": 6, "group_size": 4, "prompts_per_step": 4, "seed": 0,
+        "rewards": [{"name": "tests.integration.test_rl_train:brevity", "weight": 1.0},
+                    {"name": "accuracy", "weight": 1.0}],
+        "optim": {"learning_rate": 2e-3},
+        "loop": {"max_model_tokens": 160, "max_tool_calls": 3, "max_total_tokens": 1024},
+        "rollout": {"mode": "sync"}, "generator": {"max_batch": 16},
+        "tensorboard": False, "checkpoint_every": 0,
+    }
+    for key, value in over.items():
+        node = data
+        *parents, last = key.split("__")
+        for p in parents:
+            node = node.setdefault(p, {})
+        node[last] = value
+    return RLConfig.model_validate(data)
+
+
+def test_grpo_raises_a_learnable_reward(tiny_model_dir: Path, tmp_path: Path) -> None:
+    result = train_rl(_config(tiny_model_dir), tmp_path / "run", progress=False)
+    rows = read_metrics(result.metrics)
+    assert [r["step"] for r in rows] == list(range(1, 7))
+    first = sum(r["reward_mean"] for r in rows[:2]) / 2
+    last = sum(r["reward_mean"] for r in rows[-2:]) / 2
+    assert last > first + 0.1, [round(r["reward_mean"], 3) for r in rows]
+    assert result.policy_version == sum(r["groups_trained"] > 0 for r in rows)
+    assert all(r["loss_tokens"] > 0 for r in rows if r["groups_trained"])
+    assert Path(result.final_dir, "config.json").exists()
+    assert rows[0]["reward_terms"].keys() == {"brevity", "accuracy"}
+
+
+def test_resume_after_a_kill_gives_the_same_next_step(tiny_model_dir: Path,
+                                                      tmp_path: Path) -> None:
+    # One request per generate batch: each sample's seed alone decides its tokens, so the
+    # two runs sample the same trajectories whatever the order episodes reach the backend.
+    cfg = _config(tiny_model_dir, steps=3, checkpoint_every=1, generator__max_batch=1,
+                  temperature__start=1.2, temperature__end=0.7)
+    whole = train_rl(cfg, tmp_path / "whole", progress=False)
+    cut = train_rl(cfg, tmp_path / "cut", progress=False, stop_after=2)
+    assert cut.final_dir is None and cut.steps == 2
+    resumed = train_rl(cfg, tmp_path / "cut", progress=False)
+    assert resumed.resumed_from == 2 and resumed.steps == 3
+    a, b = read_metrics(whole.metrics), read_metrics(resumed.metrics)
+    assert len(b) == 3
+    keys = ("reward_mean", "loss", "temperature", "lr", "policy_version", "model_tokens_mean",
+            "groups_trained", "groups_dropped")
+    assert {k: a[2][k] for k in keys} == {k: b[2][k] for k in keys}
+    torch = pytest.importorskip("torch")
+    from safetensors.torch import load_file
+
+    wa = load_file(str(Path(whole.final_dir, "model.safetensors")))
+    wb = load_file(str(Path(resumed.final_dir, "model.safetensors")))
+    assert all(torch.equal(wa[k], wb[k]) for k in wa)
+
+
+def test_cli_rl_json_and_bad_config(tiny_model_dir: Path, tmp_path: Path) -> None:
+    cfg = tmp_path / "rl.toml"
+    cfg.write_text(
+        f'model = "{tiny_model_dir}"\nsteps = 1\ngroup_size = 2\nprompts_per_step = 2\n'
+        f'tensorboard = false\n[data]\ndataset = "{tiny_model_dir.parent / "test.jsonl"}"\n'
+        '[loop]\nmax_model_tokens = 64\n[rollout]\nmode = "async"\n')
+    cmd = [sys.executable, "-m", "agentmath.cli", "rl", "--config", str(cfg), "--out",
+           str(tmp_path / "out"), "--json"]
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr[-2000:]
+    data = json.loads(out.stdout)
+    assert data["steps"] == 1 and isinstance(data["last"], dict)
+    bad = subprocess.run(cmd[:-3] + ["--set", "group_size=1", "--out", str(tmp_path / "b")],
+                         capture_output=True, text=True, timeout=120)
+    assert bad.returncode == 2 and "group_size" in bad.stderr
+    assert "Traceback" not in bad.stderr
+    missing = subprocess.run(cmd[:-3] + ["--set", "model=/no/such/model", "--out",
+                                         str(tmp_path / "m")],
+                             capture_output=True, text=True, timeout=300)
+    assert missing.returncode == 2 and "/no/such/model" in missing.stderr
+    assert "Traceback" not in missing.stderr
