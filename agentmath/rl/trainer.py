@@ -141,8 +141,10 @@ class _Run:
             upd = self.updater.update(collected.groups)
             self.version += 1
             name = await self.sync.push(self.unwrapped, self.tokenizer, self.version)
-            if name:
-                self.backend.model = name
+            if name:  # a LoRA adapter per version: requests must name the new one
+                from agentmath.rl.sync_vllm import use_model
+
+                use_model(self.backend, name)
             self.engine.set_policy_version(self.version)
         else:
             events.append({"event": "no_update", "step": self.step,
