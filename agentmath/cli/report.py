@@ -15,7 +15,9 @@ from agentmath.cli._common import JSON_OPTION, out_console, print_json, usage_er
 
 FORMATS = ("table", "markdown", "csv")
 RUN_DIRS_ARGUMENT = typer.Argument(
-    ..., metavar="RUN_DIR...", help="Run directories (config.json, metrics.json, samples.jsonl).")
+    ..., metavar="RUN_DIR...", help=(
+        "Evaluation run directories (config.json, metrics.json, samples.jsonl) and/or RL run "
+        "directories (metrics.jsonl: drawn as training curves)."))
 OUT_OPTION = typer.Option(
     Path("reports/latest"), "--out", "-o", metavar="DIR",
     help="Directory for the report files (created if needed).")
@@ -51,9 +53,12 @@ def report(
         print_json({"rows": rows, "files": files})
         return
     console = out_console()
-    if fmt == "table":
+    if not rows:
+        pass
+    elif fmt == "table":
         console.print(render_rich_table(rows, title="Run comparison"))
     else:
         typer.echo(render_markdown(rows) if fmt == "markdown" else render_csv(rows), nl=False)
     for path in [markdown_path, csv_path, *plots, viewer]:
-        typer.echo(f"wrote {path}")
+        if path is not None:
+            typer.echo(f"wrote {path}")

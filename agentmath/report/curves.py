@@ -1,0 +1,83 @@
+"""Training curves of RL runs (``OUT/metrics.jsonl`` of ``agentmath rl``), one PNG.
+
+A panel per quantity a researcher watches during agentic GRPO: reward (and each reward term),
+accuracy, entropy, clip fraction and importance weights, KL, model tokens, tool calls and tool
+error rate, truncation rate (with stage changes marked), dropped groups and throughput. Several
+runs share the panels (one colour each), so an ablation is read at a glance.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from agentmath.errors import DataError
+from agentmath.report.plots import _colors, _figure, _save
+
+TRAINING_CURVES = "training_curves.png"
+PANELS: tuple[tuple[str, str], ...] = (
+    ("reward_mean", "reward (mean)"), ("accuracy", "accuracy (rollouts)"),
+    ("entropy", "entropy"), ("clip_frac", "clip fraction"), ("kl", "KL to reference"),
+    ("model_tokens_mean", "model tokens / sample"), ("tool_calls_mean", "tool calls / sample"),
+    ("tool_error_rate", "tool error rate"), ("truncation_rate", "truncation rate"),
+    ("groups_dropped", "groups dropped (no signal)"), ("samples_per_s", "samples / s"),
+    ("temperature", "temperature"),
+)
+
+
+def is_training_run(path: str | Path) -> bool:
+    """A directory written by ``agentmath rl`` (metrics.jsonl, no evaluation metrics.json)."""
+    path = Path(path)
+    return (path / "metrics.jsonl").is_file() and not (path / "metrics.json").is_file()
+
+
+def load_training(path: str | Path) -> list[dict[str, Any]]:
+    """The step records of a training run; a bad line is a DataError naming file and line."""
+    file = Path(path) / "metrics.jsonl"
+    rows = []
+    for lineno, line in enumerate(file.read_text(encoding="utf-8").splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise DataError(f"{file}:{lineno}: not JSON: {exc.msg}") from exc
+        if not isinstance(row, dict) or not isinstance(row.get("step"), int):
+            raise DataError(f"{file}:{lineno}: field 'step': a step record needs an integer")
+        rows.append(row)
+    return rows
+
+
+def plot_training_curves(runs: dict[str, list[dict[str, Any]]], out_dir: str | Path,
+                         name: str = TRAINING_CURVES) -> Path:
+    """One figure of :data:`PANELS`, every run in its own colour; stage changes dashed."""
+    cols = 3
+    rows = -(-len(PANELS) // cols)
+    fig = _figure(4.2 * cols, 2.6 * rows)
+    axes = fig.subplots(rows, cols, squeeze=False).ravel()
+    colors = _colors(len(runs))
+    for ax, (key, title) in zip(axes, PANELS, strict=False):
+        ax.set_title(title, fontsize=9)
+        ax.tick_params(labelsize=7)
+        for color, (label, records) in zip(colors, runs.items(), strict=False):
+            points = [(r["step"], r[key]) for r in records
+                      if isinstance(r.get(key), int | float)]
+            if points:
+                ax.plot(*zip(*points, strict=True), color=color, lw=1.2, label=label)
+            for r in records:
+                for event in r.get("events") or []:
+                    if event.get("event") == "stage":
+                        ax.axvline(r["step"], color=color, ls="--", lw=0.8)
+    for ax in axes[len(PANELS):]:
+        ax.axis("off")
+    axes[0].legend(fontsize=7)
+    fig.supxlabel("RL step", fontsize=9)
+    return _save(fig, Path(out_dir) / name)
+
+
+def curves_for_dirs(run_dirs: Sequence[str | Path], out_dir: str | Path) -> Path:
+    """Load the training runs in ``run_dirs`` (named by their directory) and plot them."""
+    runs = {Path(p).name or str(p): load_training(p) for p in run_dirs}
+    return plot_training_curves(runs, out_dir)

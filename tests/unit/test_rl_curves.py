@@ -1,0 +1,46 @@
+"""Training curves of RL runs in `agentmath report`."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from agentmath.cli.main import app
+from agentmath.errors import DataError
+from agentmath.report.curves import is_training_run, load_training, plot_training_curves
+
+
+def _run(path: Path, steps: int = 4) -> Path:
+    path.mkdir(parents=True)
+    rows = [{"step": s, "reward_mean": s / 10, "accuracy": s / 8, "entropy": 1.0 - s / 10,
+             "truncation_rate": 0.1, "events": [{"event": "stage"}] if s == 3 else []}
+            for s in range(1, steps + 1)]
+    (path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+def test_curves_png_for_runs(tmp_path: Path) -> None:
+    a, b = _run(tmp_path / "grpo"), _run(tmp_path / "grpo-unmasked", 3)
+    assert is_training_run(a) and not is_training_run(tmp_path)
+    png = plot_training_curves({"a": load_training(a), "b": load_training(b)}, tmp_path)
+    assert png.read_bytes()[:4] == b"\x89PNG" and png.stat().st_size > 10_000
+
+
+def test_bad_metrics_line_names_file_and_line(tmp_path: Path) -> None:
+    run = _run(tmp_path / "r")
+    with (run / "metrics.jsonl").open("a") as f:
+        f.write("{not json\n")
+    with pytest.raises(DataError, match=r"metrics\.jsonl:5"):
+        load_training(run)
+
+
+def test_report_command_draws_training_curves(tmp_path: Path) -> None:
+    run = _run(tmp_path / "grpo")
+    result = CliRunner().invoke(app, ["report", str(run), "--out", str(tmp_path / "rep"),
+                                      "--json"])
+    assert result.exit_code == 0, result.output
+    files = json.loads(result.output)["files"]
+    assert files["plots"] == [str(tmp_path / "rep" / "training_curves.png")]
