@@ -1,4 +1,6 @@
-"""The demo recipe: grow two tiny models on the CPU and show that tool use beats text alone.
+"""The demo recipe: grow tiny models on the CPU; show that tool use beats text alone and that
+agentic GRPO improves the tool model further, and test DeepMath's choice of training on tool
+output.
 
 Read top to bottom; each stage is a call into the library:
 
@@ -7,15 +9,20 @@ Read top to bottom; each stage is a call into the library:
    snippet in the sandbox and keeping only verified ones;
 3. build a tokenizer on the training text and two identical tiny Qwen3 models;
 4. SFT one on the text chain-of-thought, the other on the tool trajectories (tool output
-   masked from the loss), with the same budget;
-5. evaluate both on the held-out problems through the real agent loop, sandbox and evaluation
-   harness; write the report (plots + HTML viewer) and save the tool model for ``solve``.
+   masked from the loss), with the same budget (short enough that the tool model is far from
+   saturated, so that RL has room to help);
+5. agentic GRPO from the tool SFT model on the training problems (accuracy reward), twice:
+   tool output masked from the loss, and NOT masked (the ablation);
+6. evaluate all four on the held-out problems through the real agent loop, sandbox and
+   evaluation harness (with 95% CIs); write the report (comparison, plots, training curves,
+   HTML viewer) and save the best tool model for ``solve``.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import re
 import shutil
 import time
 from collections.abc import Callable
@@ -36,16 +43,22 @@ class DemoConfig(StrictModel):
 
     seed: int = Field(0, ge=0, description="Seeds data, models, training and sampling.")
     train_problems: int = Field(1500, ge=10, le=1_000_000, description="Training problems.")
-    test_problems: int = Field(100, ge=5, le=100_000, description="Held-out problems.")
+    test_problems: int = Field(300, ge=5, le=100_000, description=(
+        "Held-out problems (300: a 10-point difference is well outside the noise)."))
     model_size: str = Field("micro", description="A size from agentmath.models.tiny.SIZES.")
     max_digits: int = Field(4, ge=3, le=6, description=(
         "Largest operand size in digits (3-digit numbers and up defeat mental arithmetic)."))
-    steps: int = Field(500, ge=1, le=10**7, description="SFT steps for each model (same).")
+    steps: int = Field(300, ge=1, le=10**7, description="SFT steps for each model (same).")
     batch_size: int = Field(16, ge=1, le=4096, description="SFT batch size.")
     learning_rate: float = Field(3e-3, gt=0, le=1, description="SFT peak learning rate.")
     max_length: int = Field(512, ge=64, le=8192, description="Tokens per training example.")
     eval_max_tokens: int = Field(320, ge=16, le=8192, description="Model tokens per episode.")
     vocab_size: int = Field(1024, ge=300, le=65536, description="Tokenizer vocabulary size.")
+    rl_steps: int = Field(12, ge=0, le=10**6, description="GRPO steps (0: no RL stage).")
+    rl_group_size: int = Field(8, ge=2, le=256, description="GRPO samples per prompt.")
+    rl_prompts: int = Field(8, ge=1, le=4096, description="GRPO prompts per step.")
+    rl_learning_rate: float = Field(1e-3, gt=0, le=1, description="GRPO learning rate.")
+    rl_temperature: float = Field(1.0, gt=0, le=5, description="GRPO sampling temperature.")
 
 
 Stage = Callable[[str], None]
@@ -68,11 +81,63 @@ async def _evaluate(cfg: DemoConfig, model_dir: str, system: str, data: Path,
 
 
 def summary_row(name: str, metrics: dict[str, Any]) -> dict[str, Any]:
-    """The numbers the demo compares: accuracy, mean model tokens, tool calls per sample."""
+    """The numbers the demo compares: accuracy (with its 95% CI), mean model tokens, tool
+    calls and failed tool calls per sample."""
+    tools = metrics["tools"]
     return {"model": name, "accuracy": metrics["avg"]["value"],
+            "accuracy_ci95": list(metrics["avg"]["ci95"]),
             "mean_model_tokens": metrics["tokens"]["model_mean"],
-            "tool_calls_per_sample": metrics["tools"]["calls_per_sample"],
+            "tool_calls_per_sample": tools["calls_per_sample"],
+            "failed_tool_calls_per_sample": tools["calls_per_sample"] * tools["error_rate"],
             "n": metrics["n_samples"]}
+
+
+def rl_config(cfg: DemoConfig, model_dir: str, train_file: Path, *, masked: bool) -> Any:
+    """The demo's GRPO run: accuracy reward, async rollouts on the in-process model."""
+    from agentmath.rl.config import RLConfig
+
+    return RLConfig.model_validate({
+        "model": model_dir, "format": FORMAT, "data": {"dataset": str(train_file)},
+        "steps": cfg.rl_steps, "group_size": cfg.rl_group_size,
+        "prompts_per_step": cfg.rl_prompts, "seed": cfg.seed,
+        "rewards": [{"name": "accuracy", "weight": 1.0}],
+        "optim": {"learning_rate": cfg.rl_learning_rate},
+        "temperature": {"start": cfg.rl_temperature},
+        "loss": {"mask_tool_tokens": masked, "micro_batch_size": 32},
+        "loop": {"system_prompt": TOOL_SYSTEM, "max_model_tokens": cfg.eval_max_tokens,
+                 "max_tool_calls": 6},
+        "rollout": {"mode": "async", "max_in_flight": 128},
+        "generator": {"max_batch": 64}, "checkpoint_every": 0, "tensorboard": False})
+
+
+def _sft(cfg: DemoConfig, out: Path, stage: Stage, tool_examples: list[dict],
+         text_examples: list[dict], tokenizer: Any) -> dict[str, str]:
+    """SFT of the text-only and the tool model with the same budget; their model dirs."""
+    from agentmath.recipes.tool_model import train_model
+
+    dirs = {}
+    for name, examples in (("text-only", text_examples), ("tool", tool_examples)):
+        stage(f"SFT of the {name} model ({cfg.steps} steps)")
+        result = train_model(examples, tokenizer, out / f"model-{name}", size=cfg.model_size,
+                             steps=cfg.steps, batch_size=cfg.batch_size,
+                             learning_rate=cfg.learning_rate, max_length=cfg.max_length,
+                             seed=cfg.seed)
+        dirs[name] = result.final_dir
+    return dirs
+
+
+def _grpo(cfg: DemoConfig, out: Path, stage: Stage, start: str) -> dict[str, str]:
+    """GRPO from the tool SFT model, tool output masked and (ablation) not; model dirs."""
+    from agentmath.rl.trainer import train_rl
+
+    dirs = {}
+    for name, masked in (("tool + grpo", True), ("tool + grpo (unmasked)", False)):
+        stage(f"GRPO ({'tool output masked' if masked else 'tool output NOT masked'}): "
+              f"{cfg.rl_steps} steps of {cfg.rl_prompts} x {cfg.rl_group_size} episodes")
+        result = train_rl(rl_config(cfg, start, out / "train.jsonl", masked=masked),
+                          out / ("rl-grpo" if masked else "rl-grpo-unmasked"), resume=False)
+        dirs[name] = result.final_dir
+    return dirs
 
 
 def run_demo(cfg: DemoConfig, out: Path, save_model_to: Path | None,
@@ -81,52 +146,55 @@ def run_demo(cfg: DemoConfig, out: Path, save_model_to: Path | None,
     from agentmath.data.convert import text_only_example, write_jsonl
     from agentmath.data.synthetic import to_task_rows
     from agentmath.models.tiny import build_tokenizer
-    from agentmath.recipes.tool_model import (
-        corpus_texts,
-        make_problems,
-        tool_records,
-        train_model,
-    )
+    from agentmath.recipes.tool_model import corpus_texts, make_problems, tool_records
 
     started = time.monotonic()
     out.mkdir(parents=True, exist_ok=True)
     stage("generating problems")
     train, test = make_problems(cfg.seed, cfg.train_problems, cfg.test_problems, cfg.max_digits)
     write_jsonl(to_task_rows(test), out / "test.jsonl")
+    write_jsonl(to_task_rows(train), out / "train.jsonl")
     stage(f"code injection: executing {len(train)} trajectories in the sandbox")
     tool_examples, by_format = asyncio.run(tool_records(
         train, [FORMAT], system_prompts={FORMAT: TOOL_SYSTEM}))
-    conversion = by_format[FORMAT]
     text_examples = [text_only_example(p, TEXT_SYSTEM) for p in train]
     stage("building the tokenizer and two identical tiny models")
     tokenizer = build_tokenizer(corpus_texts(tool_examples + text_examples),
                                 vocab_size=cfg.vocab_size)
-    runs = {}
-    for name, examples, system in (("text-only", text_examples, TEXT_SYSTEM),
-                                   ("tool", tool_examples, TOOL_SYSTEM)):
-        stage(f"SFT of the {name} model ({cfg.steps} steps)")
-        result = train_model(examples, tokenizer, out / f"model-{name}", size=cfg.model_size,
-                             steps=cfg.steps, batch_size=cfg.batch_size,
-                             learning_rate=cfg.learning_rate, max_length=cfg.max_length,
-                             seed=cfg.seed)
+    models = _sft(cfg, out, stage, tool_examples, text_examples, tokenizer)
+    if cfg.rl_steps:
+        models.update(_grpo(cfg, out, stage, models["tool"]))
+    runs: dict[str, dict[str, Any]] = {}
+    for name, model_dir in models.items():
         stage(f"evaluating the {name} model on {len(test)} held-out problems")
-        metrics = asyncio.run(_evaluate(cfg, result.final_dir, system, out / "test.jsonl",
-                                        out / f"run-{name}"))
-        runs[name] = {"metrics": metrics, "model_dir": result.final_dir,
-                      "final_loss": result.final_loss}
+        system = TEXT_SYSTEM if name == "text-only" else TOOL_SYSTEM
+        run_dir = out / f"run-{_slug(name)}"
+        runs[name] = {"metrics": asyncio.run(_evaluate(cfg, model_dir, system,
+                                                       out / "test.jsonl", run_dir)),
+                      "model_dir": model_dir, "run_dir": run_dir}
     stage("writing the report")
     from agentmath.report import write_report  # noqa: PLC0415 - heavy (matplotlib)
     from agentmath.report.bundle import report_files  # noqa: PLC0415
 
-    report_paths = write_report([out / "run-text-only", out / "run-tool"], out / "report")
+    rl_dirs = [p for p in (out / "rl-grpo", out / "rl-grpo-unmasked") if p.exists()]
+    report_paths = write_report([r["run_dir"] for r in runs.values()] + rl_dirs,
+                                out / "report")
+    best = "tool + grpo" if "tool + grpo" in runs and (
+        runs["tool + grpo"]["metrics"]["avg"]["value"]
+        >= runs["tool"]["metrics"]["avg"]["value"]) else "tool"
     if save_model_to is not None:
         if save_model_to.exists():
             shutil.rmtree(save_model_to)
-        shutil.copytree(runs["tool"]["model_dir"], save_model_to)
+        shutil.copytree(runs[best]["model_dir"], save_model_to)
     summary = {"models": [summary_row(n, r["metrics"]) for n, r in runs.items()],
-               "conversion": conversion, "config": cfg.model_dump(),
+               "conversion": by_format[FORMAT], "config": cfg.model_dump(),
                "report": {"rows": report_paths["rows"], **report_files(report_paths)},
-               "tool_model": str(save_model_to) if save_model_to else runs["tool"]["model_dir"],
-               "seconds": round(time.monotonic() - started, 1)}
+               "tool_model": str(save_model_to) if save_model_to else runs[best]["model_dir"],
+               "tool_model_is": best, "seconds": round(time.monotonic() - started, 1)}
     (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
     return summary
+
+
+def _slug(name: str) -> str:
+    """A directory name for a model name: "tool + grpo (unmasked)" -> "tool-grpo-unmasked"."""
+    return re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-")

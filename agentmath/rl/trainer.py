@@ -182,7 +182,8 @@ class _Run:
             rollout_s=rolled - started, train_s=trained - rolled, step_s=done - started,
             stale_dropped=collected.stats.dropped_groups,
             regenerated=collected.stats.regenerated, parked=collected.stats.parked,
-            extra={"rounds": collected.rounds})
+            extra={"rounds": collected.rounds, "sample_versions": sorted(
+                {v for s in trained_samples for v in s.trajectory.policy_versions})})
 
     # ------------------------------------------------------------------ checkpoints
     def checkpoint(self) -> None:

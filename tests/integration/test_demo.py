@@ -15,7 +15,8 @@ def toy_config(seed: int = 0):
     from agentmath.recipes.demo import DemoConfig
 
     return DemoConfig(seed=seed, steps=3, train_problems=20, test_problems=5,
-                      eval_max_tokens=48, vocab_size=400, batch_size=4)
+                      eval_max_tokens=48, vocab_size=400, batch_size=4, rl_steps=2,
+                      rl_group_size=2, rl_prompts=2)
 
 
 def test_demo_runs_every_stage_and_is_deterministic(tmp_path: Path) -> None:
@@ -23,13 +24,20 @@ def test_demo_runs_every_stage_and_is_deterministic(tmp_path: Path) -> None:
     from agentmath.recipes.demo import run_demo
 
     first = run_demo(toy_config(), tmp_path / "a", tmp_path / "saved-model", stage=lambda _: None)
-    assert [m["model"] for m in first["models"]] == ["text-only", "tool"]
+    names = [m["model"] for m in first["models"]]
+    assert names == ["text-only", "tool", "tool + grpo", "tool + grpo (unmasked)"]
+    assert "grpo" in names[2] and "unmasked" in names[3] and "unmasked" not in names[2]
     assert first["conversion"]["kept"] == 20 and not first["conversion"]["dropped"]
     assert all(m["n"] == 5 for m in first["models"])
     assert (tmp_path / "saved-model" / "config.json").exists()  # solve's default model
     assert Path(first["report"]["viewer"]).exists()
     # JSON all the way down: rows are objects and plots a list of paths, not Python reprs.
-    assert [row["run"] for row in first["report"]["rows"]] == ["run-text-only", "run-tool"]
+    assert [row["run"] for row in first["report"]["rows"]] == [
+        "run-text-only", "run-tool", "run-tool-grpo", "run-tool-grpo-unmasked"]
+    assert any(p.endswith("training_curves.png") for p in first["report"]["plots"])
+    for row in first["models"]:
+        lo, hi = row["accuracy_ci95"]
+        assert lo <= row["accuracy"] <= hi
     assert first["report"]["plots"] and all(Path(p).exists() for p in first["report"]["plots"])
     saved = json.loads((tmp_path / "a" / "summary.json").read_text())
     assert saved["models"] == first["models"] and saved["report"] == first["report"]
