@@ -6,8 +6,10 @@ stays fast; those are imported inside the functions that need them.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sys
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
@@ -70,6 +72,26 @@ def _merge(base: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
         elif value is not None:
             out[key] = value
     return out
+
+
+@contextlib.contextmanager
+def training_errors(command: str, modules: Sequence[str]) -> Iterator[None]:
+    """Run a training command's body: the ``train`` extra's ``modules`` are checked first
+    (before any data or model is read); a missing extra or a bad input exits 2 with its
+    message, an OS failure (unreadable model, disk full) exits 1; never a traceback."""
+    from agentmath._lazy import require
+    from agentmath.errors import AgentMathError, MissingExtraError
+
+    try:
+        for module in modules:
+            require(module, "train")
+        yield
+    except MissingExtraError as exc:
+        usage_error(f"agentmath {command} needs the training extra: {exc}")
+    except AgentMathError as exc:
+        usage_error(str(exc))
+    except OSError as exc:
+        usage_error(f"{type(exc).__name__}: {exc}", code=1)
 
 
 def build_config(model: Any, what: str, config_file: Path | None, sets: list[str] | None,

@@ -7,7 +7,13 @@ from typing import Any
 
 import typer
 
-from agentmath.cli._common import JSON_OPTION, build_config, out_console, print_json, usage_error
+from agentmath.cli._common import (
+    JSON_OPTION,
+    build_config,
+    out_console,
+    print_json,
+    training_errors,
+)
 
 CONFIG_OPTION = typer.Option(..., "--config", "-c", metavar="FILE", help=(
     "RLConfig file (TOML/YAML; its 'rl' table if it has one). Recipes: configs/rl/."))
@@ -50,25 +56,15 @@ def rl(
     """Train a tool-using model with agentic GRPO: rollouts through the agent loop and the
     sandbox, weighted rewards, masked clipped loss, weight sync, checkpoints. Needs
     `pip install 'agentmath[train]'`."""
-    from agentmath._lazy import require
-    from agentmath.errors import AgentMathError, MissingExtraError
     from agentmath.rl.config import RLConfig
 
     config = build_config(RLConfig, "rl", config_file, sets, section="rl",
                           options={"steps": steps})
-    try:
-        for module in ["torch", "transformers", "accelerate"] + (
-                ["peft"] if config.optim.lora else []):
-            require(module, "train")  # before any data or model is read
+    modules = ["torch", "transformers", "accelerate"] + (["peft"] if config.optim.lora else [])
+    with training_errors("rl", modules):
         from agentmath.rl.trainer import train_rl
 
         result = train_rl(config, out, progress=not json_out, resume=resume)
-    except MissingExtraError as exc:
-        usage_error(f"agentmath rl needs the training extra: {exc}")
-    except AgentMathError as exc:
-        usage_error(str(exc))
-    except OSError as exc:  # unreadable model directory, disk full, ...
-        usage_error(f"{type(exc).__name__}: {exc}", code=1)
     if json_out:
         print_json(result.to_dict())
     else:

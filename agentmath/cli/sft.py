@@ -6,7 +6,13 @@ from pathlib import Path
 
 import typer
 
-from agentmath.cli._common import JSON_OPTION, build_config, out_console, print_json, usage_error
+from agentmath.cli._common import (
+    JSON_OPTION,
+    build_config,
+    out_console,
+    print_json,
+    training_errors,
+)
 
 # Options with a Path/list type, declared once at module level (ruff B008).
 DATA_OPTION = typer.Option(..., "--data", "-d", metavar="FILE.jsonl", help=(
@@ -39,25 +45,15 @@ def sft(
 ) -> None:
     """Fine-tune a model on tool-integrated trajectories; loss only on the model's own tokens
     (prompt and tool output are masked). Needs `pip install 'agentmath[train]'`."""
-    from agentmath._lazy import require
-    from agentmath.errors import AgentMathError, MissingExtraError
     from agentmath.train.sft import SFTConfig
 
     config = build_config(SFTConfig, "sft", config_file, sets, section="sft", options={
         "lora": lora, "max_steps": max_steps, "learning_rate": lr, "batch_size": batch_size,
         "grad_accum": grad_accum, "max_length": max_length, "seed": seed})
-    try:
-        for module in ["torch", "transformers"] + (["peft"] if config.lora else []):
-            require(module, "train")  # before any data or model is read
+    with training_errors("sft", ["torch", "transformers"] + (["peft"] if config.lora else [])):
         from agentmath.train.sft import train_sft
 
         result = train_sft(config, data, model, out, progress=not json_out, resume=resume)
-    except MissingExtraError as exc:
-        usage_error(f"agentmath sft needs the training extra: {exc}")
-    except AgentMathError as exc:
-        usage_error(str(exc))
-    except OSError as exc:  # unreadable model directory, disk full, ...
-        usage_error(f"{type(exc).__name__}: {exc}", code=1)
     if json_out:
         print_json(result.to_dict())
         return
