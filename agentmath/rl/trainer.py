@@ -268,7 +268,7 @@ def _generators(run: _Run) -> None:
     g = cfg.generator
     name = g.served_name or Path(cfg.model).name
     run.backend = make_backend("openai", name, base_url=g.base_urls,
-                               http_timeout_s=g.http_timeout_s)
+                               timeout_s=g.http_timeout_s)
     run.sync = VLLMWeightSync(g.base_urls, g.sync_dir or run.out_dir / "weights",
                               lora=cfg.optim.lora, served_name=name)
 
