@@ -49,7 +49,10 @@ def _config(model_dir: Path, **over: Any) -> RLConfig:
 
 
 def test_grpo_raises_a_learnable_reward(tiny_model_dir: Path, tmp_path: Path) -> None:
-    result = train_rl(_config(tiny_model_dir), tmp_path / "run", progress=False)
+    pytest.importorskip("tensorboard")
+    result = train_rl(_config(tiny_model_dir, tensorboard=True), tmp_path / "run",
+                      progress=False)
+    assert list((tmp_path / "run" / "tensorboard").glob("events.out.tfevents.*"))
     rows = read_metrics(result.metrics)
     assert [r["step"] for r in rows] == list(range(1, 7))
     first = sum(r["reward_mean"] for r in rows[:2]) / 2
@@ -106,3 +109,20 @@ def test_cli_rl_json_and_bad_config(tiny_model_dir: Path, tmp_path: Path) -> Non
                              capture_output=True, text=True, timeout=300)
     assert missing.returncode == 2 and "/no/such/model" in missing.stderr
     assert "Traceback" not in missing.stderr
+
+
+def test_lora_grpo_trains_the_adapter_only(tiny_model_dir: Path, tmp_path: Path) -> None:
+    torch = pytest.importorskip("torch")
+    pytest.importorskip("peft")
+    from safetensors.torch import load_file
+
+    cfg = _config(tiny_model_dir, steps=2, optim__lora=True, optim__lora_r=4,
+                  optim__learning_rate=1e-2)
+    result = train_rl(cfg, tmp_path / "lora", progress=False)
+    assert result.policy_version >= 1
+    assert Path(tmp_path / "lora" / "adapter" / "adapter_config.json").exists()
+    base = load_file(str(tiny_model_dir / "model.safetensors"))
+    tuned = load_file(str(Path(result.final_dir, "model.safetensors")))
+    changed = [k for k in base if not torch.equal(base[k], tuned[k])]
+    assert changed  # the merged adapter moved some weights
+    assert not any("norm" in k for k in changed)  # LoRA touches linear layers only
