@@ -207,6 +207,7 @@ def _accelerator(config: RLConfig) -> Any:
 def _model_and_optimizer(run: _Run, resume: bool) -> None:
     """Model (LoRA optional), reference copy for KL, optimizer + schedule; restore if any."""
     cfg = run.config
+    tasks = _tasks(cfg)  # a bad data file fails before any model is loaded
     model, tokenizer = load_for_training(
         cfg.model, None, seed=cfg.seed, lora=cfg.optim.lora, lora_r=cfg.optim.lora_r,
         lora_alpha=cfg.optim.lora_alpha, lora_dropout=cfg.optim.lora_dropout, what="rl")
@@ -238,7 +239,7 @@ def _model_and_optimizer(run: _Run, resume: bool) -> None:
                                      window=cfg.stages.window)
     if state:
         run.controller.load_state_dict(state["stage"])
-    run.stream = RequestStream(_tasks(cfg), cfg.group_size, seed=cfg.seed,
+    run.stream = RequestStream(tasks, cfg.group_size, seed=cfg.seed,
                                shuffle=cfg.data.shuffle, cursor=int(state.get("cursor", 0)),
                                requeue=list(state.get("requeue", [])))
 
