@@ -199,7 +199,9 @@ def _apply_protections(spec: dict[str, Any], ctx: dict[str, Any]) -> dict[str, A
     isolation.die_with_parent(ctx["zygote_pid"])  # a uid change clears the death signal
     isolation.set_limits(spec["memory_mb"], spec["cpu_s"], unprivileged=os.geteuid() != 0)
     # Below the host in priority: a spinning snippet must not delay the host's timeout timer.
-    os.setpriority(os.PRIO_PROCESS, 0, 5)
+    # Never above the niceness it already has (a host started under `nice -n 10`): lowering
+    # it needs privileges the worker no longer has (EACCES).
+    os.setpriority(os.PRIO_PROCESS, 0, max(5, os.getpriority(os.PRIO_PROCESS, 0)))
     done["rlimits"] = True
     done["landlock_scope"] = ctx.get("landlock", True) and isolation.landlock_scope_self()
     program = ctx.get("seccomp")

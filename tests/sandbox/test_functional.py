@@ -414,3 +414,16 @@ def test_zygote_env_is_minimal(sandbox: Sandbox, probe) -> None:
         env = fh.read()
     assert probe.secret_env.encode() not in env and probe.secret_value.encode() not in env
     assert os.environ[probe.secret_env] == probe.secret_value
+
+
+def test_a_host_started_under_nice_10_still_runs_snippets() -> None:
+    """Workers lower their priority to nice 5 for the host's sake; under a host that already
+    runs at nice 10 that must keep 10, not fail with EACCES (it failed every worker)."""
+    import subprocess
+    import sys
+
+    proc = subprocess.run(["nice", "-n", "10", sys.executable, "-m", "agentmath.cli", "sandbox",
+                           "exec"], input="print(6 * 7)\n", capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert '"stdout": "42\\n"' in proc.stdout
