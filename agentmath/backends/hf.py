@@ -9,13 +9,16 @@ ids sampled, including a last token that may run past the stop string.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+import concurrent.futures
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from agentmath._lazy import require
 from agentmath.backends.base import Generation, SamplingParams
 from agentmath.errors import BackendError
+
+T = TypeVar("T")
 
 
 @dataclass
@@ -62,6 +65,11 @@ class HFBackend:
             else self.eos_ids[0]
         self._queue: asyncio.Queue[_Request] | None = None
         self._worker: asyncio.Task[None] | None = None
+        # One OS thread for every call into the model: each thread that runs torch gets its own
+        # OpenMP pool, and two pools spinning on a small CPU slow each other down (measured: a
+        # generate call 2.3x slower right after a backward pass on another thread). A trainer
+        # sharing this model runs its update here too (run_on_model_thread).
+        self._thread = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="hf-model")
 
     def _eos_ids(self) -> list[int]:
         ids = self.model.generation_config.eos_token_id
@@ -104,7 +112,7 @@ class HFBackend:
             for req in rest:
                 self._queue.put_nowait(req)
             try:
-                outs = await asyncio.to_thread(self._generate_batch, batch)
+                outs = await self.run_on_model_thread(self._generate_batch, batch)
             except (RuntimeError, ValueError) as exc:
                 for req in batch:
                     if not req.future.done():
@@ -169,6 +177,11 @@ class HFBackend:
         ids = row[:end]
         return Generation(ids, self.tokenizer.decode(ids, skip_special_tokens=False),
                           reason, matched, logprobs[:end] if logprobs else None)  # type: ignore[arg-type]
+
+    async def run_on_model_thread(self, fn: Callable[..., T], *args: Any) -> T:
+        """``fn(*args)`` on the thread that generates (see __init__): an in-process RL
+        trainer runs its update here so that training and generation share one OpenMP pool."""
+        return await asyncio.get_running_loop().run_in_executor(self._thread, fn, *args)
 
     async def aclose(self) -> None:
         if self._worker is not None:

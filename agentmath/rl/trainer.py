@@ -138,7 +138,11 @@ class _Run:
         events: list[dict[str, Any]] = []
         upd = UpdateStats()
         if collected.groups:
-            upd = self.updater.update(collected.groups)
+            on_model_thread = getattr(self.backend, "run_on_model_thread", None)
+            if callable(on_model_thread):  # in-process generator: one thread, one OpenMP pool
+                upd = await on_model_thread(self.updater.update, collected.groups)
+            else:
+                upd = self.updater.update(collected.groups)
             self.version += 1
             name = await self.sync.push(self.unwrapped, self.tokenizer, self.version)
             if name:  # a LoRA adapter per version: requests must name the new one
