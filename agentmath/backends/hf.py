@@ -69,7 +69,7 @@ class HFBackend:
         # OpenMP pool, and two pools spinning on a small CPU slow each other down (measured: a
         # generate call 2.3x slower right after a backward pass on another thread). A trainer
         # sharing this model runs its update here too (run_on_model_thread).
-        self._thread = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="hf-model")
+        self._thread: concurrent.futures.ThreadPoolExecutor | None = None
 
     def _eos_ids(self) -> list[int]:
         ids = self.model.generation_config.eos_token_id
@@ -181,6 +181,8 @@ class HFBackend:
     async def run_on_model_thread(self, fn: Callable[..., T], *args: Any) -> T:
         """``fn(*args)`` on the thread that generates (see __init__): an in-process RL
         trainer runs its update here so that training and generation share one OpenMP pool."""
+        if self._thread is None:
+            self._thread = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="hf-model")
         return await asyncio.get_running_loop().run_in_executor(self._thread, fn, *args)
 
     async def aclose(self) -> None:
@@ -188,3 +190,6 @@ class HFBackend:
             self._worker.cancel()
             self._worker = None
             self._queue = None
+        if self._thread is not None:  # a later call starts a new one
+            self._thread.shutdown(wait=False)
+            self._thread = None

@@ -45,6 +45,17 @@ def group_advantages(rewards: Any, *, std_normalize: bool = True, eps: float = 1
     return centred / (rewards.std(dim=1, unbiased=False, keepdim=True) + eps)
 
 
+def _scaled(logits: Any, temperature: Any) -> Any:
+    """Next-token logits [B, T-1, V] in float32, divided by the temperature (a float or [B])."""
+    torch = require("torch", "train")
+    logits = logits[:, :-1, :].float()
+    if torch.is_tensor(temperature):
+        return logits / temperature.to(logits).clamp(min=1e-6)[:, None, None]
+    if temperature != 1.0:
+        return logits / max(float(temperature), 1e-6)
+    return logits
+
+
 def token_logprobs(logits: Any, ids: Any, temperature: Any = 1.0) -> Any:
     """Log-probabilities [B, T-1] of ``ids[:, 1:]`` under ``logits`` [B, T, V] / temperature.
 
@@ -53,11 +64,7 @@ def token_logprobs(logits: Any, ids: Any, temperature: Any = 1.0) -> Any:
     logsumexp, without materialising a full log-softmax copy.
     """
     torch = require("torch", "train")
-    logits = logits[:, :-1, :].float()
-    if torch.is_tensor(temperature):
-        logits = logits / temperature.to(logits).clamp(min=1e-6)[:, None, None]
-    elif temperature != 1.0:
-        logits = logits / max(float(temperature), 1e-6)
+    logits = _scaled(logits, temperature)
     targets = ids[:, 1:].to(logits.device)
     picked = logits.gather(-1, targets.unsqueeze(-1)).squeeze(-1)
     return picked - torch.logsumexp(logits, dim=-1)
@@ -66,12 +73,7 @@ def token_logprobs(logits: Any, ids: Any, temperature: Any = 1.0) -> Any:
 def entropy(logits: Any, temperature: Any = 1.0) -> Any:
     """Entropy [B, T-1] of the next-token distributions (for logging; no gradient needed)."""
     torch = require("torch", "train")
-    logits = logits[:, :-1, :].float()
-    if torch.is_tensor(temperature):
-        logits = logits / temperature.to(logits).clamp(min=1e-6)[:, None, None]
-    elif temperature != 1.0:
-        logits = logits / max(float(temperature), 1e-6)
-    logp = torch.log_softmax(logits, dim=-1)
+    logp = torch.log_softmax(_scaled(logits, temperature), dim=-1)
     return -(logp.exp() * logp).sum(-1)
 
 

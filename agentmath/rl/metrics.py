@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from agentmath.rl.batch import ScoredGroup, ScoredSample
+from agentmath.train.plumbing import truncate_log
 
 log = logging.getLogger(__name__)
 
@@ -101,7 +102,7 @@ class MetricsWriter:
 
     def __init__(self, out_dir: Path, *, tensorboard: bool, resume_step: int) -> None:
         self.path = out_dir / "metrics.jsonl"
-        self._truncate(resume_step)
+        truncate_log(self.path, resume_step)
         self._file = self.path.open("a", encoding="utf-8", buffering=1)
         self._tb: Any = None
         if tensorboard:
@@ -112,14 +113,6 @@ class MetricsWriter:
                             "metrics go to %s only", self.path)
             else:
                 self._tb = SummaryWriter(str(out_dir / "tensorboard"), purge_step=resume_step + 1)
-
-    def _truncate(self, step: int) -> None:
-        """Keep only the records up to ``step`` (a killed run may have logged past it)."""
-        if not self.path.exists():
-            return
-        keep = [line for line in self.path.read_text(encoding="utf-8").splitlines()
-                if line.strip() and json.loads(line)["step"] <= step]
-        self.path.write_text("".join(f"{x}\n" for x in keep), encoding="utf-8")
 
     def write(self, metrics: StepMetrics, events: list[dict[str, Any]] | None = None) -> None:
         record = metrics.to_dict()

@@ -117,13 +117,6 @@ async def score_group(group: Group, rewards: RewardModel) -> ScoredGroup:
     return scored
 
 
-def _merge(total: RolloutStats, part: RolloutStats) -> None:
-    for name in ("groups_done", "samples_done", "segments", "parked", "resumed",
-                 "dropped_groups", "regenerated", "wasted_tokens"):
-        setattr(total, name, getattr(total, name) + getattr(part, name))
-    total.version_spans.update(part.version_spans)
-
-
 async def collect_groups(rollout: PartialRollout, rewards: RewardModel, need: int, *,
                          dynamic_sampling: bool, max_rounds: int) -> Collected:
     """``need`` scored groups (fewer if the rounds or the prompts run out)."""
@@ -132,7 +125,7 @@ async def collect_groups(rollout: PartialRollout, rewards: RewardModel, need: in
         result = await rollout.iteration(need - len(out.groups))
         out.rounds += 1
         out.exhausted = result.exhausted
-        _merge(out.stats, result.stats)
+        out.stats.add(result.stats)
         scored = [await score_group(g, rewards) for g in result.groups]
         if dynamic_sampling:
             good, bad = split_by_signal(scored)

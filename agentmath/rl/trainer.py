@@ -51,7 +51,11 @@ from agentmath.train.plumbing import (
 
 log = logging.getLogger(__name__)
 StepHook = Callable[[StepMetrics], None]
-_STRUCTURAL = ("lora", "group_size", "model")
+
+
+def structural(config: RLConfig) -> dict[str, Any]:
+    """Settings a checkpoint is bound to: resuming it under other values is refused."""
+    return {"lora": config.optim.lora, "group_size": config.group_size, "model": config.model}
 
 
 @dataclass
@@ -164,16 +168,17 @@ class _Run:
                      change.new, change.step, change.rate)
             events.append(event)
         self.events += events
-        metrics = self._metrics(collected, upd, started, rolled, trained)
+        metrics = self._metrics(collected, samples, upd, started, rolled, trained)
         self.writer.write(metrics, events)
         self.last = metrics
         return metrics
 
-    def _metrics(self, collected: Any, upd: UpdateStats, started: float, rolled: float,
-                 trained: float) -> StepMetrics:
+    def _metrics(self, collected: Any, samples: list[Any], upd: UpdateStats, started: float,
+                 rolled: float, trained: float) -> StepMetrics:
+        """``samples``: every sample of the step, trained or dropped."""
         done = time.monotonic()
         trained_samples = [s for g in collected.groups for s in g.samples]
-        stats = sample_stats(collected.all_samples)
+        stats = sample_stats(samples)
         return StepMetrics(
             step=self.step, policy_version=self.version, stage=self.controller.index,
             temperature=self.sampling.temperature, lr=upd.lr, **stats,
@@ -182,7 +187,7 @@ class _Run:
             entropy=upd.entropy, grad_norm=upd.grad_norm, loss_tokens=upd.loss_tokens,
             groups_trained=len(collected.groups), groups_dropped=len(collected.dropped),
             samples=len(trained_samples),
-            samples_per_s=len(collected.all_samples) / max(1e-9, rolled - started),
+            samples_per_s=len(samples) / max(1e-9, rolled - started),
             rollout_s=rolled - started, train_s=trained - rolled, step_s=done - started,
             stale_dropped=collected.stats.dropped_groups,
             regenerated=collected.stats.regenerated, parked=collected.stats.parked,
@@ -191,8 +196,7 @@ class _Run:
 
     # ------------------------------------------------------------------ checkpoints
     def checkpoint(self) -> None:
-        state = {"config": {"lora": self.config.optim.lora, "group_size": self.config.group_size,
-                            "model": self.config.model},
+        state = {"config": structural(self.config),
                  "version": self.version, "cursor": self.stream.cursor,
                  "requeue": self.rollout.pending_task_ids(),
                  "stage": self.controller.state_dict(), "events": json.dumps(self.events)}
@@ -230,9 +234,7 @@ def _model_and_optimizer(run: _Run, resume: bool) -> None:
     if found:
         run.resumed_from, path = found[-1]
         state = restore_checkpoint(path, model, optimizer, scheduler, lora=o.lora,
-                                   device=device, structural={
-                                       "lora": o.lora, "group_size": cfg.group_size,
-                                       "model": cfg.model})
+                                   device=device, structural=structural(cfg))
         run.step, run.version = int(state["step"]), int(state["version"])
         run.events = json.loads(state["events"])
     model, optimizer = run.accelerator.prepare(model, optimizer)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import TYPE_CHECKING
 
 from agentmath.agent.trajectory import Trajectory
@@ -71,6 +71,14 @@ class RolloutStats:
     regenerated: int = 0  # samples restarted from scratch for staleness
     wasted_tokens: int = 0  # model tokens thrown away by drops and regenerations
     version_spans: Counter[int] = field(default_factory=Counter)  # samples by versions spanned
+
+    def add(self, other: RolloutStats) -> None:
+        """Add ``other``'s counters to these (one RL step's rounds into its total)."""
+        for f in fields(self):
+            if f.name == "version_spans":
+                self.version_spans.update(other.version_spans)
+            else:
+                setattr(self, f.name, getattr(self, f.name) + getattr(other, f.name))
 
     def to_dict(self) -> dict[str, object]:
         """JSON-ready counters."""

@@ -47,6 +47,7 @@ from agentmath.train.plumbing import (
     restore_checkpoint,
     save_checkpoint,
     save_final,
+    truncate_log,
 )
 
 _STRUCTURAL = ("lora", "lora_r", "lora_alpha")  # resuming under other values is an error
@@ -252,12 +253,6 @@ def _train_step(model: Any, batches: list[tuple[Any, Any, Any]], optimizer: Any,
     return total, n_tokens, lr
 
 
-def _truncate_log(log: Path, step: int) -> None:
-    """Keep only the loss records up to ``step`` (a killed run may have logged past it)."""
-    lines = log.read_text().splitlines() if log.exists() else []
-    log.write_text("".join(f"{x}\n" for x in lines if x.strip() and json.loads(x)["step"] <= step))
-
-
 def _prepare(config: SFTConfig, data: Any, model: Any, out_dir: Path, tokenizer: Any,
              resume: bool) -> dict[str, Any]:
     """Load data and model, build the optimizer, and restore the latest checkpoint if any."""
@@ -289,7 +284,7 @@ def _prepare(config: SFTConfig, data: Any, model: Any, out_dir: Path, tokenizer:
                                 device=device,
                                 structural={k: getattr(config, k) for k in _STRUCTURAL})
              if found else {"step": 0, "tokens": 0, "loss": None})
-    _truncate_log(out_dir / "loss.jsonl", state["step"])
+    truncate_log(out_dir / "loss.jsonl", state["step"])
     (out_dir / "sft_config.json").write_text(json.dumps(
         {"config": config.model_dump(), "examples": stats}, indent=2) + "\n")
     return {"model": model, "tokenizer": tokenizer, "encoded": encoded, "stats": stats,

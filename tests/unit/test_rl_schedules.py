@@ -111,6 +111,7 @@ def test_dynamic_sampling_drops_flat_groups_and_backfills() -> None:
     assert [g.group.request.task.id for g in got.groups] == ["a", "d"]
     assert [g.group.request.task.id for g in got.dropped] == ["b", "c"]
     assert rollout.asked == [2, 1, 1] and got.rounds == 3  # back-filled one at a time
+    assert got.stats.groups_done == 4  # every round's counters add up
     off = asyncio.run(collect_groups(FakeRollout([_group("b", [1, 1]), _group("a", [1, 0])]),
                                      rewards, 2, dynamic_sampling=False, max_rounds=5))  # type: ignore[arg-type]
     assert len(off.groups) == 2 and not off.dropped
