@@ -33,8 +33,9 @@ _SUFFIXES = (".jsonl", ".json", ".parquet")
 
 @dataclass(frozen=True)
 class Task:
-    """One benchmark problem: a unique id, the problem text, the reference answer as text, and
-    every other source field in ``meta`` (level, subject, year, contest, solution, ...).
+    """A problem with a gold answer, the one such type in agentmath (benchmarks, training
+    data, synthetic problems, examples): a unique id, the problem text, the reference answer
+    as text, and every other field in ``meta`` (level, subject, year, solution, ...).
 
     ``meta`` is left out of the hash so that tasks can be put in sets and used as dict keys.
     """
@@ -43,6 +44,12 @@ class Task:
     problem: str
     answer: str
     meta: dict[str, Any] = field(default_factory=dict, hash=False)
+
+    @property
+    def solution(self) -> str:
+        """The reference text solution (``meta["solution"]``), or "" when there is none."""
+        value = self.meta.get("solution")
+        return value if isinstance(value, str) else ""
 
 
 @dataclass(frozen=True)

@@ -11,6 +11,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from agentmath.datasets import Task
+
 
 @dataclass(frozen=True, slots=True)
 class Step:
@@ -22,28 +24,37 @@ class Step:
 
 @dataclass(frozen=True, slots=True)
 class ScriptedExample:
-    """A problem, its known answer and a hand-written tool-integrated solution.
+    """A problem with its gold answer (a :class:`~agentmath.datasets.Task`, whose id is the
+    example's name) and a hand-written tool-integrated solution.
 
     The value of the *last* code cell is the computed answer; ``final`` holds the closing text
-    with the ``\\boxed{}`` answer. Both are checked against ``answer``.
+    with the ``\\boxed{}`` answer. Both are checked against the task's answer.
     """
 
-    name: str
-    problem: str
-    answer: str
+    task: Task
     steps: tuple[Step, ...]
     final: str
 
+    @property
+    def name(self) -> str:
+        return self.task.id
+
+    @property
+    def problem(self) -> str:
+        return self.task.problem
+
+    @property
+    def answer(self) -> str:
+        return self.task.answer
+
 
 GRANARIES = ScriptedExample(
-    name="chessboard-granaries",
-    problem=(
+    task=Task(id="chessboard-granaries", problem=(
         "A king rewards an inventor with rice: 1 grain on the first square of a chessboard, "
         "2 on the second, 4 on the third, doubling on each of the 64 squares. The whole reward "
         "is split between two granaries so that the first receives 3,000,000,000 grains more "
         "than twice what the second receives. How many grains does the second granary receive?"
-    ),
-    answer="6148914690236517205",
+    ), answer="6148914690236517205"),
     steps=(
         Step(
             text=(

@@ -4,7 +4,7 @@ Each problem is a short story from one of a few templates (a warehouse, a factor
 whose solution is a chain of :class:`Step` s: first a product of two 3-5 digit numbers, then
 additions, subtractions and optionally a final multiplication or an exact division. The numbers
 are large on purpose: a small model cannot multiply 3827 * 46 in its head, so these problems
-are where running code helps, which is what code injection (:mod:`agentmath.data.convert`)
+are where running code helps, which is what code injection (:mod:`agentmath.synth`)
 teaches. The language is simple and regular so that a tiny model can learn it.
 
 Every step knows its Python expression over earlier step names, its value and its sentence of
@@ -17,6 +17,8 @@ import random
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
+
+from agentmath.datasets import Task
 
 MAX_ANSWER = 10**12 - 1  # answers stay within 12 digits
 
@@ -35,17 +37,6 @@ class Step:
     value: int
     text: str
     what: str = ""
-
-
-@dataclass(frozen=True)
-class SyntheticProblem:
-    """A generated problem, its integer answer (as text), its steps and its text solution."""
-
-    id: str
-    problem: str
-    answer: str
-    steps: tuple[Step, ...]
-    cot: str
 
 
 @dataclass(frozen=True)
@@ -195,7 +186,7 @@ def _next_step(rng: random.Random, t: _Template, prev: Step, final: bool,
 
 
 def _make_problem(rng: random.Random, pid: str, n_steps: int,
-                  digits: tuple[int, int]) -> SyntheticProblem:
+                  digits: tuple[int, int]) -> Task:
     """One problem with exactly ``n_steps`` steps from a randomly chosen template."""
     t = rng.choice(TEMPLATES)
     a, b = _number(rng, digits), _number(rng, digits)
@@ -211,12 +202,17 @@ def _make_problem(rng: random.Random, pid: str, n_steps: int,
     question = {"mul": t.mul_question, "div": t.div_question}.get(kind, t.question)
     answer = str(steps[-1].value)
     cot = "\n".join(s.text for s in steps) + f"\nThe answer is \\boxed{{{answer}}}."
-    return SyntheticProblem(pid, " ".join([*sentences, question]), answer, tuple(steps), cot)
+    return Task(pid, " ".join([*sentences, question]), answer,
+                {"solution": cot, "steps": tuple(steps)})
 
 
 def generate_problems(n: int, seed: int, *, min_steps: int = 2, max_steps: int = 3,
-                      digits: tuple[int, int] = (3, 5)) -> list[SyntheticProblem]:
+                      digits: tuple[int, int] = (3, 5)) -> list[Task]:
     """``n`` problems, the same for the same arguments; ids are ``syn-{seed}-{i}``.
+
+    Each is a :class:`Task` whose ``meta`` holds the text chain-of-thought (``solution``) and
+    the structured steps (``steps``, a tuple of :class:`Step`) that the rule-based converter
+    turns into code.
 
     Each has between ``min_steps`` and ``max_steps`` steps; the numbers in the story have
     between ``digits[0]`` and ``digits[1]`` digits (divisors of an exact division excepted:
@@ -234,8 +230,8 @@ def generate_problems(n: int, seed: int, *, min_steps: int = 2, max_steps: int =
             for i in range(n)]
 
 
-def split(problems: Sequence[SyntheticProblem], test_size: int,
-          seed: int) -> tuple[list[SyntheticProblem], list[SyntheticProblem]]:
+def split(problems: Sequence[Task], test_size: int,
+          seed: int) -> tuple[list[Task], list[Task]]:
     """(train, test): ``test_size`` problems drawn with ``seed`` for test, the rest for train.
 
     Both keep the input order, so the split is deterministic and easy to inspect.
@@ -249,8 +245,16 @@ def split(problems: Sequence[SyntheticProblem], test_size: int,
     return train, test
 
 
-def to_task_rows(problems: Sequence[SyntheticProblem]) -> list[dict[str, Any]]:
+def to_task_rows(problems: Sequence[Task]) -> list[dict[str, Any]]:
     """Rows (``id``, ``problem``, ``answer``, ``solution``) for a JSONL file that
     ``agentmath eval --dataset file.jsonl`` loads as tasks (``solution`` lands in meta)."""
-    return [{"id": p.id, "problem": p.problem, "answer": p.answer, "solution": p.cot}
+    return [{"id": p.id, "problem": p.problem, "answer": p.answer, "solution": p.solution}
             for p in problems]
+
+
+def steps_of(task: Task) -> tuple[Step, ...]:
+    """The structured steps of a synthetic task (``meta["steps"]``); () for any other task."""
+    steps = task.meta.get("steps")
+    if isinstance(steps, tuple | list) and steps and all(isinstance(s, Step) for s in steps):
+        return tuple(steps)
+    return ()

@@ -102,7 +102,7 @@ def _status_line(result: ExecResult) -> str:
     return status
 
 
-def _output_text(result: ExecResult) -> str:
+def output_text(result: ExecResult) -> str:
     """stdout, then stderr, then the value of the final expression, each on its own lines."""
     parts = [s.removesuffix("\n") for s in (result.stdout, result.stderr) if s]
     if result.value is not None:
@@ -125,7 +125,7 @@ def render_body(result: ExecResult, *, max_chars: int = 4000) -> str:
     restarted = result.state_lost and not (result.timed_out or result.crashed)
     note = RESTART_NOTE + "\n" if restarted else ""
     status = _status_line(result)
-    output = _output_text(result)
+    output = output_text(result)
     if not status:
         output = output or EMPTY_OUTPUT
         return cap_middle(note + cap_middle(output, max_chars - len(note)), max_chars)

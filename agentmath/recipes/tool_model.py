@@ -8,7 +8,7 @@ agent-loop and evaluation tests serve through vLLM).
 
 1. seeded synthetic word problems (``agentmath.data.synthetic``), split train / held-out;
 2. code injection in each format, every snippet executed and checked in the sandbox
-   (``agentmath.data.convert.inject``); problems are dealt round-robin to the formats;
+   (``agentmath.synth.inject.inject``); problems are dealt round-robin to the formats;
 3. a byte-level BPE tokenizer on the training text and a tiny Qwen3 model;
 4. SFT with tool output masked (``agentmath.train.sft``); the model + tokenizer are saved.
 """
@@ -96,7 +96,8 @@ async def tool_records(problems: Sequence[Any], formats: Sequence[str], *,
     """Verified SFT records, problem i in ``formats[i % len(formats)]``; and conversion stats
     (kept, dropped by reason, seconds) per format. ``native`` makes chat records.
     ``system_prompts``: per format (see :class:`ToolModelConfig`)."""
-    from agentmath.data.convert import RuleBasedConverter, inject
+    from agentmath.synth.converters import RuleBasedConverter
+    from agentmath.synth.inject import inject
     from agentmath.formats import get_format
     from agentmath.sandbox import SandboxPool
 
@@ -149,7 +150,7 @@ def build_tool_model(cfg: ToolModelConfig, out: Path, stage: Stage = print,
                      progress: bool = True) -> dict[str, Any]:
     """Run every step; the model + tokenizer end in ``out/final``, the held-out problems in
     ``out/test.jsonl`` and a summary in ``out/tool_model.json`` (also returned)."""
-    from agentmath.data.convert import write_jsonl
+    from agentmath.jsonl import write_jsonl
     from agentmath.data.synthetic import to_task_rows
     from agentmath.models.tiny import build_tokenizer
 

@@ -3,6 +3,7 @@ broken trajectories are dropped with their reason, and the loop replays a record
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 from pathlib import Path
 
@@ -11,20 +12,16 @@ import pytest
 from agentmath.agent.loop import build_messages, run_episode
 from agentmath.backends.scripted import ScriptedBackend
 from agentmath.config import LoopConfig, SandboxConfig
-from agentmath.data.convert import (
-    ConversionReport,
-    Piece,
-    RuleBasedConverter,
-    call_text,
-    inject,
-    read_jsonl,
-    text_only_example,
-    write_jsonl,
-)
-from agentmath.data.synthetic import Step, SyntheticProblem, generate_problems
+from agentmath.data.synthetic import Step, generate_problems, steps_of
+from agentmath.datasets import Task
 from agentmath.errors import DataError
 from agentmath.formats import get_format
+from agentmath.jsonl import read_jsonl, write_jsonl
 from agentmath.sandbox import ExecResult, SandboxPool
+from agentmath.synth.converters import RuleBasedConverter
+from agentmath.synth.inject import ConversionReport, inject, text_only_example
+from agentmath.synth.pieces import Piece
+from agentmath.synth.records import call_text
 
 pytestmark = pytest.mark.integration
 FORMATS = ("markdown", "tool_call", "code_interpreter", "openai_tools")
@@ -44,10 +41,11 @@ def _joined(record: dict) -> str:
 class WrongExpression(RuleBasedConverter):
     """Writes ``+ 1`` into the last step's snippet: it runs, but prints the wrong value."""
 
-    def convert(self, problem: SyntheticProblem) -> list[Piece] | None:
-        pieces = super().convert(problem) or []
+    async def convert(self, task: Task) -> list[Piece]:
+        pieces = await super().convert(task)
         last = max(i for i, p in enumerate(pieces) if p.kind == "code")
-        pieces[last] = Piece("code", pieces[last].text.replace("\nprint(", " + 1\nprint("))
+        pieces[last] = dataclasses.replace(
+            pieces[last], text=pieces[last].text.replace("\nprint(", " + 1\nprint("))
         return pieces
 
 
@@ -59,8 +57,8 @@ class ForgetsState(RuleBasedConverter):
 
 
 class NoPlan(RuleBasedConverter):
-    def convert(self, problem: SyntheticProblem) -> list[Piece] | None:
-        return None
+    async def convert(self, task: Task) -> list[Piece]:
+        return []
 
 
 class AnswersEarly(RuleBasedConverter):
@@ -75,11 +73,11 @@ def test_every_call_is_found_by_find_call(name: str) -> None:
     fmt = get_format(name)
     for problem in PROBLEMS:
         text = ""
-        pieces = RuleBasedConverter().convert(problem)
+        pieces = asyncio.run(RuleBasedConverter().convert(problem))
         assert pieces is not None and pieces[-1].kind == "text"
         codes = [p for p in pieces if p.kind == "code"]
-        assert len(codes) == len(problem.steps)
-        for piece, step in zip(pieces[::2], problem.steps, strict=False):
+        assert len(codes) == len(steps_of(problem))
+        for piece, step in zip(pieces[::2], steps_of(problem), strict=False):
             assert str(step.value) not in piece.text  # the lead leaves the result out
         for piece in pieces:
             if piece.kind == "text":
@@ -104,19 +102,19 @@ async def test_inject_keeps_verified_trajectories(pool: SandboxPool) -> None:
         assert record["id"] == problem.id and record["answer"] == problem.answer
         assert record["messages"] == build_messages(problem.problem, fmt)
         flags = [piece["train"] for piece in record["completion"]]
-        assert flags == [True, False] * len(problem.steps) + [True]
+        assert flags == [True, False] * len(steps_of(problem)) + [True]
         outputs = [p["text"] for p in record["completion"] if not p["train"]]
         assert outputs == [fmt.render(ExecResult(stdout=f"{s.value}\n"), max_chars=2000)
-                           for s in problem.steps]
+                           for s in steps_of(problem)]
         assert record["completion"][-1]["text"].endswith(f"\\boxed{{{problem.answer}}}.")
     assert "kept 12/12" in report.summary()
 
 
 async def test_state_carries_across_snippets(pool: SandboxPool) -> None:
-    problem = next(p for p in PROBLEMS if len(p.steps) == 3)
+    problem = next(p for p in PROBLEMS if len(steps_of(p)) == 3)
     converter = RuleBasedConverter()
-    later = converter.code(problem.steps[1])
-    assert problem.steps[0].name in later and str(problem.steps[0].value) not in later
+    later = converter.code(steps_of(problem)[1])
+    assert steps_of(problem)[0].name in later and str(steps_of(problem)[0].value) not in later
     alone = await pool.run(later)  # a fresh session does not know the earlier name
     assert alone.error_type == "NameError"
     report = await inject([problem], converter, get_format("markdown"), pool)
@@ -126,9 +124,9 @@ async def test_state_carries_across_snippets(pool: SandboxPool) -> None:
 async def test_broken_trajectories_are_dropped_with_reasons(pool: SandboxPool) -> None:
     fmt = get_format("tool_call")
     good, wrong_expr, no_state, tampered, bad_gold, no_plan, early = PROBLEMS[:7]
-    steps = list(tampered.steps)
+    steps = list(tampered.meta["steps"])
     steps[0] = dataclasses.replace(steps[0], value=steps[0].value + 7)
-    tampered = dataclasses.replace(tampered, steps=tuple(steps))
+    tampered = dataclasses.replace(tampered, meta={**tampered.meta, "steps": tuple(steps)})
     bad_gold = dataclasses.replace(bad_gold, answer=str(int(bad_gold.answer) + 1))
     cases = [(good, RuleBasedConverter()), (wrong_expr, WrongExpression()),
              (no_state, ForgetsState()), (tampered, RuleBasedConverter()),
@@ -140,12 +138,12 @@ async def test_broken_trajectories_are_dropped_with_reasons(pool: SandboxPool) -
         report.dropped.update(part.dropped)
         report.failures += part.failures
     assert [r["id"] for r in report.records] == [good.id]
-    assert dict(report.dropped) == {"mismatch": 2, "error": 1, "wrong_answer": 1,
+    assert dict(report.dropped) == {"output_mismatch": 2, "error": 1, "wrong_answer": 1,
                                     "no_plan": 1, "malformed": 1}
     by_id = {f["id"]: f for f in report.failures}
     assert by_id[no_state.id]["reason"] == "error" and "NameError" in by_id[no_state.id]["detail"]
-    assert by_id[wrong_expr.id]["reason"] == "mismatch"
-    assert by_id[tampered.id]["reason"] == "mismatch"
+    assert by_id[wrong_expr.id]["reason"] == "output_mismatch"
+    assert by_id[tampered.id]["reason"] == "output_mismatch"
     assert by_id[bad_gold.id]["reason"] == "wrong_answer"
     assert by_id[early.id]["reason"] == "malformed"
     assert report.total == len(cases)
@@ -153,7 +151,7 @@ async def test_broken_trajectories_are_dropped_with_reasons(pool: SandboxPool) -
 
 async def test_mixed_batch_counts_every_problem(pool: SandboxPool) -> None:
     report = await inject(PROBLEMS, WrongExpression(), get_format("markdown"), pool)
-    assert report.kept == 0 and report.dropped["mismatch"] == len(PROBLEMS)
+    assert report.kept == 0 and report.dropped["output_mismatch"] == len(PROBLEMS)
     assert len(report.failures) == len(PROBLEMS)
 
 
@@ -187,7 +185,7 @@ def test_text_only_example() -> None:
     record = text_only_example(problem, "Think step by step.")
     assert record["messages"] == build_messages(problem.problem, get_format("markdown"),
                                                 "Think step by step.")
-    assert record["completion"] == [{"text": problem.cot, "train": True}]
+    assert record["completion"] == [{"text": problem.solution, "train": True}]
     assert record["answer"] == problem.answer and record["id"] == problem.id
 
 
@@ -235,21 +233,21 @@ async def test_native_records_replay_through_the_chat_loop(pool: SandboxPool) ->
         assert "completion" not in record and record["tools"] == [tool_spec()]
         messages = record["messages"]
         assert [m["role"] for m in messages[:2]] == ["system", "user"]
-        assert len([m for m in messages if m["role"] == "tool"]) == len(problem.steps)
+        assert len([m for m in messages if m["role"] == "tool"]) == len(steps_of(problem))
         replies = [{**m, "finish_reason": "tool_calls" if m.get("tool_calls") else "stop"}
                    for m in messages if m["role"] == "assistant"]
         backend = FakeChatBackend(replies)
         traj = await run_chat_episode(problem.problem, backend, pool)
         assert traj.finish_reason == "answered" and traj.answer == problem.answer
         assert backend.seen[-1] == messages[:-1]  # the whole conversation before the answer
-        step_values = [str(s.value) for s in problem.steps]
+        step_values = [str(s.value) for s in steps_of(problem)]
         assert [t.result.stdout.strip() for t in traj.tool_calls] == step_values
 
 
 async def test_native_records_drop_like_text_records(pool: SandboxPool) -> None:
     report = await inject(PROBLEMS[:4], WrongExpression(), get_format("markdown"), pool,
                           native=True)
-    assert report.kept == 0 and report.dropped["mismatch"] == 4
+    assert report.kept == 0 and report.dropped["output_mismatch"] == 4
 
 
 async def test_native_record_that_answers_before_a_call_is_dropped(pool: SandboxPool) -> None:

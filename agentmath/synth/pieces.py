@@ -1,0 +1,58 @@
+"""What every converter produces: a plan of text and code pieces, with simulated outputs.
+
+A converter (rule-based, or a teacher LLM) turns a :class:`~agentmath.datasets.Task` (a problem
+with a gold answer) into a list of :class:`Piece`: model text and code snippets, in order.
+A code piece may carry the output its author *expected* (the teacher's simulated output, or
+the rule-based converter's step value); the pipeline runs every snippet for real, replaces the
+simulated outputs with the real ones and checks that they agree.
+
+A converter that cannot plan raises :class:`Rejected` naming the reason, so that the funnel
+report can say why a task left at the ``convert`` stage.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal, Protocol
+
+from agentmath.datasets import Task
+from agentmath.errors import AgentMathError
+
+
+@dataclass(frozen=True)
+class Piece:
+    """One planned piece of a trajectory: model ``text``, or a ``code`` snippet to run.
+
+    ``simulated``: for code, the output its author expected (None: none was written).
+    """
+
+    kind: Literal["text", "code"]
+    text: str
+    simulated: str | None = None
+
+
+class Rejected(AgentMathError):
+    """A task left the pipeline at ``stage`` for ``reason`` (a short snake_case word);
+    ``detail`` says what exactly, for the funnel report's examples."""
+
+    def __init__(self, stage: str, reason: str, detail: str) -> None:
+        super().__init__(f"{stage}: {reason}: {detail}")
+        self.stage, self.reason, self.detail = stage, reason, detail
+
+
+class Converter(Protocol):
+    """Plans a tool trajectory for a problem with a gold answer (one step of the pipeline)."""
+
+    name: str
+
+    async def convert(self, task: Task) -> list[Piece]:
+        """Text and code pieces in order (tool outputs are filled in by execution).
+
+        Raises :class:`Rejected` (stage ``convert``) when no plan can be made.
+        """
+        ...
+
+
+def code_pieces(pieces: list[Piece]) -> list[Piece]:
+    """The code pieces of a plan, in order."""
+    return [p for p in pieces if p.kind == "code"]
