@@ -20,6 +20,7 @@ from agentmath.cli import rl as rl_cmd
 from agentmath.cli import sandbox as sandbox_cmd
 from agentmath.cli import sft as sft_cmd
 from agentmath.cli import solve as solve_cmd
+from agentmath.cli import synth as synth_cmd
 
 app = typer.Typer(
     name="agentmath",
@@ -39,6 +40,7 @@ app.command("eval")(eval_cmd.eval_command)
 app.command("sft")(sft_cmd.sft)
 app.command("grow")(grow_cmd.grow)
 app.command("rl")(rl_cmd.rl)
+app.command("synth")(synth_cmd.synth)
 
 
 def _print_version(value: bool) -> None:

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -120,13 +120,15 @@ def drop_errors(run_dir: Path) -> int:
     return len(errors)
 
 
-def load_records(run_dir: Path) -> list[dict[str, Any]]:
-    """Read samples.jsonl, cutting off a partial last line (left by a kill mid-write).
+def load_records(run_dir: Path, name: str = SAMPLES_FILE,
+                 key: Sequence[str] = RECORD_KEY) -> list[dict[str, Any]]:
+    """Read samples.jsonl (or the append-only log ``name`` whose records all have ``key``),
+    cutting off a partial last line (left by a kill mid-write).
 
     A malformed line anywhere else is a :class:`DataError` naming the file and line: that is
     not something a crash produces, and dropping it silently would lose data.
     """
-    path = run_dir / SAMPLES_FILE
+    path = run_dir / name
     if not path.exists():
         return []
     data = path.read_bytes()
@@ -134,16 +136,16 @@ def load_records(run_dir: Path) -> list[dict[str, Any]]:
     if complete < len(data):
         with open(path, "r+b") as fh:  # drop the torn tail so the next append starts clean
             fh.truncate(complete)
-    return [parse_line(path, lineno, line, RECORD_KEY)
+    return [parse_line(path, lineno, line, key)
             for lineno, line in enumerate(data[:complete].splitlines(), start=1)
             if line.strip()]
 
 
 class SampleWriter:
-    """Appends records to samples.jsonl, one ``write`` per record."""
+    """Appends records to samples.jsonl (or the log ``name``), one ``write`` per record."""
 
-    def __init__(self, run_dir: Path) -> None:
-        self.path = run_dir / SAMPLES_FILE
+    def __init__(self, run_dir: Path, name: str = SAMPLES_FILE) -> None:
+        self.path = run_dir / name
         self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
 
     def append(self, record: dict[str, Any]) -> None:
