@@ -28,7 +28,7 @@ from dataclasses import dataclass
 
 from agentmath.synth.pieces import Piece, Rejected
 
-_NUMBER = re.compile(r"(?<![\w.])-?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?(?![\w.])")
+_NUMBER = re.compile(r"(?<![\w.])-?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?(?!\w|\.\d)")
 _WORD = re.compile(r"[A-Za-z_]\w*")
 _WORK = (ast.BinOp, ast.BoolOp, ast.Compare, ast.For, ast.AsyncFor, ast.While, ast.ListComp,
          ast.SetComp, ast.DictComp, ast.GeneratorExp, ast.Import, ast.ImportFrom,

@@ -109,7 +109,7 @@ def _typo(code: str, tree: ast.Module, earlier: set[str], taken: set[str],
     if first is None:
         return None
     loads = [n for n in ast.walk(first) if isinstance(n, ast.Name)
-             and isinstance(n.ctx, ast.Load) and n.id in earlier and len(n.id) >= 3]
+             and isinstance(n.ctx, ast.Load) and n.id in earlier and len(n.id) >= 2]
     if not loads:
         return None
     node = min(loads, key=lambda n: (n.lineno, n.col_offset))
