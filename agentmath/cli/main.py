@@ -10,6 +10,7 @@ import typer
 
 from agentmath import __version__
 from agentmath.cli import datasets as datasets_cmd
+from agentmath.cli import decontam as decontam_cmd
 from agentmath.cli import demo as demo_cmd
 from agentmath.cli import eval as eval_cmd
 from agentmath.cli import example as example_cmd
@@ -40,6 +41,8 @@ app.command("eval")(eval_cmd.eval_command)
 app.command("sft")(sft_cmd.sft)
 app.command("grow")(grow_cmd.grow)
 app.command("rl")(rl_cmd.rl)
+app.command("decontam")(decontam_cmd.decontam)
+app.command("dedup")(decontam_cmd.dedup)
 app.command("synth")(synth_cmd.synth)
 
 
