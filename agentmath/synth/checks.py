@@ -3,11 +3,11 @@
 AST filter (stage ``ast``): a snippet must do work the text could not. Rejected are
 ``syntax_error``; ``trivial`` snippets that compute nothing (a lone ``print(42)``, constants
 assigned and printed: no operator, no call other than ``print``, no loop or comprehension, no
-import, no subscript); snippets that ``restate_text`` (arithmetic on literals only whose
-printed result the preceding text already states, e.g. "12 * 13 = 156" then
-``print(12 * 13)``); and snippets over the size limits (``too_long`` in lines or characters,
-``too_deep`` in AST nesting). Hand-written because it is a handful of AST walks; no linter
-answers "does this code add anything".
+import, no subscript, and no name read from the session); snippets that ``restate_text``
+(arithmetic on literals only whose printed result the preceding text already states, e.g.
+"12 * 13 = 156" then ``print(12 * 13)``); and snippets over the size limits (``too_long``
+in lines or characters, ``too_deep`` in AST nesting). Hand-written because it is a handful
+of AST walks; no linter answers "does this code add anything".
 
 Output agreement (stage ``outputs``): the real output must say what the simulated one said.
 Numbers are compared as numbers (integers exactly; ``0.3333`` agrees with ``0.333333333``:
@@ -50,8 +50,19 @@ def _depth(node: ast.AST, level: int = 0) -> int:
     return level if not children else max(_depth(c, level + 1) for c in children)
 
 
+def _reads_state(tree: ast.Module) -> bool:
+    """Whether the snippet reads a name it does not bind itself (a value from the session)."""
+    stored = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)
+              and isinstance(n.ctx, ast.Store)}
+    return any(isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)
+               and n.id != "print" and n.id not in stored for n in ast.walk(tree))
+
+
 def _does_work(tree: ast.Module) -> bool:
-    """Whether any node computes something (an operator, a non-print call, a loop...)."""
+    """Whether any node computes something (an operator, a non-print call, a loop...) or
+    shows a value computed earlier in the session."""
+    if _reads_state(tree):
+        return True
     for node in ast.walk(tree):
         if isinstance(node, _WORK):
             return True

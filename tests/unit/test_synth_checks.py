@@ -43,7 +43,8 @@ def test_trivial_snippets_are_rejected(code: str) -> None:
 @pytest.mark.parametrize("code", [
     "print(3827 * 46)", "import math\nprint(math.comb(10, 3))", "total = sum(range(101))",
     "xs = [1, 2]\nprint(xs[0])", "for i in range(3):\n    print(i)", "print(abs(-3))",
-    "from sympy import symbols\nx = symbols('x')", "print(-x)",
+    "from sympy import symbols\nx = symbols('x')", "print(-x)", "print(total)",
+    "print(f'{total} apples')", "roots",
 ])
 def test_snippets_that_compute_pass(code: str) -> None:
     assert _reason(code) is None
