@@ -4,8 +4,9 @@ Run: ``.venv/bin/python benchmarks/eval_overhead.py`` (``--quick`` for a smoke r
 
 * overhead per sample: ``run_eval`` with a scripted backend (no model) on a synthetic dataset,
   through the real sandbox, grading and the samples.jsonl store — what the harness itself costs;
-* throughput: the tiny test model (agentmath's own tool model, built offline and cached; see
-  tests/fixtures/models.py) on its held-out problems through the ``hf`` backend, which batches
+* throughput: a tiny tool model (agentmath's own, grown offline with the test model's recipe
+  by :func:`agentmath.recipes.tool_model.cached_tool_model` and cached under
+  ``~/.cache/agentmath-bench``) on its held-out problems through the ``hf`` backend, which batches
   concurrent requests, at several ``--concurrency`` levels, with real tool calls in the real
   sandbox; concurrency 1 is the sequential baseline.
 """
@@ -15,12 +16,9 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import sys
 import tempfile
 import time
 from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # for tests.fixtures.models
 
 from _common import print_table  # noqa: E402
 
@@ -53,16 +51,17 @@ async def overhead(tmp: Path, problems: int, samples: int) -> tuple[float, float
     return (stamps[0] - start) * 1000, steady
 
 
-async def throughput(tmp: Path, model_dir: Path, concurrency: int,
+async def throughput(tmp: Path, model_root: Path, concurrency: int,
                      n: int) -> tuple[float, dict]:
     """Samples per second with the tiny model through the batching hf backend, on its
     held-out problems with its code_interpreter prompt (so the samples call the sandbox);
     and the run's metrics."""
     from agentmath.backends.hf import HFBackend
-    from tests.fixtures.models import held_out_problems
+    from agentmath.jsonl import read_jsonl
 
-    rows = [{"id": p.id, "problem": p.problem, "answer": p.answer}
-            for p in held_out_problems()]
+    model_dir = model_root / "final"
+    rows = [{"id": r["id"], "problem": r["problem"], "answer": r["answer"]}
+            for r in read_jsonl(model_root / "test.jsonl")]
     rows = [rows[i % len(rows)] | {"id": f"{rows[i % len(rows)]['id']}-{i}"} for i in range(n)]
     data = tmp / f"data-{concurrency}.jsonl"
     data.write_text("".join(json.dumps(r) + "\n" for r in rows))
@@ -78,7 +77,7 @@ async def throughput(tmp: Path, model_dir: Path, concurrency: int,
     return n / (time.perf_counter() - start), metrics
 
 
-async def main(quick: bool, model_dir: Path) -> None:
+async def main(quick: bool, model_root: Path) -> None:
     rows = []
     with tempfile.TemporaryDirectory() as d:
         tmp = Path(d)
@@ -90,7 +89,7 @@ async def main(quick: bool, model_dir: Path) -> None:
         n = 16 if quick else 64
         base = None
         for conc in (1, 4, 16) if quick else (1, 4, 16, 64):
-            rate, metrics = await throughput(tmp, model_dir, conc, n)
+            rate, metrics = await throughput(tmp, model_root, conc, n)
             base = base or rate
             rows.append((f"tiny model (hf backend), concurrency {conc}", f"{rate:.2f} samples/s",
                          f"{rate / base:.1f}x vs concurrency 1"))
@@ -107,7 +106,14 @@ if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--quick", action="store_true", help="smaller (smoke run)")
     quick = parser.parse_args().quick
-    from tests.fixtures.models import build_tiny_model_dir
+    from agentmath.recipes.tool_model import NATIVE, ToolModelConfig, cached_tool_model
 
+    # The test model's recipe (tests/fixtures/models.py), grown here without the test suite.
+    config = ToolModelConfig(
+        seed=0, train_problems=1000, test_problems=50, max_digits=3,
+        formats=["code_interpreter", "markdown", "tool_call", "openai_tools", NATIVE],
+        model_size="nano", steps=300, batch_size=16, learning_rate=3e-3, max_length=512,
+        vocab_size=1024)
+    root = Path.home() / ".cache" / "agentmath-bench"
     # Built (or loaded from the cache) before the event loop: building runs its own.
-    asyncio.run(main(quick, build_tiny_model_dir()))
+    asyncio.run(main(quick, cached_tool_model(config, root)))

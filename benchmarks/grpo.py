@@ -61,7 +61,6 @@ import contextlib
 import hashlib
 import json
 import os
-import shutil
 import statistics
 import sys
 import tempfile
@@ -90,21 +89,9 @@ def _key(obj: Any) -> str:
 
 def build_model(cfg: ToolModelConfig, out: Path, log: Any) -> Path:
     """The cached model directory (``final/``, ``test.jsonl``, ``tool_model.json``)."""
-    from agentmath.recipes.tool_model import build_tool_model
+    from agentmath.recipes.tool_model import cached_tool_model
 
-    target = out / f"model-{_key(cfg.model_dump(mode='json'))}"
-    if (target / "tool_model.json").exists():
-        log(f"model: cached {target}")
-        return target
-    out.mkdir(parents=True, exist_ok=True)
-    log(f"model: growing a {cfg.model_size} tool model ({cfg.steps} SFT steps) -> {target}")
-    staging = Path(tempfile.mkdtemp(prefix=".build-", dir=out))
-    try:
-        build_tool_model(cfg, staging, stage=lambda s: log(f"  {s}"), progress=False)
-        staging.rename(target)
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
-    return target
+    return cached_tool_model(cfg, out, stage=log)
 
 
 def training_rows(cfg: ToolModelConfig, n: int, seed: int) -> list[dict[str, Any]]:

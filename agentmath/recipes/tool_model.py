@@ -96,10 +96,10 @@ async def tool_records(problems: Sequence[Any], formats: Sequence[str], *,
     """Verified SFT records, problem i in ``formats[i % len(formats)]``; and conversion stats
     (kept, dropped by reason, seconds) per format. ``native`` makes chat records.
     ``system_prompts``: per format (see :class:`ToolModelConfig`)."""
-    from agentmath.synth.converters import RuleBasedConverter
-    from agentmath.synth.inject import inject
     from agentmath.formats import get_format
     from agentmath.sandbox import SandboxPool
+    from agentmath.synth.converters import RuleBasedConverter
+    from agentmath.synth.inject import inject
 
     records: list[dict] = []
     stats: dict[str, Any] = {}
@@ -150,8 +150,8 @@ def build_tool_model(cfg: ToolModelConfig, out: Path, stage: Stage = print,
                      progress: bool = True) -> dict[str, Any]:
     """Run every step; the model + tokenizer end in ``out/final``, the held-out problems in
     ``out/test.jsonl`` and a summary in ``out/tool_model.json`` (also returned)."""
-    from agentmath.jsonl import write_jsonl
     from agentmath.data.synthetic import to_task_rows
+    from agentmath.jsonl import write_jsonl
     from agentmath.models.tiny import build_tokenizer
 
     started = time.monotonic()
@@ -174,3 +174,29 @@ def build_tool_model(cfg: ToolModelConfig, out: Path, stage: Stage = print,
                "seconds": round(time.monotonic() - started, 1)}
     (out / "tool_model.json").write_text(json.dumps(summary, indent=2) + "\n")
     return summary
+
+
+def cached_tool_model(cfg: ToolModelConfig, root: Path, stage: Stage = print) -> Path:
+    """The directory of a model grown with ``cfg`` under ``root`` (``final/``, ``test.jsonl``,
+    ``tool_model.json``), grown once and reused: the key is a hash of the config, and a
+    half-built directory is never mistaken for a finished one (built aside, then renamed)."""
+    import hashlib
+    import shutil
+    import tempfile
+
+    key = hashlib.sha256(json.dumps(cfg.model_dump(mode="json"), sort_keys=True)
+                         .encode()).hexdigest()[:12]
+    target = root / f"model-{key}"
+    if (target / "tool_model.json").exists():
+        stage(f"model: cached {target}")
+        return target
+    root.mkdir(parents=True, exist_ok=True)
+    stage(f"model: growing a {cfg.model_size} tool model ({cfg.steps} SFT steps) -> {target}")
+    staging = Path(tempfile.mkdtemp(prefix=".build-", dir=root))
+    try:
+        build_tool_model(cfg, staging, stage=lambda s: stage(f"  {s}"), progress=False)
+        staging.rename(target)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return target
+
