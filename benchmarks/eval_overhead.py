@@ -105,7 +105,10 @@ async def main(quick: bool, model_root: Path) -> None:
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--quick", action="store_true", help="smaller (smoke run)")
-    quick = parser.parse_args().quick
+    parser.add_argument("--model", type=Path, default=None, help=(
+        "a grown tool-model directory (final/ and test.jsonl) to use instead of growing one"))
+    args = parser.parse_args()
+    quick = args.quick
     from agentmath.recipes.tool_model import NATIVE, ToolModelConfig, cached_tool_model
 
     # The test model's recipe (tests/fixtures/models.py), grown here without the test suite.
@@ -116,4 +119,4 @@ if __name__ == "__main__":
         vocab_size=1024)
     root = Path.home() / ".cache" / "agentmath-bench"
     # Built (or loaded from the cache) before the event loop: building runs its own.
-    asyncio.run(main(quick, cached_tool_model(config, root)))
+    asyncio.run(main(quick, args.model or cached_tool_model(config, root)))

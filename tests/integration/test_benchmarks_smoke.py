@@ -20,11 +20,12 @@ pytestmark = [pytest.mark.integration, pytest.mark.slow]
 ])
 def test_benchmark_runs_and_prints_its_table(script: str, expect: str,
                                              request: pytest.FixtureRequest) -> None:
-    if script == "eval_overhead.py":
-        request.getfixturevalue("tiny_model_dir")  # built here (cached), not in the script
+    extra = []
+    if script == "eval_overhead.py":  # the test model (cached), not one the script grows
+        extra = ["--model", str(request.getfixturevalue("tiny_model_dir").parent)]
     env = {"PATH": "/usr/bin:/bin", "COLUMNS": "200"}
     env.update({k: os.environ[k] for k in ("HOME", "AGENTMATH_TEST_CACHE") if k in os.environ})
-    proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / script), "--quick"],
+    proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / script), "--quick", *extra],
                           capture_output=True, text=True, timeout=600, cwd=str(ROOT), env=env)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert expect in proc.stdout
