@@ -28,7 +28,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from agentmath.synth.normalize import canonical_text, fingerprint, number_agreement, numbers
+from agentmath.synth.normalize import fingerprint, model_text, number_agreement, numbers
 
 # --------------------------------------------------------------------------- the protocol
 
@@ -260,8 +260,7 @@ def _cpu_has_bf16(torch: Any) -> bool:
 
 class SemanticDetector:
     """Cosine similarity of all-MiniLM-L6-v2 sentence embeddings of
-    :func:`~agentmath.synth.normalize.canonical_text` (numbers kept: a problem with other
-    numbers is the lexical detectors' catch, and masked numbers make short calculations alike).
+    :func:`~agentmath.synth.normalize.model_text` (LaTeX as plain text, numbers kept).
 
     Embeddings place two problems on one topic with one story close together even when they
     ask different things ("how big is Peter's locker" / "how big is Timothy's locker"), so a
@@ -295,13 +294,13 @@ class SemanticDetector:
             return np.empty((0, 0), np.float32)
         if self._model is None:
             self._model = _load_model(self.model_path, self.device, self.dtype)
-        unique = list(dict.fromkeys(canonical_text(t) for t in texts))
+        unique = list(dict.fromkeys(model_text(t) for t in texts))
         vectors = self._model.encode(unique, batch_size=self.batch_size, convert_to_numpy=True,
                                      normalize_embeddings=True, show_progress_bar=False)
         vectors = np.asarray(vectors, dtype=np.float32)
         vectors /= np.maximum(np.linalg.norm(vectors, axis=1, keepdims=True), 1e-12)
         row = {text: i for i, text in enumerate(unique)}
-        return vectors[[row[canonical_text(t)] for t in texts]]
+        return vectors[[row[model_text(t)] for t in texts]]
 
     def index(self, texts: Sequence[str]) -> None:
         self._refs = self.embed(texts)
@@ -318,11 +317,17 @@ class SemanticDetector:
             sims = queries[start:stop] @ refs.T
             if earlier_only:  # reference j counts for query i only when j < i
                 sims[:, start:stop][np.triu_indices(stop - start)] = -2.0
-            rows, cols = np.nonzero(sims >= self.threshold)
             hits: list[dict[int, float]] = [{} for _ in range(stop - start)]
-            for r, c in zip(rows.tolist(), cols.tolist(), strict=True):
-                if self.numbers_agree <= 0 or number_agreement(
-                        numbers(texts[start + r]), self._ref_numbers[c]) >= self.numbers_agree:
-                    hits[r][c] = float(sims[r, c])
+            above = sims >= self.threshold
+            for r in np.flatnonzero(above.any(axis=1)).tolist():
+                cols = np.flatnonzero(above[r])
+                # the best max_matches only (earliest first among ties): a cluster of 10,000
+                # copies must not cost 10,000 number checks per copy
+                cols = cols[np.argsort(-sims[r, cols], kind="stable")[:self.max_matches]]
+                mine = numbers(texts[start + r])
+                for c in cols.tolist():
+                    if self.numbers_agree <= 0 or number_agreement(
+                            mine, self._ref_numbers[c]) >= self.numbers_agree:
+                        hits[r][c] = float(sims[r, c])
             results += [_ranked(h, self.max_matches) for h in hits]
         return results

@@ -6,7 +6,7 @@ multiply, that ``30^\\circ`` is ``30 degrees``, or that a problem with its numbe
 still the same problem. Two levels:
 
 - :func:`canonical_text`: LaTeX and Unicode math rewritten as plain lowercase text, numbers
-  kept (what the embedding model reads);
+  kept; :func:`model_text`, what the embedding model reads, is that without function words;
 - :func:`fingerprint`: the token stream the N-gram and MinHash detectors compare: numbers
   (digits, fractions, decimals, number words) masked as ``#``, stopwords and punctuation
   dropped, common synonyms of problem wording mapped to one word (compute / calculate /
@@ -222,6 +222,14 @@ _IRREGULAR = {"its": "it", "this": "this", "has": "have", "was": "was", "is": "i
               "minus": "minus", "sinus": "sinus", "less": "less", "unless": "unless"}
 
 
+#: Function words left out of what the embedding model reads (negations and quantifiers stay):
+#: about a sixth fewer tokens, and rewordings and distinct problems separate as well as with
+#: the full text on the built-in benchmarks.
+_MODEL_STOPWORDS = _STOPWORDS - frozenset(
+    "not no more most than each every all only exactly both either neither same other another "
+    "many much".split())
+
+
 def _stem(word: str) -> str:
     """A light, deterministic suffix stripper (plurals, ``-ing``, ``-ed``); its only job is
     to map inflections of one word to one token, not to produce dictionary words."""
@@ -254,6 +262,14 @@ def _apply_phrases(words: list[str]) -> list[str]:
             out.append(words[i])
             i += 1
     return out
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def model_text(text: str) -> str:
+    """What the embedding model reads: :func:`canonical_text` without function words (numbers
+    kept: a copy with other numbers is the lexical detectors' catch, and masked numbers would
+    make every short calculation look alike)."""
+    return " ".join(w for w in canonical_text(text).split() if w not in _MODEL_STOPWORDS)
 
 
 def _tokens(text: str, mask: bool) -> list[str]:
