@@ -27,7 +27,7 @@ NGRAM_THRESHOLD = typer.Option(0.5, "--ngram-threshold", help=(
 MINHASH_THRESHOLD = typer.Option(0.5, "--minhash-threshold", help="Estimated Jaccard.")
 MINHASH_PERM = typer.Option(128, "--minhash-perm", help="MinHash permutations.")
 MINHASH_SHINGLE = typer.Option(2, "--minhash-shingle", help="Words per shingle.")
-SEMANTIC_THRESHOLD = typer.Option(0.88, "--semantic-threshold", help="Cosine similarity.")
+SEMANTIC_THRESHOLD = typer.Option(0.85, "--semantic-threshold", help="Cosine similarity.")
 SEMANTIC_NUMBERS = typer.Option(0.5, "--semantic-numbers", help=(
     "Share of numbers a semantic match must keep (multiset Jaccard; 0 turns it off)."))
 SEMANTIC_MODEL = typer.Option(None, "--semantic-model", help=(

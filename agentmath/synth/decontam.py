@@ -111,7 +111,7 @@ class DetectorSettings:
     minhash_threshold: float = 0.5
     minhash_perm: int = 128
     minhash_shingle: int = 2
-    semantic_threshold: float = 0.88
+    semantic_threshold: float = 0.85
     semantic_numbers: float = 0.5
     semantic_model: str | None = None
     semantic_device: str = "auto"

