@@ -26,7 +26,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from agentmath.synth.pieces import Piece, Rejected
+from agentmath.synth.pieces import Piece, Rejected, model_turns
 
 _NUMBER = re.compile(r"(?<![\w.])-?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?(?!\w|\.\d)")
 _WORD = re.compile(r"[A-Za-z_]\w*")
@@ -120,15 +120,9 @@ def check_snippet(code: str, before: str, limits: AstLimits, index: int,
 
 def check_snippets(pieces: Sequence[Piece], limits: AstLimits) -> None:
     """The AST filter over every snippet of a plan."""
-    before = ""
-    index = 0
-    for piece in pieces:
-        if piece.kind == "text":
-            before += piece.text
-            continue
-        index += 1
-        check_snippet(piece.text, before, limits, index, piece.simulated)
-        before = ""
+    for index, before, piece in model_turns(pieces):
+        if piece is not None:
+            check_snippet(piece.text, before, limits, index, piece.simulated)
 
 
 def _close(a: float, b: float) -> bool:

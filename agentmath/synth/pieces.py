@@ -12,6 +12,7 @@ report can say why a task left at the ``convert`` stage.
 
 from __future__ import annotations
 
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Literal, Protocol
 
@@ -56,3 +57,18 @@ class Converter(Protocol):
 def code_pieces(pieces: list[Piece]) -> list[Piece]:
     """The code pieces of a plan, in order."""
     return [p for p in pieces if p.kind == "code"]
+
+
+def model_turns(pieces: Sequence[Piece]) -> Iterator[tuple[int, str, Piece | None]]:
+    """The plan as the loop sees it: for each snippet, ``(index, lead, snippet)`` with its
+    1-based index and the text written since the previous snippet; then ``(n + 1, tail,
+    None)`` with the text after the last one."""
+    lead, index = "", 0
+    for piece in pieces:
+        if piece.kind == "text":
+            lead += piece.text
+            continue
+        index += 1
+        yield index, lead, piece
+        lead = ""
+    yield index + 1, lead, None

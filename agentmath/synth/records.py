@@ -30,7 +30,7 @@ from agentmath.formats.base import ToolFormat
 from agentmath.formats.openai_tools import OPENAI_TOOLS, TOOL_NAME, tool_message, tool_spec
 from agentmath.grading import extract_answer
 from agentmath.sandbox.result import ExecResult
-from agentmath.synth.pieces import Piece, Rejected
+from agentmath.synth.pieces import Piece, Rejected, model_turns
 
 
 @dataclass(frozen=True)
@@ -65,13 +65,13 @@ def check_plan(pieces: Sequence[Piece], fmt: ToolFormat) -> None:
     """Raise :class:`Rejected` (stage ``format``) when the loop would not replay the plan:
     a snippet that the format cannot carry, a model turn that answers before its call or
     holds a call of its own, or a final turn with a call in it."""
-    turn = ""
-    index = 0
-    for piece in pieces:
-        if piece.kind == "text":
-            turn += piece.text
-            continue
-        index += 1
+    for index, turn, piece in model_turns(pieces):
+        if piece is None:
+            if index == 1:
+                raise Rejected("format", "no_code", "the plan has no code snippet")
+            if fmt.find_call(turn) is not None:
+                raise Rejected("format", "malformed", "the final model turn contains a call")
+            return
         found = fmt.find_call(call_text(fmt, piece.text))
         if found is None or found.code != piece.text:
             raise Rejected("format", "malformed", f"snippet {index} does not survive the "
@@ -80,11 +80,6 @@ def check_plan(pieces: Sequence[Piece], fmt: ToolFormat) -> None:
             raise Rejected("format", "malformed", f"model turn {index} answers before its call")
         if fmt.find_call(turn) is not None:
             raise Rejected("format", "malformed", f"model turn {index} holds a second call")
-        turn = ""
-    if index == 0:
-        raise Rejected("format", "no_code", "the plan has no code snippet")
-    if fmt.find_call(turn) is not None:
-        raise Rejected("format", "malformed", "the final model turn contains a call")
 
 
 def final_text(events: Sequence[Event]) -> str:
