@@ -24,10 +24,12 @@ DETECTORS_OPTION = typer.Option("ngram,minhash,semantic", "--detectors", help=(
 NGRAM_N = typer.Option(13, "--ngram-n", help="Words per N-gram.")
 NGRAM_THRESHOLD = typer.Option(0.5, "--ngram-threshold", help=(
     "Shared N-grams / N-grams of the shorter text, at or above which texts match."))
-MINHASH_THRESHOLD = typer.Option(0.5, "--minhash-threshold", help="Estimated Jaccard.")
+MINHASH_THRESHOLD = typer.Option(0.5, "--minhash-threshold", help=(
+    "Estimated Jaccard similarity of the shingle sets at or above which texts match."))
 MINHASH_PERM = typer.Option(128, "--minhash-perm", help="MinHash permutations.")
 MINHASH_SHINGLE = typer.Option(2, "--minhash-shingle", help="Words per shingle.")
-SEMANTIC_THRESHOLD = typer.Option(0.85, "--semantic-threshold", help="Cosine similarity.")
+SEMANTIC_THRESHOLD = typer.Option(0.85, "--semantic-threshold", help=(
+    "Cosine similarity of the MiniLM embeddings at or above which texts match."))
 SEMANTIC_NUMBERS = typer.Option(0.5, "--semantic-numbers", help=(
     "Share of numbers a semantic match must keep (multiset Jaccard; 0 turns it off)."))
 SEMANTIC_MODEL = typer.Option(None, "--semantic-model", help=(

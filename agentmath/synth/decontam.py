@@ -115,7 +115,7 @@ class DetectorSettings:
     semantic_numbers: float = 0.5
     semantic_model: str | None = None
     semantic_device: str = "auto"
-    semantic_batch_size: int = 64
+    semantic_batch_size: int = 32
 
 
 def parse_detectors(names: str | Iterable[str]) -> list[str]:

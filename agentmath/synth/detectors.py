@@ -297,7 +297,7 @@ class SemanticDetector:
 
     def __init__(self, threshold: float = 0.85, numbers_agree: float = 0.5,
                  model: str | None = None, device: str = "auto", dtype: str = "auto",
-                 batch_size: int = 64, block: int = 256, chunk: int = 4096,
+                 batch_size: int = 32, block: int = 256, chunk: int = 4096,
                  max_matches: int = 64) -> None:
         if not -1.0 <= threshold <= 1.0:
             raise ValueError(f"semantic: threshold must be a cosine in [-1, 1], got {threshold}")
