@@ -101,7 +101,8 @@ def score(corpus: Any, removed: list[list[Any]]) -> dict[str, Any]:
 
     planted = {k: sum(1 for kind in corpus.kind if kind == k) for k in KINDS}
     correct = {k: 0 for k in KINDS}
-    wrong = 0
+    wrong = real_pairs = 0
+    by_detector: Counter[str] = Counter()
     examples = []
     for index, matched, detector, value in removed:
         kind = corpus.kind[index]
@@ -109,12 +110,17 @@ def score(corpus: Any, removed: list[list[Any]]) -> dict[str, Any]:
             correct[kind] += 1
             continue
         wrong += 1
+        by_detector[detector] += 1
+        real_pairs += not corpus.ids[index].startswith(("gen-", "planted-")) and not \
+            corpus.ids[matched].startswith(("gen-", "planted-"))
         if len(examples) < 3:
             examples.append({"detector": detector, "score": value,
                              "removed": f"{corpus.ids[index]}: {corpus.texts[index][:160]}",
                              "matched": f"{corpus.ids[matched]}: {corpus.texts[matched][:160]}"})
     hits = sum(correct.values())
     return {"removed": len(removed), "correct": hits, "false_positives": wrong,
+            "false_positives_by_detector": dict(by_detector),
+            "false_positives_between_builtin_problems": real_pairs,
             "precision": hits / len(removed) if removed else 1.0,
             "recall": hits / max(1, sum(planted.values())),
             "recall_by_kind": {k: correct[k] / max(1, planted[k]) for k in KINDS},
