@@ -14,6 +14,8 @@ from agentmath.cli._common import (
     CONFIG_OPTION,
     JSON_OPTION,
     SET_OPTION,
+    build_config,
+    err_console,
     load_sandbox_config,
     out_console,
     print_json,
@@ -181,3 +183,58 @@ def info(
         print_json(data)
     else:
         _print_info(data)
+
+
+@app.command("serve")
+def serve(
+    host: str | None = typer.Option(
+        None, "--host", metavar="H", help="Address to listen on (default 127.0.0.1)."),
+    port: int | None = typer.Option(
+        None, "--port", "-p", metavar="P", help="TCP port (default 8080; 0: any free port)."),
+    token_file: Path | None = typer.Option(
+        None, "--token-file", metavar="F",
+        help="File of accepted bearer tokens, one per line (required unless --allow-no-auth)."),
+    allow_no_auth: bool = typer.Option(
+        False, "--allow-no-auth", help="Serve without authentication (trusted networks only)."),
+    config: Path | None = typer.Option(
+        None, "--config", "-c", metavar="FILE",
+        help="Service config file (.toml/.yaml); a top-level 'service' table is used if "
+             "present, with the sandbox settings in its 'sandbox' table."),
+    sets: list[str] | None = typer.Option(
+        None, "--set", "-s", metavar="KEY=VALUE",
+        help="Override one service config field, e.g. --set idle_timeout_s=60 or "
+             "--set sandbox.timeout_s=5 (repeatable)."),
+) -> None:
+    """Serve the sandbox over HTTP until SIGTERM or Ctrl-C (then shut down gracefully).
+
+    Endpoints: POST /v1/sessions, POST /v1/sessions/{id}/run (numbered cells, each run at
+    most once), GET/DELETE /v1/sessions/{id}, SandboxFusion's POST /run_code, GET /metrics
+    (Prometheus) and GET /health (no token). Send the token as `Authorization: Bearer TOKEN`
+    or in the URL (`http://agentmath:TOKEN@host:port`, HTTP Basic).
+    """
+    from agentmath.errors import ConfigError
+    from agentmath.sandbox.service.config import ServiceConfig
+
+    cfg: ServiceConfig = build_config(ServiceConfig, "service", config, sets, {
+        "host": host, "port": port, "token_file": token_file,
+        "allow_no_auth": True if allow_no_auth else None,
+    }, section="service")
+    if cfg.token_file is not None and not cfg.token_file.is_file():
+        usage_error(f"token file {cfg.token_file} does not exist (create one with a token per "
+                    "line, or pass --allow-no-auth)")
+    import uvicorn
+
+    from agentmath.sandbox.service import create_app
+
+    try:
+        service = create_app(cfg)
+    except ConfigError as exc:
+        usage_error(str(exc))
+    if cfg.token_file is None:
+        err_console().print("[yellow]warning:[/] serving WITHOUT authentication "
+                            "(--allow-no-auth): anyone who can reach the port can run code")
+    server = uvicorn.Server(uvicorn.Config(service, host=cfg.host, port=cfg.port,
+                                           lifespan="on", log_level="info"))
+    server.run()  # uvicorn turns SIGTERM/SIGINT into a graceful shutdown (app lifespan)
+    if not server.started:
+        usage_error("the sandbox service could not start (see the log above)", code=1)

@@ -6,6 +6,10 @@ from __future__ import annotations
 
 import contextlib
 import os
+import signal
+import socket
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -292,3 +296,57 @@ def test_graceful_shutdown_finishes_running_cell(tmp_path: Path) -> None:
     while not all(_gone(pid) for pid in workers | {zygote}):
         assert time.monotonic() < deadline, [p for p in workers | {zygote} if not _gone(p)]
         time.sleep(0.05)
+
+
+def _cli(*args: str, **kwargs: Any) -> Any:
+    return subprocess.run([sys.executable, "-m", "agentmath.cli", "sandbox", "serve", *args],
+                          capture_output=True, text=True, timeout=60, **kwargs)
+
+
+def test_serve_cli_needs_a_token_file(tmp_path: Path) -> None:
+    missing = _cli("--token-file", str(tmp_path / "nope"))
+    assert missing.returncode == 2 and "does not exist" in missing.stderr
+    none = _cli()
+    assert none.returncode == 2 and "token_file" in none.stderr
+    (tmp_path / "empty").write_text("# no tokens\n")
+    empty = _cli("--token-file", str(tmp_path / "empty"))
+    assert empty.returncode == 2 and "no token" in empty.stderr
+
+
+def test_serve_cli_runs_and_stops_on_sigterm(tmp_path: Path) -> None:
+    (tmp_path / "tokens").write_text(TOKENS[0] + "\n")
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "agentmath.cli", "sandbox", "serve", "--port", str(port),
+         "--token-file", str(tmp_path / "tokens"), "--set", "sandbox.spare_workers=0",
+         "--set", 'sandbox.preload=["math"]'],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        url = f"http://127.0.0.1:{port}"
+        deadline = time.monotonic() + 30
+        while True:
+            assert proc.poll() is None and time.monotonic() < deadline, proc.stdout
+            with contextlib.suppress(httpx.TransportError):
+                if httpx.get(f"{url}/health").status_code == 200:
+                    break
+            time.sleep(0.1)
+        with client(url) as http:
+            sid = http.post("/v1/sessions").json()["session_id"]
+            assert run(http, sid, 0, "6 * 7").json()["result"]["value"] == "42"
+        children = _descendants(proc.pid)
+        assert children  # the zygote and the session's worker
+        proc.send_signal(signal.SIGTERM)
+        # uvicorn shuts down gracefully, then re-raises the signal: the exit is "killed by
+        # SIGTERM", after the app's lifespan shutdown has closed the pool.
+        assert proc.wait(30) in (0, -signal.SIGTERM)
+        assert "Application shutdown complete" in (proc.stdout.read() if proc.stdout else "")
+        deadline = time.monotonic() + 10
+        while not all(_gone(pid) for pid in children):
+            assert time.monotonic() < deadline, [p for p in children if not _gone(p)]
+            time.sleep(0.05)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
