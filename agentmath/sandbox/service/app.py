@@ -24,6 +24,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
+from agentmath.errors import SandboxError
 from agentmath.sandbox.pool import SandboxPool
 from agentmath.sandbox.service import fusion
 from agentmath.sandbox.service.config import ServiceConfig, load_tokens
@@ -141,6 +142,8 @@ def create_app(config: ServiceConfig, pool: SandboxPool | None = None) -> Starle
                 return exc.response()
             except Busy as exc:
                 return HTTPError(429, str(exc), headers=retry).response()
+            except SandboxError as exc:  # the sandbox itself failed, not the client's code
+                return HTTPError(503, f"the sandbox failed: {exc}", headers=retry).response()
 
         return wrapped
 

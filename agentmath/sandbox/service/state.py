@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import secrets
 import time
 from collections import Counter as Tally
@@ -20,6 +21,8 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from agentmath.sandbox.pool import SandboxPool, Session
 from agentmath.sandbox.result import ExecResult
 from agentmath.sandbox.service.config import ServiceConfig
+
+_log = logging.getLogger(__name__)
 
 
 class Busy(Exception):  # noqa: N818 - a condition, not a failure
@@ -208,7 +211,10 @@ class ServiceState:
             for session in list(self.sessions.values()):
                 if session.running == 0 and session.last_used < deadline:
                     self.metrics.expired.inc()
-                    await self.close_session(session)
+                    try:
+                        await self.close_session(session)
+                    except Exception:  # keep reaping the others
+                        _log.exception("closing idle session %s failed", session.id)
 
     async def shutdown(self) -> None:
         """Refuse new work, let running cells finish (bounded), close every session."""
