@@ -5,6 +5,9 @@ machine-readable output). Everything is measured in one run on this machine, wit
 protection the kernel offers switched on; the baseline is a fresh ``python -c`` per snippet.
 A second table gives what each protection costs the round trip: the same measurement with that
 one protection switched off (``SandboxConfig.disable_protections``), interleaved in the run.
+A third (alone with ``--service``) gives the sandbox service (``agentmath.sandbox.service``, in a
+subprocess under uvicorn on 127.0.0.1) measured over loopback HTTP with keep-alive from this
+process, beside the in-process figures and the baseline of the same run.
 """
 
 from __future__ import annotations
@@ -288,27 +291,283 @@ def print_cost_table(costs: dict[str, Any], as_json: bool) -> None:
                  "cost"), cost_rows(costs))
 
 
+# -- the service over loopback HTTP (issue 12) -------------------------------------------------
+
+TRIVIAL_HTTP = "pass"
+SERVICE = {"max_sessions_per_client": 1024, "max_inflight_per_client": 1024,
+           "max_inflight_total": 1024, "sandbox": {"max_sessions": 64}}
+
+
+def _cpu_s(pids: list[int]) -> float:
+    """User + system CPU seconds of ``pids`` (from /proc/PID/stat)."""
+    tick = os.sysconf("SC_CLK_TCK")
+    total = 0
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/stat") as fh:
+                fields = fh.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        total += int(fields[11]) + int(fields[12])
+    return total / tick
+
+
+class RawSession:
+    """A session over its own keep-alive HTTP/1.1 connection, with requests written and replies
+    parsed by hand: a client far cheaper in CPU than httpx, to see the service's own limit."""
+
+    def __init__(self, url: str, token: str) -> None:
+        self.host, port = url.removeprefix("http://").split(":")
+        self.port, self.token = int(port), token
+        self.sid = ""
+        self.cell = 0
+
+    async def _request(self, path: str, body: bytes, method: str = "POST") -> tuple[int, bytes]:
+        self.writer.write(f"{method} {path} HTTP/1.1\r\nhost: {self.host}\r\nauthorization: "
+                          f"Bearer {self.token}\r\ncontent-type: application/json\r\n"
+                          f"content-length: {len(body)}\r\n\r\n".encode() + body)
+        head = await self.reader.readuntil(b"\r\n\r\n")
+        status = int(head[9:12])
+        length = 0
+        for line in head.split(b"\r\n"):
+            if line[:15].lower() == b"content-length:":
+                length = int(line[15:])
+        return status, await self.reader.readexactly(length)
+
+    async def open(self) -> RawSession:
+        self.reader, self.writer = await asyncio.open_connection(self.host, self.port)
+        status, body = await self._request("/v1/sessions", b"")
+        assert status == 201, body
+        self.sid = json.loads(body)["session_id"]
+        return self
+
+    async def run(self, code: str = "pass") -> None:
+        body = json.dumps({"code": code, "cell": self.cell}).encode()
+        status, reply = await self._request(f"/v1/sessions/{self.sid}/run", body)
+        assert status == 200 and json.loads(reply)["cell"] == self.cell, (status, reply)
+        self.cell += 1
+
+    async def close(self) -> None:
+        status, _ = await self._request(f"/v1/sessions/{self.sid}", b"", "DELETE")
+        assert status == 204, status
+        self.writer.close()
+
+
+class HttpxSession:
+    """A session through a shared httpx.AsyncClient (keep-alive connection pool)."""
+
+    def __init__(self, http: Any) -> None:
+        self.http, self.sid, self.cell = http, "", 0
+
+    async def open(self) -> HttpxSession:
+        reply = await self.http.post("/v1/sessions")
+        reply.raise_for_status()
+        self.sid = str(reply.json()["session_id"])
+        return self
+
+    async def run(self, code: str = "pass") -> None:
+        reply = await self.http.post(f"/v1/sessions/{self.sid}/run",
+                                     json={"code": code, "cell": self.cell})
+        reply.raise_for_status()
+        assert reply.json()["cell"] == self.cell
+        self.cell += 1
+
+    async def close(self) -> None:
+        assert (await self.http.delete(f"/v1/sessions/{self.sid}")).status_code == 204
+
+
+async def service_measure(quick: bool) -> dict[str, Any]:
+    """Trivial cells over HTTP against the service in a subprocess, with two clients (httpx,
+    and a hand-written raw HTTP/1.1 one): round trip, closed-loop throughput at several
+    concurrencies, open-loop paced p99 at half the best rate and at 1,500/s."""
+    import httpx
+    from _service import ServiceProcess
+
+    res: dict[str, Any] = {}
+    with ServiceProcess(SERVICE) as svc:
+        limits = httpx.Limits(max_connections=64, max_keepalive_connections=64)
+        async with httpx.AsyncClient(base_url=svc.url, limits=limits, timeout=30,
+                                     headers={"Authorization": f"Bearer {svc.token}"}) as http:
+            for kind in ("httpx", "raw"):
+                def new(kind: str = kind) -> Any:
+                    return HttpxSession(http) if kind == "httpx" else RawSession(svc.url,
+                                                                                 svc.token)
+                res[kind] = await _client_measure(svc, new, quick)
+    return res
+
+
+async def _client_measure(svc: Any, new: Any, quick: bool) -> dict[str, Any]:
+    from _service import tree_pids
+
+    k = 10 if quick else 1
+    res: dict[str, Any] = {}
+    one_s = await new().open()
+    for _ in range(50):
+        await one_s.run()
+    lat = []
+    for _ in range(3000 // k):
+        t = time.perf_counter()
+        await one_s.run()
+        lat.append((time.perf_counter() - t) * 1000)
+    await one_s.close()
+    res["rt"] = lat
+    sessions = [await new().open() for _ in range(32)]
+
+    async def drive(s: Any, n: int) -> None:
+        for _ in range(n):
+            await s.run()
+
+    res["tput"] = {}
+    for conc in (1, 8, 32):
+        per = max(20, 6000 // k // conc)
+        pids = tree_pids(svc.pid)
+        c0, main0 = time.process_time(), _cpu_s([svc.pid])
+        w0 = _cpu_s([p for p in pids if p != svc.pid])
+        t = time.perf_counter()
+        await asyncio.gather(*(drive(s, per) for s in sessions[:conc]))
+        wall = time.perf_counter() - t
+        pids = tree_pids(svc.pid)
+        res["tput"][conc] = {
+            "rate": conc * per / wall, "wall_s": wall,
+            "client_cpu": (time.process_time() - c0) / wall,
+            "service_cpu": (_cpu_s([svc.pid]) - main0) / wall,
+            "workers_cpu": (_cpu_s([p for p in pids if p != svc.pid]) - w0) / wall}
+    best = max(v["rate"] for v in res["tput"].values())
+    res["best"] = best
+    free: asyncio.Queue[Any] = asyncio.Queue()
+    for s in sessions:
+        free.put_nowait(s)
+
+    async def one(due: float, out: list[float]) -> None:
+        s = await free.get()
+        try:
+            await s.run()
+        finally:
+            free.put_nowait(s)
+        out.append((time.perf_counter() - due) * 1000)
+
+    async def paced(rate: float, seconds: float) -> list[float]:
+        """Open loop: cells sent on a fixed schedule; latency from the scheduled time (so a
+        stall counts against every cell that should have been sent during it)."""
+        out: list[float] = []
+        tasks = []
+        start = time.perf_counter() + 0.05
+        for i in range(int(rate * seconds)):
+            due = start + i / rate
+            delay = due - time.perf_counter()
+            if delay > 0:
+                await asyncio.sleep(delay)
+            tasks.append(asyncio.create_task(one(due, out)))
+        await asyncio.gather(*tasks)
+        return out
+
+    seconds = 1.0 if quick else 4.0
+    res["paced_half"] = (best / 2, await paced(best / 2, seconds))
+    res["paced_1500"] = (1500.0, await paced(1500.0, seconds))
+    for s in sessions:
+        await s.close()
+    return res
+
+
+def service_rows(r: dict[str, Any], s: dict[str, Any]) -> list[tuple[str, str, str, str, str]]:
+    """(metric, result, baseline, goal, met) rows: in process and over HTTP vs ``python -c``."""
+    def met(ok: bool) -> str:
+        return "met" if ok else "NOT met"
+
+    base_p50 = pct(r["base_trivial"], 0.5)
+    ip_p50 = pct(r["rt_trivial"], 0.5)
+    ratio = r["tput_trivial"] / r["base_tput_trivial"]
+    out = [
+        ("in process: round trip, trivial (p50)", f"{ip_p50:.3f} ms ({base_p50 / ip_p50:,.0f}x)",
+         f"{base_p50:.1f} ms", ">= 300x faster", met(base_p50 / ip_p50 >= 300)),
+        ("in process: throughput, trivial (32 sessions)",
+         f"{r['tput_trivial']:,.0f} /s ({ratio:,.0f}x)", f"{r['base_tput_trivial']:,.0f} /s",
+         ">= 300x", met(ratio >= 300)),
+    ]
+    for kind, c in s.items():
+        rt = c["rt"]
+        out.append((f"HTTP ({kind} client): round trip, trivial (p50 / p99)",
+                    f"{pct(rt, 0.5):.3f} / {pct(rt, 0.99):.3f} ms "
+                    f"({base_p50 / pct(rt, 0.5):,.0f}x)", f"{base_p50:.1f} ms", "", ""))
+        top = max(c["tput"])
+        for conc, v in c["tput"].items():
+            out.append((f"HTTP ({kind} client): throughput, {conc} concurrent sessions",
+                        f"{v['rate']:,.0f} /s (CPU: client {v['client_cpu']:.2f}, service "
+                        f"{v['service_cpu']:.2f}, workers {v['workers_cpu']:.2f})",
+                        f"{r['base_tput_trivial']:,.0f} /s",
+                        ">= 3,000 /s (best)" if conc == top else "",
+                        met(c["best"] >= 3000) if conc == top else ""))
+        for key, label in (("paced_half", "half its best rate"), ("paced_1500", "1,500 /s")):
+            rate, lat = c[key]
+            out.append((f"HTTP ({kind} client): paced at {label} ({rate:,.0f} /s), p50 / p99",
+                        f"{pct(lat, 0.5):.2f} / {pct(lat, 0.99):.2f} ms", "", "p99 <= 5 ms",
+                        met(pct(lat, 0.99) <= 5)))
+    return out
+
+
+async def measure_service(quick: bool) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The service section alone: the in-process trivial figures and the ``python -c``
+    baseline it is compared with, then the service over HTTP, all in this run."""
+    k = 10 if quick else 1
+    res: dict[str, Any] = {"cpus": os.cpu_count(), "python": sys.version.split()[0]}
+    async with SandboxPool() as pool:
+        res["rt_trivial"] = await round_trips(pool, TRIVIAL, 3000 // k)
+        res["tput_trivial"] = await throughput(pool, TRIVIAL, 32, 1000 // k)
+    res["base_trivial"], res["base_tput_trivial"] = baseline(TRIVIAL, 40 // k)
+    return res, await service_measure(quick)
+
+
+SERVICE_NOTE = ("the client (httpx or raw HTTP/1.1 on asyncio, this process) runs on the same "
+                "CPUs as the service "
+                "and its workers; 'CPU' is cores busy (1.00 = one core) in the client, the "
+                "service's main process and its workers during that run")
+
+
+def print_service_table(r: dict[str, Any], s: dict[str, Any], as_json: bool) -> None:
+    """The service table (in process and over loopback HTTP against the baseline)."""
+    table = service_rows(r, s)
+    if as_json:
+        print(json.dumps({"service_rows": table, "note": SERVICE_NOTE,
+                          "http": {kind: {"tput": c["tput"], "best": c["best"]}
+                                   for kind, c in s.items()}}, indent=2))
+        return
+    print_table(f"sandbox service over loopback HTTP (keep-alive; {r['cpus']} CPUs shared with "
+                f"the client)", ("metric", "result", "baseline: python -c per snippet", "goal",
+                                 "met?"), table)
+    print(f"note: {SERVICE_NOTE}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--quick", action="store_true", help="10x fewer iterations (smoke run)")
     parser.add_argument("--json", action="store_true", help="print the raw figures as JSON")
     parser.add_argument("--costs", action="store_true",
                         help="only the table of what each protection costs the round trip")
+    parser.add_argument("--service", action="store_true",
+                        help="only the service section: in process and over loopback HTTP "
+                             "(the service in a subprocess) against the python -c baseline")
     args = parser.parse_args()
+    if args.service:
+        r, s = asyncio.run(measure_service(args.quick))
+        print_service_table(r, s, args.json)
+        return
     if args.costs:
         costs = asyncio.run(protection_costs(100 if args.quick else 1000, 1 if args.quick else 7))
         print_cost_table(costs, args.json)
         return
     result = asyncio.run(measure(args.quick))
+    service = asyncio.run(service_measure(args.quick))
     table = rows(result)
     if args.json:
         print(json.dumps({"rows": table, "protection_costs": cost_rows(result["costs"]),
+                          "service_rows": service_rows(result, service),
                           "protections": result["protections"]}, indent=2))
         return
     print_table(f"agentmath sandbox benchmark ({result['cpus']} CPUs, Python "
                 f"{result['python']}; pool start {result['pool_start_ms']:.0f} ms)",
                 ("metric", "agentmath", "baseline: python -c per snippet", "goal"), table)
     print_cost_table(result["costs"], False)
+    print_service_table(result, service, False)
     active = [k for k, v in result["protections"].items() if v]
     print(f"protections active: {', '.join(active) or 'none'}")
 

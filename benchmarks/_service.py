@@ -1,0 +1,176 @@
+"""Shared by the service benchmarks: the sandbox service in a subprocess, and its process tree.
+
+``ServiceProcess`` starts uvicorn on ``create_app`` in a child process on 127.0.0.1 (a free
+port, a token file in a temporary directory), waits for ``/health`` and stops it with SIGTERM
+(uvicorn's graceful shutdown, as ``agentmath sandbox serve`` does). It runs uvicorn itself rather
+than the CLI because ``agentmath sandbox serve`` logs every request at level info (the access
+log), which would be measured as part of the service; ``via_cli=True`` runs the CLI instead.
+Run as a script (``python benchmarks/_service.py PORT TOKEN_FILE CONFIG_JSON``) it is that child.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+TOKEN = "bench-token"
+
+
+def tree_pids(root: int) -> list[int]:
+    """``root`` and all its descendants alive now, from /proc/*/stat (parent pids)."""
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as fh:
+                stat = fh.read()
+        except OSError:
+            continue
+        ppid = int(stat[stat.rindex(")") + 2:].split()[1])
+        children.setdefault(ppid, []).append(int(entry))
+    out, todo = [], [root]
+    while todo:
+        pid = todo.pop()
+        if pid == root and not os.path.exists(f"/proc/{root}"):
+            continue
+        out.append(pid)
+        todo.extend(children.get(pid, []))
+    return out
+
+
+def rss_mib(pid: int) -> float:
+    """VmRSS of one process in MiB (0 if it is gone or a zombie)."""
+    try:
+        with open(f"/proc/{pid}/status") as fh:
+            for line in fh:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return 0.0
+
+
+def tree_rss_mib(root: int) -> float:
+    """VmRSS summed over ``root``'s process tree, in MiB (shared pages counted per process)."""
+    return sum(rss_mib(p) for p in tree_pids(root))
+
+
+def alive(pid: int) -> bool:
+    """Whether ``pid`` exists and is not a zombie."""
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            stat = fh.read()
+    except OSError:
+        return False
+    return stat[stat.rindex(")") + 2] != "Z"
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+class ServiceProcess:
+    """The sandbox service in a subprocess; a context manager giving ``url``, ``token``, ``pid``."""
+
+    def __init__(self, service: dict[str, Any] | None = None, via_cli: bool = False,
+                 start_timeout: float = 60.0) -> None:
+        self.service = service or {}
+        self.via_cli = via_cli
+        self.start_timeout = start_timeout
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.token = TOKEN
+        self.url = ""
+        self.exit_code: int | None = None
+        self._tmp: tempfile.TemporaryDirectory[str] | None = None
+
+    @property
+    def pid(self) -> int:
+        assert self.proc is not None
+        return self.proc.pid
+
+    def __enter__(self) -> ServiceProcess:
+        import httpx
+
+        self._tmp = tempfile.TemporaryDirectory(prefix="agentmath-bench-")
+        token_file = Path(self._tmp.name) / "tokens"
+        token_file.write_text(self.token + "\n")
+        port = free_port()
+        self.url = f"http://127.0.0.1:{port}"
+        if self.via_cli:
+            sets = [a for k, v in _flatten(self.service) for a in ("--set", f"{k}={json.dumps(v)}")]
+            cmd = [sys.executable, "-m", "agentmath.cli", "sandbox", "serve", "--port", str(port),
+                   "--token-file", str(token_file), *sets]
+        else:
+            cmd = [sys.executable, str(Path(__file__).resolve()), str(port), str(token_file),
+                   json.dumps(self.service)]
+        self._log = open(Path(self._tmp.name) / "log", "wb")  # noqa: SIM115
+        self.proc = subprocess.Popen(cmd, stdout=self._log, stderr=subprocess.STDOUT)
+        deadline = time.monotonic() + self.start_timeout
+        while True:
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                self.__exit__(None, None, None)
+                raise RuntimeError(f"the service did not start:\n{self.log()[-3000:]}")
+            with contextlib.suppress(httpx.TransportError):
+                if httpx.get(f"{self.url}/health", timeout=2).status_code == 200:
+                    return self
+            time.sleep(0.05)
+
+    def log(self) -> str:
+        assert self._tmp is not None
+        return (Path(self._tmp.name) / "log").read_text(errors="replace")
+
+    def stop(self, timeout: float = 60.0) -> int | None:
+        """SIGTERM, wait; SIGKILL after ``timeout``. Returns the exit code."""
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self.exit_code = self.proc.returncode if self.proc is not None else None
+        return self.exit_code
+
+    def __exit__(self, *exc: Any) -> None:
+        self.stop()
+        self._log.close()
+        if self._tmp is not None:
+            self._tmp.cleanup()
+
+
+def _flatten(d: dict[str, Any], prefix: str = "") -> list[tuple[str, Any]]:
+    out: list[tuple[str, Any]] = []
+    for k, v in d.items():
+        if isinstance(v, dict):
+            out += _flatten(v, f"{prefix}{k}.")
+        else:
+            out.append((f"{prefix}{k}", v))
+    return out
+
+
+def _serve(port: int, token_file: str, service: dict[str, Any]) -> None:
+    import uvicorn
+
+    from agentmath.sandbox.service import ServiceConfig, create_app
+
+    config = ServiceConfig(token_file=Path(token_file), **service)
+    server = uvicorn.Server(uvicorn.Config(create_app(config), host="127.0.0.1", port=port,
+                                           lifespan="on", log_level="warning",
+                                           access_log=False))
+    server.run()
+
+
+if __name__ == "__main__":
+    _serve(int(sys.argv[1]), sys.argv[2], json.loads(sys.argv[3]))
