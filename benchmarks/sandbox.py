@@ -312,47 +312,6 @@ def _cpu_s(pids: list[int]) -> float:
     return total / tick
 
 
-class RawSession:
-    """A session over its own keep-alive HTTP/1.1 connection, with requests written and replies
-    parsed by hand: a client far cheaper in CPU than httpx, to see the service's own limit."""
-
-    def __init__(self, url: str, token: str) -> None:
-        self.host, port = url.removeprefix("http://").split(":")
-        self.port, self.token = int(port), token
-        self.sid = ""
-        self.cell = 0
-
-    async def _request(self, path: str, body: bytes, method: str = "POST") -> tuple[int, bytes]:
-        self.writer.write(f"{method} {path} HTTP/1.1\r\nhost: {self.host}\r\nauthorization: "
-                          f"Bearer {self.token}\r\ncontent-type: application/json\r\n"
-                          f"content-length: {len(body)}\r\n\r\n".encode() + body)
-        head = await self.reader.readuntil(b"\r\n\r\n")
-        status = int(head[9:12])
-        length = 0
-        for line in head.split(b"\r\n"):
-            if line[:15].lower() == b"content-length:":
-                length = int(line[15:])
-        return status, await self.reader.readexactly(length)
-
-    async def open(self) -> RawSession:
-        self.reader, self.writer = await asyncio.open_connection(self.host, self.port)
-        status, body = await self._request("/v1/sessions", b"")
-        assert status == 201, body
-        self.sid = json.loads(body)["session_id"]
-        return self
-
-    async def run(self, code: str = "pass") -> None:
-        body = json.dumps({"code": code, "cell": self.cell}).encode()
-        status, reply = await self._request(f"/v1/sessions/{self.sid}/run", body)
-        assert status == 200 and json.loads(reply)["cell"] == self.cell, (status, reply)
-        self.cell += 1
-
-    async def close(self) -> None:
-        status, _ = await self._request(f"/v1/sessions/{self.sid}", b"", "DELETE")
-        assert status == 204, status
-        self.writer.close()
-
-
 class HttpxSession:
     """A session through a shared httpx.AsyncClient (keep-alive connection pool)."""
 
@@ -381,7 +340,7 @@ async def service_measure(quick: bool) -> dict[str, Any]:
     and a hand-written raw HTTP/1.1 one): round trip, closed-loop throughput at several
     concurrencies, open-loop paced p99 at half the best rate and at 1,500/s."""
     import httpx
-    from _service import ServiceProcess
+    from _service import RawSession, ServiceProcess
 
     res: dict[str, Any] = {}
     with ServiceProcess(SERVICE) as svc:
