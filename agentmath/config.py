@@ -243,8 +243,14 @@ class EvalConfig(StrictModel):
         "replaces the old one, so every (problem, sample) still counts once (not identity)."))
     loop: LoopConfig = Field(default_factory=LoopConfig, description="Episode budgets.")
     sandbox: SandboxConfig = Field(default_factory=SandboxConfig, description="Sandbox limits.")
+    sandbox_url: list[str] | None = Field(None, description=(
+        "Base URLs of sandbox services (agentmath sandbox serve) to run the code on instead of "
+        "a local sandbox pool; sessions are spread over them (not identity)."))
+    sandbox_token_file: Path | None = Field(None, description=(
+        "File holding the token of the sandbox services (default: $AGENTMATH_SANDBOX_TOKEN) "
+        "(not identity)."))
 
     #: Fields that may differ between a run and its resumption.
     RESUMABLE_FIELDS: ClassVar[frozenset[str]] = frozenset(
         {"concurrency", "base_url", "data_dir", "grade_timeout_s", "http_retries",
-         "http_timeout_s", "retry_errors"})
+         "http_timeout_s", "retry_errors", "sandbox_url", "sandbox_token_file"})

@@ -50,6 +50,11 @@ def eval_command(
         "Time limit of one server request (default 120).")),
     grade_timeout: float = typer.Option(None, "--grade-timeout", metavar="SECONDS", help=(
         "Grading limit per sample, extraction and verification together (default 10).")),
+    sandbox_url: list[str] = typer.Option(None, "--sandbox-url", metavar="URL", help=(
+        "Sandbox service (agentmath sandbox serve) to run the code on instead of a local "
+        "sandbox; repeat to spread sessions over several.")),
+    sandbox_token_file: Path = typer.Option(None, "--sandbox-token-file", metavar="FILE", help=(
+        "File holding the sandbox service's token (default: $AGENTMATH_SANDBOX_TOKEN).")),
     config_file: Path = typer.Option(None, "--config", "-c", help="EvalConfig file (TOML/YAML)."),
     sets: list[str] = typer.Option(None, "--set", "-s", help="Override a field: key=value."),
     json_out: bool = JSON_OPTION,
@@ -68,6 +73,8 @@ def eval_command(
         "data_dir": data_dir, "problem_field": problem_field, "answer_field": answer_field,
         "id_field": id_field, "retry_errors": retry_errors, "http_retries": http_retries,
         "http_timeout_s": http_timeout, "grade_timeout_s": grade_timeout,
+        "sandbox_url": list(sandbox_url) if sandbox_url else None,
+        "sandbox_token_file": str(sandbox_token_file) if sandbox_token_file else None,
         "loop": {"max_tool_calls": max_tool_calls, "max_model_tokens": max_model_tokens,
                  "system_prompt": system_prompt}})
     http = ({"max_retries": config.http_retries, "timeout_s": config.http_timeout_s}

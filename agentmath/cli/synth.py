@@ -50,6 +50,11 @@ def synth(
     retry_errors: bool = typer.Option(False, "--retry-errors", help=(
         "Run again the tasks that failed for infrastructure reasons (teacher or judge "
         "requests, sandbox failures).")),
+    sandbox_url: list[str] = typer.Option(None, "--sandbox-url", metavar="URL", help=(
+        "Sandbox service (agentmath sandbox serve) to run the code on instead of a local "
+        "sandbox; repeat to spread sessions over several.")),
+    sandbox_token_file: Path = typer.Option(None, "--sandbox-token-file", metavar="FILE", help=(
+        "File holding the sandbox service's token (default: $AGENTMATH_SANDBOX_TOKEN).")),
     config_file: Path = typer.Option(None, "--config", "-c", help="SynthConfig file."),
     sets: list[str] = typer.Option(None, "--set", "-s", help="Override a field: key=value."),
     json_out: bool = JSON_OPTION,
@@ -74,7 +79,9 @@ def synth(
         "judge": judge, "format": fmt, "checks": checks,
         "self_correction": {"rate": self_correction}, "problem_field": problem_field,
         "answer_field": answer_field, "solution_field": solution_field, "id_field": id_field,
-        "limit": limit, "concurrency": concurrency})
+        "limit": limit, "concurrency": concurrency,
+        "sandbox_url": list(sandbox_url) if sandbox_url else None,
+        "sandbox_token_file": str(sandbox_token_file) if sandbox_token_file else None})
     try:
         result = asyncio.run(_run(config, out, retry_errors, quiet=json_out))
     except AgentMathError as exc:

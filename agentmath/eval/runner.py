@@ -51,7 +51,7 @@ from agentmath.formats import get_format
 from agentmath.rollout.records import GroupRequest, Sample
 from agentmath.rollout.scheduler import RolloutEngine
 from agentmath.sandbox.client import SandboxClient
-from agentmath.sandbox.pool import SandboxPool
+from agentmath.sandbox.factory import open_sandbox
 
 ProgressFn = Callable[[dict[str, Any]], None]
 log = logging.getLogger(__name__)
@@ -185,7 +185,8 @@ async def run_eval(config: EvalConfig, out_dir: str | Path, backend: Backend,
     """Run (or resume) an evaluation into ``out_dir``; returns the metrics.
 
     ``backend`` may be one server or a router over several; ``sandbox`` is the run's shared
-    sandbox client (None: a local :class:`SandboxPool` from ``config.sandbox`` for this run).
+    sandbox client (None: the services of ``config.sandbox_url``, else a local sandbox pool
+    from ``config.sandbox``, for this run).
 
     Raises :class:`~agentmath.eval.lock.RunLockedError` when another run holds the directory,
     :class:`~agentmath.errors.ConfigError` when the saved config or dataset differs, and
@@ -212,8 +213,9 @@ async def run_eval(config: EvalConfig, out_dir: str | Path, backend: Backend,
             if todo and sandbox is not None:
                 await _run_todo(run, make_engine(config, backend, sandbox), todo)
             elif todo:
-                async with SandboxPool(config.sandbox) as pool:
-                    await _run_todo(run, make_engine(config, backend, pool), todo)
+                async with open_sandbox(config.sandbox, config.sandbox_url,
+                                        config.sandbox_token_file) as client:
+                    await _run_todo(run, make_engine(config, backend, client), todo)
         finally:
             writer.close()
         metrics = compute_run_metrics(out)

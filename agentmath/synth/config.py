@@ -7,6 +7,7 @@ made two ways would mix in one dataset. Concurrency and retry settings may chang
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Literal
 
 from pydantic import Field, model_validator
@@ -93,6 +94,12 @@ class SynthConfig(StrictModel):
     concurrency: int = Field(16, ge=1, le=100_000, description=(
         "Tasks in flight (teacher requests and sandbox sessions) at once."))
     sandbox: SandboxConfig = Field(default_factory=SandboxConfig, description="The sandbox.")
+    sandbox_url: list[str] | None = Field(None, description=(
+        "Base URLs of sandbox services (agentmath sandbox serve) to run the snippets on instead "
+        "of a local sandbox pool; sessions are spread over them (not identity)."))
+    sandbox_token_file: Path | None = Field(None, description=(
+        "File holding the token of the sandbox services (default: $AGENTMATH_SANDBOX_TOKEN) "
+        "(not identity)."))
 
     @model_validator(mode="after")
     def _needs(self) -> SynthConfig:
@@ -104,7 +111,8 @@ class SynthConfig(StrictModel):
 
     def identity(self) -> dict[str, object]:
         """The fields a resumed run must share (see the module doc)."""
-        data = self.model_dump(mode="json", exclude={"concurrency", "sandbox", "id_field"})
+        data = self.model_dump(mode="json", exclude={"concurrency", "sandbox", "sandbox_url",
+                                                  "sandbox_token_file", "id_field"})
         for endpoint in ("teacher", "judge"):
             if data.get(endpoint):
                 data[endpoint] = {k: v for k, v in data[endpoint].items()

@@ -17,7 +17,7 @@ import re
 from collections.abc import Mapping, Sequence
 
 from agentmath.errors import SandboxError
-from agentmath.sandbox.pool import SandboxPool
+from agentmath.sandbox.client import SandboxClient
 from agentmath.sandbox.result import ExecResult
 from agentmath.synth.pieces import Piece, Rejected
 from agentmath.synth.records import Event
@@ -51,7 +51,7 @@ def _check_ran(index: int, piece: Piece, result: ExecResult) -> None:
         raise Rejected("execute", _failure_reason(result), f"snippet {index}: {what}")
 
 
-async def execute(pieces: Sequence[Piece], pool: SandboxPool, *, timeout: float,
+async def execute(pieces: Sequence[Piece], pool: SandboxClient, *, timeout: float,
                   require_ok: bool = True,
                   corrections: Mapping[int, Correction] | None = None) -> list[Event]:
     """Run the code pieces of ``pieces`` in one session; every piece as an :class:`Event`.
@@ -65,7 +65,8 @@ async def execute(pieces: Sequence[Piece], pool: SandboxPool, *, timeout: float,
     events: list[Event] = []
     index = 0
     try:
-        async with pool.session() as session:
+        session = pool.session()  # any SandboxClient's session: closed here, not by `with`
+        try:
             for piece in pieces:
                 if piece.kind == "text":
                     events.append(Event(piece))
@@ -87,6 +88,8 @@ async def execute(pieces: Sequence[Piece], pool: SandboxPool, *, timeout: float,
                 if require_ok:
                     _check_ran(index, piece, result)
                 events.append(Event(piece, result))
+        finally:
+            await session.close()
     except SandboxError as exc:
         raise Rejected("execute", "sandbox_error", f"sandbox failure: {exc}") from exc
     return events

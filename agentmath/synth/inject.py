@@ -17,7 +17,7 @@ from typing import Any
 from agentmath.config import LoopConfig
 from agentmath.datasets import Task
 from agentmath.formats.base import ToolFormat
-from agentmath.sandbox.pool import SandboxPool
+from agentmath.sandbox.client import SandboxClient
 from agentmath.synth.pieces import Converter
 from agentmath.synth.pipeline import Checks, Pipeline
 
@@ -49,7 +49,7 @@ class ConversionReport:
 
 
 async def inject(tasks: Sequence[Task], converter: Converter, fmt: ToolFormat,
-                 pool: SandboxPool, *, concurrency: int = 8, system_prompt: str | None = None,
+                 pool: SandboxClient, *, concurrency: int = 8, system_prompt: str | None = None,
                  timeout: float = 10.0, max_output_chars: int | None = None,
                  native: bool = False, checks: Checks | None = None,
                  correction_rate: float = 0.0) -> ConversionReport:

@@ -36,7 +36,7 @@ from agentmath.datasets import Task
 from agentmath.formats.base import ToolFormat, output_text
 from agentmath.formats.openai_tools import OPENAI_TOOLS
 from agentmath.grading import averify, extract_answer
-from agentmath.sandbox.pool import SandboxPool
+from agentmath.sandbox.client import SandboxClient
 from agentmath.synth.checks import AstLimits, check_snippets, outputs_agree
 from agentmath.synth.execute import execute
 from agentmath.synth.judge import ConsistencyJudge
@@ -126,7 +126,7 @@ class Pipeline:
     """
 
     converter: Converter
-    pool: SandboxPool
+    pool: SandboxClient
     fmt: ToolFormat | None
     checks: Checks = field(default_factory=Checks)
     judge: ConsistencyJudge | None = None

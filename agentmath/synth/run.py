@@ -26,7 +26,7 @@ from agentmath.eval.lock import RunLock
 from agentmath.eval.store import SampleWriter, check_or_write_config, load_records
 from agentmath.formats import get_format
 from agentmath.jsonl import write_jsonl
-from agentmath.sandbox.pool import SandboxPool
+from agentmath.sandbox.factory import open_sandbox
 from agentmath.synth.checks import AstLimits
 from agentmath.synth.config import NATIVE, EndpointConfig, SynthConfig
 from agentmath.synth.funnel import Funnel, build_funnel
@@ -181,7 +181,8 @@ async def run_synth(config: SynthConfig, out: Path, *, teacher: Backend | None =
                 progress(count[0], len(tasks))
 
         try:
-            async with SandboxPool(config.sandbox) as pool:
+            async with open_sandbox(config.sandbox, config.sandbox_url,
+                                    config.sandbox_token_file) as pool:
                 pipeline = Pipeline(make_converter(config, teacher), pool, fmt, _checks(config),
                                     consistency, config.system_prompt, config.max_output_chars,
                                     config.snippet_timeout_s, config.self_correction.rate,

@@ -6,6 +6,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
+import subprocess
+import sys
 import time
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -176,3 +179,37 @@ def test_sessions_spread_over_two_servers(two_services: tuple[str, str]) -> None
             assert client.open_sessions == dict.fromkeys(two_services, 0)
 
     asyncio.run(main())
+
+
+def _session_cells(url: str) -> float:
+    """The service's count of cells run in sessions (from /metrics)."""
+    text = httpx.get(f"{url}/metrics", headers={"Authorization": f"Bearer {TOKEN}"}).text
+    return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
+               if line.startswith("agentmath_sandbox_cells_total{") and 'api="session"' in line)
+
+
+def test_synth_cli_with_sandbox_url(two_services: tuple[str, str], tmp_path: Path) -> None:
+    token_file = tmp_path / "token"
+    token_file.write_text(f"# the client's token\n{TOKENS[1]}\n")
+    before = [_session_cells(url) for url in two_services]
+    out = tmp_path / "run"
+    proc = subprocess.run(
+        [sys.executable, "-m", "agentmath.cli", "synth", "synthetic:6", "--converter",
+         "rule_based", "--out", str(out), "--sandbox-url", two_services[0], "--sandbox-url",
+         two_services[1], "--sandbox-token-file", str(token_file), "--json"],
+        capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    report = json.loads(proc.stdout)
+    assert report["total"] == 6 and report["kept"] == 6 and report["ran"] == 6
+    ran = [_session_cells(url) - b for url, b in zip(two_services, before, strict=True)]
+    assert all(n > 0 for n in ran), ran  # the snippets ran on both services
+    saved = json.loads((out / "config.json").read_text()) if (out / "config.json").exists() \
+        else {}
+    assert TOKENS[1] not in json.dumps(saved)  # the token itself is never saved
+    bad = token_file.with_name("empty")
+    bad.write_text("# nothing\n")
+    proc = subprocess.run(
+        [sys.executable, "-m", "agentmath.cli", "synth", "synthetic:2", "--converter",
+         "rule_based", "--out", str(tmp_path / "bad"), "--sandbox-url", two_services[0],
+         "--sandbox-token-file", str(bad), "--json"], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2 and "holds no token" in proc.stderr
