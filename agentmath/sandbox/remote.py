@@ -15,10 +15,10 @@ What:
   time, **with the same cell number**: the server runs a cell once and answers a repeated
   number with the stored result, so a retry after a lost response never runs a cell twice.
   When the retries are spent, :class:`~agentmath.errors.SandboxError` names the URL.
-* 404 on a run means the server no longer has the session (idle expiry, a restart): the run
-  returns a result with ``state_lost`` and an error saying so, and ``alive()`` turns False, so
-  the episode replays its cells in a new session. A later run on the same object opens a new
-  server session.
+* 404 on a run means the server no longer has the session (idle expiry, a restart): as the
+  local pool does when a worker dies, the cell runs in a fresh server session and its result
+  says ``state_lost`` (earlier variables are gone; the episode then keeps only this cell, and
+  replays nothing it did not run).
 * ``close()`` sends DELETE once (errors are logged, not raised); ``async with`` works on a
   session as on the local pool's sessions and on the client (``aclose()`` on exit).
 
@@ -45,8 +45,6 @@ from agentmath.sandbox.result import ExecResult
 _log = logging.getLogger(__name__)
 
 RETRY_STATUSES = frozenset({429, 502, 503, 504})
-EXPIRED_ERROR = ("SessionExpired: the sandbox session expired (idle timeout or a service "
-                 "restart); the variables of earlier cells are gone and this cell was not run")
 
 
 def _retry_after(response: httpx.Response | None) -> float | None:
@@ -184,7 +182,6 @@ class RemoteSession:
         self.url: str | None = None  # the service holding this session (set on open)
         self.session_id: str | None = None
         self.next_cell = 0
-        self._lost = False
         self._closed = False
         self._lock = asyncio.Lock()
 
@@ -209,7 +206,7 @@ class RemoteSession:
         except BaseException:
             self.client._release_url(url)
             raise
-        self.url, self.session_id, self.next_cell, self._lost = url, str(session_id), 0, False
+        self.url, self.session_id, self.next_cell = url, str(session_id), 0
 
     def _forget(self) -> None:
         if self.url is not None and self.session_id is not None:
@@ -221,38 +218,46 @@ class RemoteSession:
         async with self._lock:
             if self._closed:
                 raise SandboxError("the session is closed")
+            lost = False
             if self.session_id is None:
                 await self._open()
-            cell = self.next_cell
-            body = {"code": code, "cell": cell, "timeout_s": timeout}
-            limit = (timeout + self.client.timeout_slack_s if timeout is not None
-                     else self.client.request_timeout_s)
-            reply = await self.client._request("POST", f"{self._path}/run", json=body,
-                                               timeout=limit)
+            reply = await self._post_cell(code, timeout)
             if reply.status_code == 404:
+                # the server no longer has the session (idle expiry, a restart): as the local
+                # pool does for a dead worker, run the cell in a fresh session and say so
                 _log.warning("sandbox session %s on %s expired", self.session_id, self.url)
                 self._forget()
-                self._lost = True
-                return ExecResult(error=EXPIRED_ERROR, error_type="SessionExpired",
-                                  state_lost=True)
+                await self._open()
+                lost = True
+                reply = await self._post_cell(code, timeout)
             if reply.status_code == 413:  # the snippet is too large: nothing ran
                 return ExecResult(error=f"SandboxError: {_error_text(reply)}",
-                                  error_type="SandboxError")
+                                  error_type="SandboxError", state_lost=lost)
             if reply.status_code != 200:
-                raise SandboxError(f"sandbox service {self.url}: cell {cell} got HTTP "
-                                   f"{reply.status_code}: {_error_text(reply)}")
+                raise SandboxError(f"sandbox service {self.url}: cell {self.next_cell} got "
+                                   f"HTTP {reply.status_code}: {_error_text(reply)}")
             try:
                 result = ExecResult.from_dict(reply.json()["result"])
             except (ValueError, KeyError, TypeError) as exc:
                 raise SandboxError(f"sandbox service {self.url}: malformed reply to cell "
-                                   f"{cell}: {exc}") from exc
-            self.next_cell = cell + 1
+                                   f"{self.next_cell}: {exc}") from exc
+            self.next_cell += 1
+            if lost:
+                result.state_lost = True
             return result
 
+    async def _post_cell(self, code: str, timeout: float | None) -> httpx.Response:
+        """POST the next cell (retried inside ``_request`` with the same number)."""
+        body = {"code": code, "cell": self.next_cell, "timeout_s": timeout}
+        limit = (timeout + self.client.timeout_slack_s if timeout is not None
+                 else self.client.request_timeout_s)
+        return await self.client._request("POST", f"{self._path}/run", json=body,
+                                          timeout=limit)
+
     async def alive(self) -> bool:
-        """False once the server lost the session (404) or it was closed; a session not yet
-        opened is alive (it has no state to lose)."""
-        return not (self._closed or self._lost)
+        """False once closed. A session the server lost (404) is replaced on the next run,
+        whose result says ``state_lost``, as the local pool does for a dead worker."""
+        return not self._closed
 
     async def close(self) -> None:
         """Delete the server session (idempotent; errors are logged, not raised)."""

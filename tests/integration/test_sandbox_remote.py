@@ -142,17 +142,17 @@ def socket_closed() -> Iterator[str]:
     yield f"http://127.0.0.1:{port}"
 
 
-def test_expired_session_is_state_lost(tmp_path: Path) -> None:
+def test_expired_session_is_replaced_and_says_state_lost(tmp_path: Path) -> None:
     async def main(url: str) -> None:
         async with remote(url) as client:
             session = client.session()
             assert (await session.run("y = 1")).ok
             await asyncio.sleep(1.0)  # the reaper closes it
-            lost = await session.run("y")
-            assert lost.state_lost and "expired" in (lost.error or "")
-            assert not await session.alive()
-            fresh = await session.run("z = 2\nz")  # a new server session
-            assert fresh.value == "2" and await session.alive()
+            lost = await session.run("y")  # runs in a fresh server session: y is gone
+            assert lost.state_lost and lost.error_type == "NameError"
+            assert await session.alive()
+            fresh = await session.run("z = 2\nz")  # the new session keeps state
+            assert fresh.value == "2" and not fresh.state_lost
             await session.close()
             assert client.open_sessions == {url: 0}
 
