@@ -162,6 +162,20 @@ class RawSession:
         self.cell = 0
 
     async def _request(self, path: str, body: bytes, method: str = "POST") -> tuple[int, bytes]:
+        """One request; if the server closed the idle keep-alive connection (uvicorn does
+        after 5 s), reconnect and send it again, as httpx does (a cell sent twice is
+        answered from the stored result: cell numbers make it exactly-once)."""
+        for attempt in (0, 1):
+            try:
+                return await self._send(path, body, method)
+            except (asyncio.IncompleteReadError, ConnectionError):
+                if attempt:
+                    raise
+                self.writer.close()
+                self.reader, self.writer = await asyncio.open_connection(self.host, self.port)
+        raise AssertionError("unreachable")
+
+    async def _send(self, path: str, body: bytes, method: str) -> tuple[int, bytes]:
         self.writer.write(f"{method} {path} HTTP/1.1\r\nhost: {self.host}\r\nauthorization: "
                           f"Bearer {self.token}\r\ncontent-type: application/json\r\n"
                           f"content-length: {len(body)}\r\n\r\n".encode() + body)
@@ -175,7 +189,7 @@ class RawSession:
 
     async def open(self) -> RawSession:
         self.reader, self.writer = await asyncio.open_connection(self.host, self.port)
-        status, body = await self._request("/v1/sessions", b"")
+        status, body = await self._send("/v1/sessions", b"", "POST")
         assert status == 201, body
         self.sid = json.loads(body)["session_id"]
         return self
