@@ -149,11 +149,11 @@ def eval_job(cfg_data: dict[str, Any], model_dir: str, system: str, data: str,
 def run_demo(cfg: DemoConfig, out: Path, save_model_to: Path | None,
              stage: Stage = print) -> dict[str, Any]:
     """Run every stage; returns the machine-readable summary (also written to out)."""
-    from agentmath.jsonl import write_jsonl
-    from agentmath.synth.inject import text_only_example
     from agentmath.data.synthetic import to_task_rows
+    from agentmath.jsonl import write_jsonl
     from agentmath.models.tiny import build_tokenizer
     from agentmath.recipes.tool_model import corpus_texts, make_problems, tool_records
+    from agentmath.synth.inject import text_only_example
 
     started = time.monotonic()
     out.mkdir(parents=True, exist_ok=True)
