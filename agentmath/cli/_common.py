@@ -27,6 +27,11 @@ SET_OPTION = typer.Option(
     None, "--set", "-s", metavar="KEY=VALUE",
     help="Override one sandbox config field, e.g. --set cpu_s=30 (repeatable).")
 JSON_OPTION = typer.Option(False, "--json", help="Print machine-readable JSON instead of tables.")
+SANDBOX_URL_OPTION = typer.Option(None, "--sandbox-url", metavar="URL", help=(
+    "Sandbox service (agentmath sandbox serve) to run the code on instead of a local "
+    "sandbox; repeat to spread sessions over several."))
+SANDBOX_TOKEN_OPTION = typer.Option(None, "--sandbox-token-file", metavar="FILE", help=(
+    "File holding the sandbox service's token (default: $AGENTMATH_SANDBOX_TOKEN)."))
 
 
 def err_console() -> Console:

@@ -10,6 +10,8 @@ import typer
 
 from agentmath.cli._common import (
     JSON_OPTION,
+    SANDBOX_TOKEN_OPTION,
+    SANDBOX_URL_OPTION,
     build_config,
     err_console,
     out_console,
@@ -50,11 +52,8 @@ def synth(
     retry_errors: bool = typer.Option(False, "--retry-errors", help=(
         "Run again the tasks that failed for infrastructure reasons (teacher or judge "
         "requests, sandbox failures).")),
-    sandbox_url: list[str] = typer.Option(None, "--sandbox-url", metavar="URL", help=(
-        "Sandbox service (agentmath sandbox serve) to run the code on instead of a local "
-        "sandbox; repeat to spread sessions over several.")),
-    sandbox_token_file: Path = typer.Option(None, "--sandbox-token-file", metavar="FILE", help=(
-        "File holding the sandbox service's token (default: $AGENTMATH_SANDBOX_TOKEN).")),
+    sandbox_url: list[str] = SANDBOX_URL_OPTION,
+    sandbox_token_file: Path = SANDBOX_TOKEN_OPTION,
     config_file: Path = typer.Option(None, "--config", "-c", help="SynthConfig file."),
     sets: list[str] = typer.Option(None, "--set", "-s", help="Override a field: key=value."),
     json_out: bool = JSON_OPTION,
