@@ -9,6 +9,8 @@ import typer
 
 from agentmath.cli._common import (
     JSON_OPTION,
+    SANDBOX_TOKEN_OPTION,
+    SANDBOX_URL_OPTION,
     build_config,
     out_console,
     print_json,
@@ -51,6 +53,8 @@ def rl(
     steps: int = typer.Option(None, "--steps", min=1, help="RL steps (overrides the file)."),
     resume: bool = typer.Option(True, "--resume/--restart", help=(
         "Continue from the newest checkpoint in --out, or start over (deleting them).")),
+    sandbox_url: list[str] = SANDBOX_URL_OPTION,
+    sandbox_token_file: Path = SANDBOX_TOKEN_OPTION,
     json_out: bool = JSON_OPTION,
 ) -> None:
     """Train a tool-using model with agentic GRPO: rollouts through the agent loop and the
@@ -59,7 +63,10 @@ def rl(
     from agentmath.rl.config import RLConfig
 
     config = build_config(RLConfig, "rl", config_file, sets, section="rl",
-                          options={"steps": steps})
+                          options={"steps": steps,
+                                   "sandbox_url": list(sandbox_url) if sandbox_url else None,
+                                   "sandbox_token_file": (str(sandbox_token_file)
+                                                          if sandbox_token_file else None)})
     modules = ["torch", "transformers", "accelerate"] + (["peft"] if config.optim.lora else [])
     with training_errors("rl", modules):
         from agentmath.rl.trainer import train_rl

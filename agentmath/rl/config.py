@@ -137,6 +137,11 @@ class RLConfig(StrictModel):
     loop: LoopConfig = Field(default_factory=LoopConfig, description="Episode budgets.")
     rollout: RolloutConfig = Field(default_factory=RolloutConfig, description="Scheduling.")
     sandbox: SandboxConfig = Field(default_factory=SandboxConfig)
+    sandbox_url: list[str] | None = Field(None, description=(
+        "Base URLs of sandbox services (agentmath sandbox serve) to run rollout code on "
+        "instead of a local sandbox pool; sessions are spread over them."))
+    sandbox_token_file: str | None = Field(None, description=(
+        "File holding the sandbox services' token (default: $AGENTMATH_SANDBOX_TOKEN)."))
     generator: GeneratorConfig = Field(default_factory=GeneratorConfig)
     checkpoint_every: int = Field(10, ge=0, le=10**7, description=(
         "Save OUT/checkpoint-STEP every this many steps and at the end; 0: only at the end."))

@@ -285,7 +285,7 @@ async def _loop(run: _Run, progress: bool, stop_after: int | None,
     from agentmath.formats import get_format
     from agentmath.rollout.partial import PartialRollout
     from agentmath.rollout.scheduler import RolloutEngine
-    from agentmath.sandbox import SandboxPool
+    from agentmath.sandbox.factory import open_sandbox
 
     cfg = run.config
     _generators(run)
@@ -293,7 +293,7 @@ async def _loop(run: _Run, progress: bool, stop_after: int | None,
     run.sampling = Sampling(run.stream, top_p=cfg.temperature.top_p)
     run.rewards = RewardModel(cfg.rewards)
     bar, task = progress_bar("rl", progress, cfg.steps, run.step)
-    async with SandboxPool(cfg.sandbox) as pool:
+    async with open_sandbox(cfg.sandbox, cfg.sandbox_url, cfg.sandbox_token_file) as pool:
         run.engine = RolloutEngine(run.backend, pool, get_format(cfg.format), loop=loop_cfg,
                                    config=rollout_cfg, sampling=run.sampling)
         run.engine.set_policy_version(run.version)

@@ -126,3 +126,23 @@ def test_lora_grpo_trains_the_adapter_only(tiny_model_dir: Path, tmp_path: Path)
     changed = [k for k in base if not torch.equal(base[k], tuned[k])]
     assert changed  # the merged adapter moved some weights
     assert not any("norm" in k for k in changed)  # LoRA touches linear layers only
+
+
+def test_rl_runs_its_rollouts_on_a_remote_sandbox(tiny_model_dir: Path, tmp_path: Path) -> None:
+    """--sandbox-url: the rollout code runs on a sandbox service (cells counted there)."""
+    import httpx
+
+    from tests.integration.test_sandbox_service import TOKENS, serve
+
+    with serve(tmp_path) as (url, _, _):
+        cfg = _config(tiny_model_dir, steps=2, sandbox_url=[url],
+                      sandbox_token_file=str(tmp_path / "tokens"))
+        result = train_rl(cfg, tmp_path / "remote", progress=False)
+        metrics = httpx.get(f"{url}/metrics",
+                            headers={"Authorization": f"Bearer {TOKENS[0]}"}).text
+    rows = read_metrics(result.metrics)
+    calls = round(sum(r["tool_calls_mean"] * r["samples"] for r in rows))
+    served = sum(float(line.rsplit(" ", 1)[1]) for line in metrics.splitlines()
+                 if line.startswith("agentmath_sandbox_cells_total{"))
+    assert result.steps == 2 and calls > 0
+    assert served >= calls  # every tool call of every rollout ran on the service
