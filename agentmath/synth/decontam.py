@@ -155,27 +155,23 @@ def _ordered(detectors: Sequence[Detector]) -> list[Detector]:
     return sorted(detectors, key=lambda d: rank.get(d.name, len(rank)))
 
 
-def decontaminate(rows: Sequence[Item], against: Sequence[Item],
-                  detectors: Sequence[Detector], progress: Progress | None = None
-                  ) -> DecontamReport:
-    """Remove every row that matches an item of ``against``; ``matched`` is that item's id."""
+#: One detector's pass: (detector, row indices still in) -> (indices kept, removals).
+Stage = Callable[[Detector, list[int]], tuple[list[int], list[Removal]]]
+
+
+def _cascade(rows: Sequence[Item], detectors: Sequence[Detector], stage: Stage,
+             progress: Progress | None) -> DecontamReport:
+    """Run ``stage`` for each detector, cheapest first, on the rows the previous ones kept;
+    each pass is timed and counted, and its index released before the next one."""
     remaining = list(range(len(rows)))
     report = DecontamReport(total=len(rows), kept=remaining)
     for detector in _ordered(detectors):
         if progress:
             progress(detector.name, len(remaining))
         start = time.perf_counter()
-        detector.index([a.text for a in against])
-        matches = detector.query([rows[i].text for i in remaining])
-        kept = []
-        for i, found in zip(remaining, matches, strict=True):
-            if found:
-                ref = against[found[0].ref]
-                report.removed.append(Removal(rows[i].id, i, detector.name, found[0].score,
-                                              ref.id, ref.source))
-            else:
-                kept.append(i)
+        kept, removed = stage(detector, remaining)
         detector.index([])  # release the index before the next stage
+        report.removed += removed
         report.stages.append(DetectorStats(detector.name, detector.threshold, len(remaining),
                                            len(remaining) - len(kept),
                                            round(time.perf_counter() - start, 3)))
@@ -183,39 +179,49 @@ def decontaminate(rows: Sequence[Item], against: Sequence[Item],
     report.kept = remaining
     report.removed.sort(key=lambda r: r.index)
     return report
+
+
+def decontaminate(rows: Sequence[Item], against: Sequence[Item],
+                  detectors: Sequence[Detector], progress: Progress | None = None
+                  ) -> DecontamReport:
+    """Remove every row that matches an item of ``against``; ``matched`` is that item's id."""
+    def stage(detector: Detector, remaining: list[int]) -> tuple[list[int], list[Removal]]:
+        detector.index([a.text for a in against])
+        matches = detector.query([rows[i].text for i in remaining])
+        kept, removed = [], []
+        for i, found in zip(remaining, matches, strict=True):
+            if found:
+                ref = against[found[0].ref]
+                removed.append(Removal(rows[i].id, i, detector.name, found[0].score,
+                                       ref.id, ref.source))
+            else:
+                kept.append(i)
+        return kept, removed
+
+    return _cascade(rows, detectors, stage, progress)
 
 
 def deduplicate(rows: Sequence[Item], detectors: Sequence[Detector],
                 progress: Progress | None = None) -> DecontamReport:
     """Remove every row that matches an earlier kept row (the first of each cluster stays);
     ``matched`` is the id of that kept row, ``score`` the score against it."""
-    remaining = list(range(len(rows)))
-    report = DecontamReport(total=len(rows), kept=remaining)
-    for detector in _ordered(detectors):
-        if progress:
-            progress(detector.name, len(remaining))
-        start = time.perf_counter()
+    def stage(detector: Detector, remaining: list[int]) -> tuple[list[int], list[Removal]]:
         texts = [rows[i].text for i in remaining]
         detector.index(texts)
         matches = detector.query(texts, earlier_only=True)
-        detector.index([])
         keep = [False] * len(texts)
+        removed = []
         for q, found in enumerate(matches):
             hit = next((m for m in found if keep[m.ref]), None)
             if hit is None:
                 keep[q] = True
                 continue
             row, ref = rows[remaining[q]], rows[remaining[hit.ref]]
-            report.removed.append(Removal(row.id, remaining[q], detector.name, hit.score,
-                                          ref.id, ref.source))
-        kept = [i for i, k in zip(remaining, keep, strict=True) if k]
-        report.stages.append(DetectorStats(detector.name, detector.threshold, len(remaining),
-                                           len(remaining) - len(kept),
-                                           round(time.perf_counter() - start, 3)))
-        remaining = kept
-    report.kept = remaining
-    report.removed.sort(key=lambda r: r.index)
-    return report
+            removed.append(Removal(row.id, remaining[q], detector.name, hit.score,
+                                   ref.id, ref.source))
+        return [i for i, k in zip(remaining, keep, strict=True) if k], removed
+
+    return _cascade(rows, detectors, stage, progress)
 
 
 # --------------------------------------------------------------------------- reading, writing
