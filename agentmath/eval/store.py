@@ -39,6 +39,15 @@ def write_json_atomic(path: Path, data: Any) -> None:
     os.replace(tmp, path)
 
 
+def write_jsonl_atomic(records: Iterable[dict[str, Any]], path: Path) -> int:
+    """Replace the JSONL file ``path`` in one rename: a kill at any moment leaves either the
+    old file or the whole new one. Returns how many records were written."""
+    tmp = path.with_name(f".{path.name}.tmp")
+    count = write_jsonl(records, tmp, durable=True)
+    os.replace(tmp, path)
+    return count
+
+
 def _read_saved(path: Path) -> dict[str, Any]:
     try:
         saved = json.loads(path.read_text(encoding="utf-8"))
@@ -114,9 +123,7 @@ def drop_errors(run_dir: Path) -> int:
         return 0
     if errors:
         write_jsonl(errors, run_dir / RETRIED_FILE, append=True, durable=True)
-    tmp = run_dir / f".{SAMPLES_FILE}.tmp"
-    write_jsonl((r for r in kept if not is_error(r)), tmp, durable=True)
-    os.replace(tmp, run_dir / SAMPLES_FILE)
+    write_jsonl_atomic((r for r in kept if not is_error(r)), run_dir / SAMPLES_FILE)
     return len(errors)
 
 

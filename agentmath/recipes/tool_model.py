@@ -25,8 +25,7 @@ from typing import Any
 from pydantic import Field, field_validator, model_validator
 
 from agentmath.config import SandboxConfig, StrictModel
-
-NATIVE = "native"  # the pseudo-format name for native tool-calling chat records
+from agentmath.synth.config import NATIVE  # the pseudo-format of native tool-calling records
 
 Stage = Callable[[str], None]
 

@@ -55,26 +55,28 @@ def build_funnel(outcomes: Sequence[Outcome], enabled: Sequence[str],
                  examples_per_reason: int = 3) -> Funnel:
     """The funnel of ``outcomes``; ``enabled``: the stages that ran (others are shown off)."""
     order = {stage: i for i, stage in enumerate(STAGES)}
-    exits = Counter(o.stage for o in outcomes if o.stage is not None)
+    by_stage: dict[str, list[Outcome]] = {stage: [] for stage in STAGES}
+    for o in outcomes:
+        if o.stage is not None:
+            by_stage.setdefault(o.stage, []).append(o)
+    kept_outcomes = [o for o in outcomes if o.kept]
+    kept = len(kept_outcomes)
     rows = []
     for stage in STAGES:
-        left_here = [o for o in outcomes if o.stage == stage]
-        beyond = sum(n for s, n in exits.items() if order.get(s, -1) >= order[stage])
-        kept = sum(o.kept for o in outcomes)
+        left_here = by_stage[stage]
+        beyond = sum(len(out) for s, out in by_stage.items() if order.get(s, -1) >= order[stage])
         row = StageRow(stage, stage in enabled, entered=beyond + kept if stage in enabled
                        else 0, left=len(left_here))
-        reasons = Counter(str(o.reason) for o in left_here)
-        row.reasons = dict(reasons.most_common())
+        row.reasons = dict(Counter(str(o.reason) for o in left_here).most_common())
         seen: Counter[str] = Counter()
         for o in left_here:
             if seen[str(o.reason)] < examples_per_reason:
                 seen[str(o.reason)] += 1
                 row.examples.append(Example(o.id, str(o.reason), o.detail[:300]))
         rows.append(row)
-    kept_outcomes = [o for o in outcomes if o.kept]
     mean_calls = (sum(o.tool_calls for o in kept_outcomes) / len(kept_outcomes)
                   if kept_outcomes else 0.0)
-    return Funnel(len(outcomes), len(kept_outcomes), rows, round(mean_calls, 2),
+    return Funnel(len(outcomes), kept, rows, round(mean_calls, 2),
                   sum(o.self_corrections for o in kept_outcomes))
 
 

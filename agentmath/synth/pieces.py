@@ -54,11 +54,6 @@ class Converter(Protocol):
         ...
 
 
-def code_pieces(pieces: list[Piece]) -> list[Piece]:
-    """The code pieces of a plan, in order."""
-    return [p for p in pieces if p.kind == "code"]
-
-
 def model_turns(pieces: Sequence[Piece]) -> Iterator[tuple[int, str, Piece | None]]:
     """The plan as the loop sees it: for each snippet, ``(index, lead, snippet)`` with its
     1-based index and the text written since the previous snippet; then ``(n + 1, tail,

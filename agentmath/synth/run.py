@@ -23,9 +23,14 @@ from agentmath.datasets import Task, load_tasks
 from agentmath.errors import ConfigError, DataError
 from agentmath.eval.fingerprint import dataset_fingerprint
 from agentmath.eval.lock import RunLock
-from agentmath.eval.store import SampleWriter, check_or_write_config, load_records
+from agentmath.eval.store import (
+    SampleWriter,
+    check_or_write_config,
+    load_records,
+    write_json_atomic,
+    write_jsonl_atomic,
+)
 from agentmath.formats import get_format
-from agentmath.jsonl import write_jsonl
 from agentmath.sandbox.factory import open_sandbox
 from agentmath.synth.checks import AstLimits
 from agentmath.synth.config import NATIVE, EndpointConfig, SynthConfig
@@ -121,21 +126,15 @@ def _load_done(out: Path, retry_errors: bool) -> list[Outcome]:
     done = [Outcome.from_json(r) for r in load_records(out, OUTCOMES_FILE, ("id",))]
     if retry_errors and any(o.reason in RETRYABLE for o in done):
         done = [o for o in done if o.reason not in RETRYABLE]
-        tmp = out / f".{OUTCOMES_FILE}.tmp"
-        write_jsonl((o.to_json() for o in done), tmp, durable=True)
-        os.replace(tmp, out / OUTCOMES_FILE)
+        write_jsonl_atomic((o.to_json() for o in done), out / OUTCOMES_FILE)
     return done
 
 
 def _finish(out: Path, tasks: list[Task], outcomes: dict[str, Outcome],
             enabled: tuple[str, ...]) -> Funnel:
     """Write sft.jsonl (kept records in input order) and funnel.json, both atomically."""
-    from agentmath.eval.store import write_json_atomic
-
     ordered = [outcomes[t.id] for t in tasks if t.id in outcomes]
-    tmp = out / f".{RECORDS_FILE}.tmp"
-    write_jsonl((o.record for o in ordered if o.record is not None), tmp, durable=True)
-    os.replace(tmp, out / RECORDS_FILE)
+    write_jsonl_atomic((o.record for o in ordered if o.record is not None), out / RECORDS_FILE)
     funnel = build_funnel(ordered, enabled)
     write_json_atomic(out / FUNNEL_FILE, funnel.to_json())
     return funnel
@@ -170,15 +169,13 @@ async def run_synth(config: SynthConfig, out: Path, *, teacher: Backend | None =
             consistency = ConsistencyJudge(judge or teacher) if (judge or teacher) else None
             if consistency is None:
                 raise ConfigError("checks.consistency is on but no judge backend was given")
-        count = [len(done)]
         writer = SampleWriter(out, OUTCOMES_FILE)
 
         def record(task: Task, outcome: Outcome) -> None:
             writer.append(outcome.to_json())
             done[task.id] = outcome
-            count[0] += 1
             if progress is not None:
-                progress(count[0], len(tasks))
+                progress(len(done), len(tasks))
 
         try:
             async with open_sandbox(config.sandbox, config.sandbox_url,
@@ -188,7 +185,7 @@ async def run_synth(config: SynthConfig, out: Path, *, teacher: Backend | None =
                                     config.snippet_timeout_s, config.self_correction.rate,
                                     config.self_correction.seed)
                 if progress is not None:
-                    progress(count[0], len(tasks))
+                    progress(len(done), len(tasks))
                 await pipeline.run(todo, concurrency=config.concurrency, on_outcome=record)
         finally:
             writer.close()

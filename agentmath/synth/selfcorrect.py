@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import ast
 import builtins
+import dataclasses
 import hashlib
 import keyword
 import random
@@ -161,6 +162,4 @@ def plan_corrections(pieces: Sequence[Piece], task_id: str, *, rate: float,
     if not candidates:
         return {}
     index, fix = rng.choice(candidates)
-    variant = rng.randrange(len(_REACTIONS[fix.kind]))
-    return {index: Correction(fix.kind, fix.faulty, fix.error_type, fix.orig, fix.bad,
-                              fix.line, variant)}
+    return {index: dataclasses.replace(fix, variant=rng.randrange(len(_REACTIONS[fix.kind])))}
