@@ -13,6 +13,7 @@ from typing import Literal
 from pydantic import Field, model_validator
 
 from agentmath.config import LoopConfig, SandboxConfig, StrictModel
+from agentmath.synth.checks import AstLimits
 
 NATIVE = "native"  # the output "format" of chat records with native tool calls
 
@@ -47,6 +48,10 @@ class ChecksConfig(StrictModel):
     max_snippet_lines: int = Field(80, ge=1, le=10_000, description="AST filter: lines.")
     max_snippet_chars: int = Field(4000, ge=16, le=1_000_000, description="AST filter: size.")
     max_ast_depth: int = Field(40, ge=2, le=1000, description="AST filter: nesting depth.")
+
+    def limits(self) -> AstLimits:
+        """The AST filter's size limits."""
+        return AstLimits(self.max_snippet_lines, self.max_snippet_chars, self.max_ast_depth)
 
 
 class SelfCorrectionConfig(StrictModel):

@@ -17,7 +17,7 @@ import re
 from collections.abc import Mapping, Sequence
 
 from agentmath.errors import SandboxError
-from agentmath.sandbox.client import SandboxClient
+from agentmath.sandbox.client import SandboxClient, SandboxSession
 from agentmath.sandbox.result import ExecResult
 from agentmath.synth.pieces import Piece, Rejected
 from agentmath.synth.records import Event
@@ -51,6 +51,21 @@ def _check_ran(index: int, piece: Piece, result: ExecResult) -> None:
         raise Rejected("execute", _failure_reason(result), f"snippet {index}: {what}")
 
 
+async def _faulty_turn(session: SandboxSession, fix: Correction, index: int,
+                       timeout: float) -> list[Event]:
+    """Run the faulty version of snippet ``index`` (1-based): its call and real error, then
+    the model's reaction; nothing when it did not fail (no self-correction around a success).
+    An unplanned failure (e.g. a timeout) may have cost the session its state: Rejected."""
+    faulty = await session.run(fix.faulty, timeout=timeout)
+    if fix.accepts(faulty):
+        return [Event(Piece("code", fix.faulty), faulty, planned=False),
+                Event(Piece("text", fix.reaction(faulty)), planned=False)]
+    if not faulty.ok or faulty.state_lost:
+        raise Rejected("execute", "self_correction_failed",
+                       f"snippet {index}: faulty version: {faulty.error}")
+    return []
+
+
 async def execute(pieces: Sequence[Piece], pool: SandboxClient, *, timeout: float,
                   require_ok: bool = True,
                   corrections: Mapping[int, Correction] | None = None) -> list[Event]:
@@ -73,16 +88,7 @@ async def execute(pieces: Sequence[Piece], pool: SandboxClient, *, timeout: floa
                     continue
                 fix = corrections.get(index)
                 if fix is not None:
-                    faulty = await session.run(fix.faulty, timeout=timeout)
-                    if fix.accepts(faulty):
-                        events.append(Event(Piece("code", fix.faulty), faulty, planned=False))
-                        events.append(Event(Piece("text", fix.reaction(faulty)),
-                                            planned=False))
-                    elif not faulty.ok or faulty.state_lost:
-                        # it failed in an unplanned way (e.g. a timeout): the session may
-                        # have lost its state, so the trajectory cannot be trusted
-                        raise Rejected("execute", "self_correction_failed",
-                                       f"snippet {index + 1}: faulty version: {faulty.error}")
+                    events += await _faulty_turn(session, fix, index + 1, timeout)
                 result = await session.run(piece.text, timeout=timeout)
                 index += 1
                 if require_ok:

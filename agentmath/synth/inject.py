@@ -18,8 +18,9 @@ from agentmath.config import LoopConfig
 from agentmath.datasets import Task
 from agentmath.formats.base import ToolFormat
 from agentmath.sandbox.client import SandboxClient
+from agentmath.synth.config import ChecksConfig
 from agentmath.synth.pieces import Converter
-from agentmath.synth.pipeline import Checks, Pipeline
+from agentmath.synth.pipeline import Pipeline
 
 TEXT_SYSTEM_PROMPT = ("Solve the problem step by step. Put the final answer in \\boxed{}.")
 
@@ -51,7 +52,7 @@ class ConversionReport:
 async def inject(tasks: Sequence[Task], converter: Converter, fmt: ToolFormat,
                  pool: SandboxClient, *, concurrency: int = 8, system_prompt: str | None = None,
                  timeout: float = 10.0, max_output_chars: int | None = None,
-                 native: bool = False, checks: Checks | None = None,
+                 native: bool = False, checks: ChecksConfig | None = None,
                  correction_rate: float = 0.0) -> ConversionReport:
     """Convert, execute and verify every task; keep only fully verified trajectories.
 
@@ -60,7 +61,7 @@ async def inject(tasks: Sequence[Task], converter: Converter, fmt: ToolFormat,
     records for native tool calling (``fmt`` is then ignored).
     """
     started = time.perf_counter()
-    pipeline = Pipeline(converter, pool, None if native else fmt, checks or Checks(),
+    pipeline = Pipeline(converter, pool, None if native else fmt, checks or ChecksConfig(),
                         system_prompt=system_prompt, timeout=timeout,
                         max_output_chars=max_output_chars or LoopConfig().max_output_chars,
                         correction_rate=correction_rate)

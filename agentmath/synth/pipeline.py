@@ -18,7 +18,8 @@ consistency the judge finds reasoning that does not follow from a real output:
            ``inconsistent``, ``judge_unclear``, ``judge_failed``
 ========== ============================================================================
 
-Every stage but ``convert`` and ``format`` can be turned off (:class:`Checks`); execution
+Every stage but ``convert`` and ``format`` can be turned off (:class:`ChecksConfig`; the
+consistency stage runs when the pipeline is given a judge); execution
 itself always happens, since real outputs must replace simulated ones. Optional
 self-correction turns are planned before execution and written around a real error. Each task
 ends as one :class:`Outcome`: its record, or the stage, reason and detail of its rejection.
@@ -37,7 +38,8 @@ from agentmath.formats.base import ToolFormat, output_text
 from agentmath.formats.openai_tools import OPENAI_TOOLS
 from agentmath.grading import averify, extract_answer
 from agentmath.sandbox.client import SandboxClient
-from agentmath.synth.checks import AstLimits, check_snippets, outputs_agree
+from agentmath.synth.checks import check_snippets, outputs_agree
+from agentmath.synth.config import ChecksConfig
 from agentmath.synth.execute import execute
 from agentmath.synth.judge import ConsistencyJudge
 from agentmath.synth.pieces import Converter, Rejected
@@ -47,17 +49,6 @@ from agentmath.synth.selfcorrect import plan_corrections
 STAGES = ("convert", "format", "ast", "execute", "outputs", "answer", "consistency")
 #: Reasons that say the infrastructure failed, not the data: a resumed run may retry them.
 RETRYABLE = frozenset({"request_failed", "judge_failed", "sandbox_error"})
-
-
-@dataclass(frozen=True)
-class Checks:
-    """Which checks run (see the module doc) and the AST filter's limits."""
-
-    ast: bool = True
-    execute: bool = True
-    outputs: bool = True
-    answer: bool = True
-    limits: AstLimits = field(default_factory=AstLimits)
 
 
 @dataclass
@@ -128,7 +119,7 @@ class Pipeline:
     converter: Converter
     pool: SandboxClient
     fmt: ToolFormat | None
-    checks: Checks = field(default_factory=Checks)
+    checks: ChecksConfig = field(default_factory=ChecksConfig)
     judge: ConsistencyJudge | None = None
     system_prompt: str | None = None
     max_output_chars: int = 4000
@@ -150,7 +141,7 @@ class Pipeline:
             raise Rejected("convert", "no_plan", f"converter {self.converter.name!r} gave none")
         check_plan(pieces, self.fmt or OPENAI_TOOLS)
         if self.checks.ast:
-            check_snippets(pieces, self.checks.limits)
+            check_snippets(pieces, self.checks.limits())
         corrections = plan_corrections(pieces, task.id, rate=self.correction_rate,
                                        seed=self.correction_seed)
         events = await execute(pieces, self.pool, timeout=self.timeout,

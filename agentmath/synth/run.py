@@ -32,12 +32,11 @@ from agentmath.eval.store import (
 )
 from agentmath.formats import get_format
 from agentmath.sandbox.factory import open_sandbox
-from agentmath.synth.checks import AstLimits
 from agentmath.synth.config import NATIVE, EndpointConfig, SynthConfig
 from agentmath.synth.funnel import Funnel, build_funnel
 from agentmath.synth.judge import ConsistencyJudge
 from agentmath.synth.pieces import Converter
-from agentmath.synth.pipeline import RETRYABLE, Checks, Outcome, Pipeline
+from agentmath.synth.pipeline import RETRYABLE, Outcome, Pipeline
 
 OUTCOMES_FILE = "outcomes.jsonl"
 RECORDS_FILE = "sft.jsonl"
@@ -140,12 +139,6 @@ def _finish(out: Path, tasks: list[Task], outcomes: dict[str, Outcome],
     return funnel
 
 
-def _checks(config: SynthConfig) -> Checks:
-    c = config.checks
-    return Checks(ast=c.ast, execute=c.execute, outputs=c.outputs, answer=c.answer,
-                  limits=AstLimits(c.max_snippet_lines, c.max_snippet_chars, c.max_ast_depth))
-
-
 async def run_synth(config: SynthConfig, out: Path, *, teacher: Backend | None = None,
                     judge: Backend | None = None, retry_errors: bool = False,
                     progress: Callable[[int, int], None] | None = None) -> SynthResult:
@@ -180,7 +173,7 @@ async def run_synth(config: SynthConfig, out: Path, *, teacher: Backend | None =
         try:
             async with open_sandbox(config.sandbox, config.sandbox_url,
                                     config.sandbox_token_file) as pool:
-                pipeline = Pipeline(make_converter(config, teacher), pool, fmt, _checks(config),
+                pipeline = Pipeline(make_converter(config, teacher), pool, fmt, config.checks,
                                     consistency, config.system_prompt, config.max_output_chars,
                                     config.snippet_timeout_s, config.self_correction.rate,
                                     config.self_correction.seed)

@@ -14,9 +14,10 @@ from agentmath.config import LoopConfig, SandboxConfig
 from agentmath.datasets import Task
 from agentmath.formats import get_format
 from agentmath.sandbox import SandboxPool
+from agentmath.synth.config import ChecksConfig
 from agentmath.synth.funnel import build_funnel
 from agentmath.synth.judge import ConsistencyJudge
-from agentmath.synth.pipeline import Checks, Pipeline
+from agentmath.synth.pipeline import Pipeline
 from agentmath.synth.teacher import TeacherConverter
 from tests.fixtures.teacher import CASES, FakeTeacher
 
@@ -73,7 +74,7 @@ async def test_planned_mistake_keeps_its_real_error(pool: SandboxPool) -> None:
 
 async def test_turning_a_check_off_lets_its_cases_through(pool: SandboxPool) -> None:
     tasks = [BY_ID[i].task() for i in ("trivial", "restated", "primes", "drift")]
-    off = _pipeline(pool, checks=Checks(ast=False, outputs=False, answer=False))
+    off = _pipeline(pool, checks=ChecksConfig(ast=False, outputs=False, answer=False))
     assert [o.kept for o in await off.run(tasks)] == [True, True, True, True]
     assert off.enabled() == ("convert", "format", "execute")
 
