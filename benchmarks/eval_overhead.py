@@ -109,14 +109,8 @@ if __name__ == "__main__":
         "a grown tool-model directory (final/ and test.jsonl) to use instead of growing one"))
     args = parser.parse_args()
     quick = args.quick
-    from agentmath.recipes.tool_model import NATIVE, ToolModelConfig, cached_tool_model
+    from agentmath.recipes.tool_model import TEST_MODEL, cached_tool_model
 
-    # The test model's recipe (tests/fixtures/models.py), grown here without the test suite.
-    config = ToolModelConfig(
-        seed=0, train_problems=1000, test_problems=50, max_digits=3,
-        formats=["code_interpreter", "markdown", "tool_call", "openai_tools", NATIVE],
-        model_size="nano", steps=300, batch_size=16, learning_rate=3e-3, max_length=512,
-        vocab_size=1024)
     root = Path.home() / ".cache" / "agentmath-bench"
     # Built (or loaded from the cache) before the event loop: building runs its own.
-    asyncio.run(main(quick, args.model or cached_tool_model(config, root)))
+    asyncio.run(main(quick, args.model or cached_tool_model(TEST_MODEL, root)))

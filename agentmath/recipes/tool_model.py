@@ -81,6 +81,15 @@ class ToolModelConfig(StrictModel):
         return self
 
 
+#: The tiny model the test suite grows (tests/fixtures/models.py) and benchmarks reuse: every
+#: format and native tool calling, a few minutes of CPU.
+TEST_MODEL = ToolModelConfig(
+    seed=0, train_problems=1000, test_problems=50, max_digits=3,
+    formats=["code_interpreter", "markdown", "tool_call", "openai_tools", NATIVE],
+    model_size="nano", steps=300, batch_size=16, learning_rate=3e-3, max_length=512,
+    vocab_size=1024)
+
+
 def make_problems(seed: int, train: int, test: int, max_digits: int) -> tuple[list, list]:
     """Seeded multi-step problems with operands of 3..``max_digits`` digits, split."""
     from agentmath.data.synthetic import generate_problems, split
