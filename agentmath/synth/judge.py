@@ -17,11 +17,10 @@ from collections.abc import Sequence
 
 from agentmath.backends.base import Backend, SamplingParams
 from agentmath.datasets import Task
-from agentmath.errors import AgentMathError
 from agentmath.formats.base import render_body
 from agentmath.synth.pieces import Rejected
 from agentmath.synth.records import Event
-from agentmath.synth.teacher import chat_text
+from agentmath.synth.teacher import REQUEST_ERRORS, chat_text
 
 JUDGE_SYSTEM = (
     "You check tool-integrated math solutions. Each [code k] block was run and [output k] is "
@@ -68,7 +67,7 @@ class ConsistencyJudge:
         try:
             reply, _ = await chat_text(self.backend, messages, max_tokens=self.max_tokens,
                                        sampling=SamplingParams(temperature=0.0, logprobs=False))
-        except (AgentMathError, OSError, TimeoutError) as exc:
+        except REQUEST_ERRORS as exc:
             raise Rejected("consistency", "judge_failed",
                            f"{type(exc).__name__}: {str(exc)[:300]}") from exc
         verdict = parse_verdict(reply)

@@ -19,6 +19,7 @@ its reason, never a crash.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -44,6 +45,8 @@ DEFAULT_SYSTEM = (
     "sympy and scipy. Do not state a result before the code that computes it. End with the "
     "final answer in \\boxed{}."
 )
+#: What a failed teacher or judge request raises (a backend error, a socket, a timeout).
+REQUEST_ERRORS = (AgentMathError, OSError, TimeoutError)
 DEFAULT_USER = ("Problem:\n{problem}\n\nReference solution:\n{solution}\n\n"
                 "Final answer: {answer}\n\nWrite the tool-integrated solution.")
 
@@ -124,13 +127,12 @@ async def chat_text(backend: Backend, messages: Sequence[dict[str, str]], *, max
 
 def _output_block(text: str, pos: int, fmt: DelimitedFormat) -> tuple[str | None, int]:
     """The simulated output right after ``pos`` (if the teacher wrote one) and where it ends."""
-    skipped = fmt._skip_output(text, pos)
-    if skipped is None:
+    opened = re.compile(r"\s*" + re.escape(fmt.output_open)).match(text, pos)
+    if opened is None:
         return None, pos
-    start = text.index(fmt.output_open, pos) + len(fmt.output_open)
-    close = fmt.output_closer.search(text, start)
-    body = text[start: close.start() if close else len(text)]
-    return body.strip("\n"), skipped
+    close = fmt.output_closer.search(text, opened.end())
+    end = close.start() if close else len(text)
+    return text[opened.end():end].strip("\n"), close.end() if close else len(text)
 
 
 def parse_trajectory(text: str, fmt: DelimitedFormat = CODE_INTERPRETER) -> list[Piece]:
@@ -185,7 +187,7 @@ class TeacherConverter:
         try:
             text, finish = await chat_text(self.backend, self.prompt.messages(task),
                                            max_tokens=self.max_tokens, sampling=self.sampling)
-        except (AgentMathError, OSError, TimeoutError) as exc:
+        except REQUEST_ERRORS as exc:
             raise Rejected("convert", "request_failed",
                            f"{type(exc).__name__}: {str(exc)[:500]}") from exc
         if finish == "length":
