@@ -1,11 +1,9 @@
 """Shared by the service benchmarks: the sandbox service in a subprocess, and its process tree.
 
-``ServiceProcess`` starts uvicorn on ``create_app`` in a child process on 127.0.0.1 (a free
-port, a token file in a temporary directory), waits for ``/health`` and stops it with SIGTERM
-(uvicorn's graceful shutdown, as ``agentmath sandbox serve`` does). It runs uvicorn itself rather
-than the CLI because ``agentmath sandbox serve`` logs every request at level info (the access
-log), which would be measured as part of the service; ``via_cli=True`` runs the CLI instead.
-Run as a script (``python benchmarks/_service.py PORT TOKEN_FILE CONFIG_JSON``) it is that child.
+``ServiceProcess`` runs ``agentmath sandbox serve`` in a child process on 127.0.0.1 (a free
+port, a token file in a temporary directory, ``--no-access-log`` unless asked: a log line per
+request would be measured as part of the service), waits for ``/health`` and stops it with
+SIGTERM (the command's graceful shutdown).
 """
 
 from __future__ import annotations
@@ -85,10 +83,10 @@ def free_port() -> int:
 class ServiceProcess:
     """The sandbox service in a subprocess; a context manager giving ``url``, ``token``, ``pid``."""
 
-    def __init__(self, service: dict[str, Any] | None = None, via_cli: bool = False,
+    def __init__(self, service: dict[str, Any] | None = None, access_log: bool = False,
                  start_timeout: float = 60.0) -> None:
         self.service = service or {}
-        self.via_cli = via_cli
+        self.access_log = access_log
         self.start_timeout = start_timeout
         self.proc: subprocess.Popen[bytes] | None = None
         self.token = TOKEN
@@ -109,13 +107,10 @@ class ServiceProcess:
         token_file.write_text(self.token + "\n")
         port = free_port()
         self.url = f"http://127.0.0.1:{port}"
-        if self.via_cli:
-            sets = [a for k, v in _flatten(self.service) for a in ("--set", f"{k}={json.dumps(v)}")]
-            cmd = [sys.executable, "-m", "agentmath.cli", "sandbox", "serve", "--port", str(port),
-                   "--token-file", str(token_file), *sets]
-        else:
-            cmd = [sys.executable, str(Path(__file__).resolve()), str(port), str(token_file),
-                   json.dumps(self.service)]
+        sets = [a for k, v in _flatten(self.service) for a in ("--set", f"{k}={json.dumps(v)}")]
+        cmd = [sys.executable, "-m", "agentmath.cli", "sandbox", "serve", "--port", str(port),
+               "--token-file", str(token_file),
+               "--access-log" if self.access_log else "--no-access-log", *sets]
         self._log = open(Path(self._tmp.name) / "log", "wb")  # noqa: SIM115
         self.proc = subprocess.Popen(cmd, stdout=self._log, stderr=subprocess.STDOUT)
         deadline = time.monotonic() + self.start_timeout
@@ -220,19 +215,3 @@ def _flatten(d: dict[str, Any], prefix: str = "") -> list[tuple[str, Any]]:
         else:
             out.append((f"{prefix}{k}", v))
     return out
-
-
-def _serve(port: int, token_file: str, service: dict[str, Any]) -> None:
-    import uvicorn
-
-    from agentmath.sandbox.service import ServiceConfig, create_app
-
-    config = ServiceConfig(token_file=Path(token_file), **service)
-    server = uvicorn.Server(uvicorn.Config(create_app(config), host="127.0.0.1", port=port,
-                                           lifespan="on", log_level="warning",
-                                           access_log=False))
-    server.run()
-
-
-if __name__ == "__main__":
-    _serve(int(sys.argv[1]), sys.argv[2], json.loads(sys.argv[3]))
