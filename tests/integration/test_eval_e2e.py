@@ -124,3 +124,37 @@ def test_eval_resumes_after_kill_9_exactly_once(vllm_server, tmp_path):
     assert sum(r["tool_calls"] for r in records) > 0  # the tiny model really called tools
     metrics = json.loads(done.stdout.strip().splitlines()[-1])
     assert metrics["n_samples"] == 18
+
+
+def _tool_texts(path: Path) -> dict[str, list[str]]:
+    return {r["problem_id"]: [s["text"] for s in tool_segments(r)] for r in lines(path)}
+
+
+def test_eval_with_sandbox_url_matches_local(vllm_server, tmp_path):
+    """`eval --sandbox-url`: the model's code runs on a sandbox service (its cell counter
+    grows by the number of tool calls) and, greedy, every tool output the model read is the
+    one the in-process sandbox gives."""
+    from tests.integration.test_sandbox_remote import TOKEN, _session_cells
+    from tests.integration.test_sandbox_service import serve
+
+    data = held_out_dataset(tmp_path / "held_out.jsonl")
+    greedy = ("--temperature", "0", "--samples", "1", "--format", "markdown")
+    local = subprocess.run(eval_cmd(vllm_server, tmp_path / "local", *greedy, dataset=data),
+                           capture_output=True, text=True, timeout=600)
+    assert local.returncode == 0, local.stderr[-3000:]
+    token_file = tmp_path / "token"
+    token_file.write_text(TOKEN + "\n")
+    (tmp_path / "svc").mkdir()
+    with serve(tmp_path / "svc") as (url, _, _):
+        before = _session_cells(url)
+        remote = subprocess.run(
+            eval_cmd(vllm_server, tmp_path / "remote", *greedy, "--sandbox-url", url,
+                     "--sandbox-token-file", str(token_file), dataset=data),
+            capture_output=True, text=True, timeout=600)
+        assert remote.returncode == 0, remote.stderr[-3000:]
+        ran = _session_cells(url) - before
+    records = lines(tmp_path / "remote" / "samples.jsonl")
+    calls = sum(r["tool_calls"] for r in records)
+    assert len(records) == 6 and calls >= 6 and ran == calls
+    assert _tool_texts(tmp_path / "remote" / "samples.jsonl") == \
+        _tool_texts(tmp_path / "local" / "samples.jsonl")
