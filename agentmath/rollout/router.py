@@ -104,6 +104,7 @@ class _Server(ServerStats):
     backend: Any = None
     index: int = 0
     probe: asyncio.Task[None] | None = field(default=None, repr=False)
+    retired: bool = False  # removed for good (remove_server): never probed back up
 
 
 class Router:
@@ -239,6 +240,52 @@ class Router:
             self._groups.clear()
         self.policy_version = version
 
+    # ------------------------------------------------- decisions for callers that dispatch
+
+    def acquire(self, tag: RequestTag | None, weight: int,
+                exclude: frozenset[int] | set[int] = frozenset()) -> int:
+        """Route a request (:meth:`route`) and count it in flight on the chosen server; its
+        index. Pair every call with :meth:`release`. The decision half of :meth:`generate`,
+        for a caller that sends the request itself (verl's router plug-in,
+        :mod:`agentmath.verl.router`)."""
+        index = self.route(tag, weight, exclude)
+        server = self._servers[index]
+        server.requests += 1
+        server.in_flight += 1
+        server.load += weight
+        return index
+
+    def release(self, index: int, weight: int) -> None:
+        """A request :meth:`acquire` counted on server ``index`` is over (done or failed)."""
+        server = self._servers[index]
+        server.in_flight -= 1
+        server.load -= weight
+
+    def add_server(self, backend: Backend) -> int:
+        """Put a new server in rotation; its index (indices are never reused)."""
+        index = len(self._servers)
+        self._servers.append(_Server(_label(backend, index), backend=backend, index=index))
+        return index
+
+    def remove_server(self, index: int) -> None:
+        """Take server ``index`` out of rotation for good (no probe brings it back) and drop
+        the homes on it; requests in flight on it may still be released."""
+        server = self._servers[index]
+        server.up, server.retired = False, True
+        if server.probe is not None:
+            server.probe.cancel()
+        for homes in (self._episodes, self._groups):
+            for key in [k for k, s in homes.items() if s is server]:
+                del homes[key]
+
+    def clear_homes(self) -> int:
+        """Drop every sticky home (episodes and groups), e.g. after a weight update that reset
+        the servers' prefix caches; the number of entries dropped."""
+        dropped = len(self._episodes) + len(self._groups)
+        self._episodes.clear()
+        self._groups.clear()
+        return dropped
+
     # ---------------------------------------------------------------------------- protocol
 
     async def generate(self, prompt_ids: Sequence[int], *, stop: Sequence[str],
@@ -252,11 +299,8 @@ class Router:
         weight = self.weight(len(prompt_ids))
         tried: set[int] = set()
         while True:
-            index = self.route(tag, weight, tried)
+            index = self.acquire(tag, weight, tried)
             server = self._servers[index]
-            server.requests += 1
-            server.in_flight += 1
-            server.load += weight
             try:
                 generation = await server.backend.generate(
                     prompt_ids, stop=stop, max_tokens=max_tokens, sampling=sampling)
@@ -268,8 +312,7 @@ class Router:
                 tried.add(index)
                 continue
             finally:
-                server.in_flight -= 1
-                server.load -= weight
+                self.release(index, weight)
             server.completed += 1
             server.tokens += len(prompt_ids) + len(generation.token_ids)
             return generation
@@ -331,7 +374,7 @@ class Router:
     async def _probe_loop(self, server: _Server) -> None:
         while not server.up and not self._closed:
             await asyncio.sleep(self.config.probe_interval_s)
-            if await self._probe(server):
+            if await self._probe(server) and not server.retired:
                 server.up = True
 
     async def _probe(self, server: _Server) -> bool:
