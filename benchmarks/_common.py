@@ -22,3 +22,9 @@ def print_table(title: str, columns: Sequence[str], rows: Sequence[Sequence[str]
     if console.width < needed:
         console = Console(width=needed)
     console.print(table)
+
+
+def pct(values: list[float], q: float) -> float:
+    """The q-quantile (0..1) of values, nearest rank."""
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]

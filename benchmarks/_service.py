@@ -3,7 +3,9 @@
 ``ServiceProcess`` runs ``agentmath sandbox serve`` in a child process on 127.0.0.1 (a free
 port, a token file in a temporary directory, ``--no-access-log`` unless asked: a log line per
 request would be measured as part of the service), waits for ``/health`` and stops it with
-SIGTERM (the command's graceful shutdown).
+SIGTERM (the command's graceful shutdown). ``service_measure`` is the HTTP section of
+``benchmarks/sandbox.py --service``: round trip, closed-loop throughput and paced latency with
+two clients (httpx, and ``RawSession``: a raw HTTP/1.1 client far cheaper in CPU).
 """
 
 from __future__ import annotations
@@ -215,3 +217,134 @@ def _flatten(d: dict[str, Any], prefix: str = "") -> list[tuple[str, Any]]:
         else:
             out.append((f"{prefix}{k}", v))
     return out
+
+
+SERVICE = {"max_sessions_per_client": 1024, "max_inflight_per_client": 1024,
+           "max_inflight_total": 1024, "sandbox": {"max_sessions": 64}}
+
+
+def _cpu_s(pids: list[int]) -> float:
+    """User + system CPU seconds of ``pids`` (from /proc/PID/stat)."""
+    tick = os.sysconf("SC_CLK_TCK")
+    total = 0
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/stat") as fh:
+                fields = fh.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        total += int(fields[11]) + int(fields[12])
+    return total / tick
+
+
+class HttpxSession:
+    """A session through a shared httpx.AsyncClient (keep-alive connection pool)."""
+
+    def __init__(self, http: Any) -> None:
+        self.http, self.sid, self.cell = http, "", 0
+
+    async def open(self) -> HttpxSession:
+        reply = await self.http.post("/v1/sessions")
+        reply.raise_for_status()
+        self.sid = str(reply.json()["session_id"])
+        return self
+
+    async def run(self, code: str = "pass") -> None:
+        reply = await self.http.post(f"/v1/sessions/{self.sid}/run",
+                                     json={"code": code, "cell": self.cell})
+        reply.raise_for_status()
+        assert reply.json()["cell"] == self.cell
+        self.cell += 1
+
+    async def close(self) -> None:
+        assert (await self.http.delete(f"/v1/sessions/{self.sid}")).status_code == 204
+
+
+async def service_measure(quick: bool) -> dict[str, Any]:
+    """Trivial cells over HTTP against the service in a subprocess, with two clients (httpx,
+    and a hand-written raw HTTP/1.1 one): round trip, closed-loop throughput at several
+    concurrencies, open-loop paced p99 at half the best rate and at 1,500/s."""
+    import httpx
+
+    res: dict[str, Any] = {}
+    with ServiceProcess(SERVICE) as svc:
+        limits = httpx.Limits(max_connections=64, max_keepalive_connections=64)
+        async with httpx.AsyncClient(base_url=svc.url, limits=limits, timeout=30,
+                                     headers={"Authorization": f"Bearer {svc.token}"}) as http:
+            for kind in ("httpx", "raw"):
+                def new(kind: str = kind) -> Any:
+                    return HttpxSession(http) if kind == "httpx" else RawSession(svc.url,
+                                                                                 svc.token)
+                res[kind] = await _client_measure(svc, new, quick)
+    return res
+
+
+async def _client_measure(svc: Any, new: Any, quick: bool) -> dict[str, Any]:
+    k = 10 if quick else 1
+    res: dict[str, Any] = {}
+    one_s = await new().open()
+    for _ in range(50):
+        await one_s.run()
+    lat = []
+    for _ in range(3000 // k):
+        t = time.perf_counter()
+        await one_s.run()
+        lat.append((time.perf_counter() - t) * 1000)
+    await one_s.close()
+    res["rt"] = lat
+    sessions = [await new().open() for _ in range(32)]
+
+    async def drive(s: Any, n: int) -> None:
+        for _ in range(n):
+            await s.run()
+
+    res["tput"] = {}
+    for conc in (1, 8, 32):
+        per = max(20, 6000 // k // conc)
+        pids = tree_pids(svc.pid)
+        c0, main0 = time.process_time(), _cpu_s([svc.pid])
+        w0 = _cpu_s([p for p in pids if p != svc.pid])
+        t = time.perf_counter()
+        await asyncio.gather(*(drive(s, per) for s in sessions[:conc]))
+        wall = time.perf_counter() - t
+        pids = tree_pids(svc.pid)
+        res["tput"][conc] = {
+            "rate": conc * per / wall, "wall_s": wall,
+            "client_cpu": (time.process_time() - c0) / wall,
+            "service_cpu": (_cpu_s([svc.pid]) - main0) / wall,
+            "workers_cpu": (_cpu_s([p for p in pids if p != svc.pid]) - w0) / wall}
+    best = max(v["rate"] for v in res["tput"].values())
+    res["best"] = best
+    free: asyncio.Queue[Any] = asyncio.Queue()
+    for s in sessions:
+        free.put_nowait(s)
+
+    async def one(due: float, out: list[float]) -> None:
+        s = await free.get()
+        try:
+            await s.run()
+        finally:
+            free.put_nowait(s)
+        out.append((time.perf_counter() - due) * 1000)
+
+    async def paced(rate: float, seconds: float) -> list[float]:
+        """Open loop: cells sent on a fixed schedule; latency from the scheduled time (so a
+        stall counts against every cell that should have been sent during it)."""
+        out: list[float] = []
+        tasks = []
+        start = time.perf_counter() + 0.05
+        for i in range(int(rate * seconds)):
+            due = start + i / rate
+            delay = due - time.perf_counter()
+            if delay > 0:
+                await asyncio.sleep(delay)
+            tasks.append(asyncio.create_task(one(due, out)))
+        await asyncio.gather(*tasks)
+        return out
+
+    seconds = 1.0 if quick else 4.0
+    res["paced_half"] = (best / 2, await paced(best / 2, seconds))
+    res["paced_1500"] = (1500.0, await paced(1500.0, seconds))
+    for s in sessions:
+        await s.close()
+    return res

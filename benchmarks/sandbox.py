@@ -22,7 +22,8 @@ import sys
 import time
 from typing import Any
 
-from _common import print_table
+from _common import pct, print_table
+from _service import service_measure
 
 from agentmath.config import SandboxConfig
 from agentmath.sandbox import Sandbox, SandboxPool
@@ -30,12 +31,6 @@ from agentmath.sandbox import Sandbox, SandboxPool
 TRIVIAL = "x = 1"
 SYMPY = "sympy.factorint(2**64 - 1)"
 SYMPY_SETUP = "import sympy"
-
-
-def pct(values: list[float], q: float) -> float:
-    """The q-quantile (0..1) of values, nearest rank."""
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
 def private_mib(pid: int) -> float:
@@ -293,139 +288,6 @@ def print_cost_table(costs: dict[str, Any], as_json: bool) -> None:
 
 # -- the service over loopback HTTP (issue 12) -------------------------------------------------
 
-TRIVIAL_HTTP = "pass"
-SERVICE = {"max_sessions_per_client": 1024, "max_inflight_per_client": 1024,
-           "max_inflight_total": 1024, "sandbox": {"max_sessions": 64}}
-
-
-def _cpu_s(pids: list[int]) -> float:
-    """User + system CPU seconds of ``pids`` (from /proc/PID/stat)."""
-    tick = os.sysconf("SC_CLK_TCK")
-    total = 0
-    for pid in pids:
-        try:
-            with open(f"/proc/{pid}/stat") as fh:
-                fields = fh.read().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        total += int(fields[11]) + int(fields[12])
-    return total / tick
-
-
-class HttpxSession:
-    """A session through a shared httpx.AsyncClient (keep-alive connection pool)."""
-
-    def __init__(self, http: Any) -> None:
-        self.http, self.sid, self.cell = http, "", 0
-
-    async def open(self) -> HttpxSession:
-        reply = await self.http.post("/v1/sessions")
-        reply.raise_for_status()
-        self.sid = str(reply.json()["session_id"])
-        return self
-
-    async def run(self, code: str = "pass") -> None:
-        reply = await self.http.post(f"/v1/sessions/{self.sid}/run",
-                                     json={"code": code, "cell": self.cell})
-        reply.raise_for_status()
-        assert reply.json()["cell"] == self.cell
-        self.cell += 1
-
-    async def close(self) -> None:
-        assert (await self.http.delete(f"/v1/sessions/{self.sid}")).status_code == 204
-
-
-async def service_measure(quick: bool) -> dict[str, Any]:
-    """Trivial cells over HTTP against the service in a subprocess, with two clients (httpx,
-    and a hand-written raw HTTP/1.1 one): round trip, closed-loop throughput at several
-    concurrencies, open-loop paced p99 at half the best rate and at 1,500/s."""
-    import httpx
-    from _service import RawSession, ServiceProcess
-
-    res: dict[str, Any] = {}
-    with ServiceProcess(SERVICE) as svc:
-        limits = httpx.Limits(max_connections=64, max_keepalive_connections=64)
-        async with httpx.AsyncClient(base_url=svc.url, limits=limits, timeout=30,
-                                     headers={"Authorization": f"Bearer {svc.token}"}) as http:
-            for kind in ("httpx", "raw"):
-                def new(kind: str = kind) -> Any:
-                    return HttpxSession(http) if kind == "httpx" else RawSession(svc.url,
-                                                                                 svc.token)
-                res[kind] = await _client_measure(svc, new, quick)
-    return res
-
-
-async def _client_measure(svc: Any, new: Any, quick: bool) -> dict[str, Any]:
-    from _service import tree_pids
-
-    k = 10 if quick else 1
-    res: dict[str, Any] = {}
-    one_s = await new().open()
-    for _ in range(50):
-        await one_s.run()
-    lat = []
-    for _ in range(3000 // k):
-        t = time.perf_counter()
-        await one_s.run()
-        lat.append((time.perf_counter() - t) * 1000)
-    await one_s.close()
-    res["rt"] = lat
-    sessions = [await new().open() for _ in range(32)]
-
-    async def drive(s: Any, n: int) -> None:
-        for _ in range(n):
-            await s.run()
-
-    res["tput"] = {}
-    for conc in (1, 8, 32):
-        per = max(20, 6000 // k // conc)
-        pids = tree_pids(svc.pid)
-        c0, main0 = time.process_time(), _cpu_s([svc.pid])
-        w0 = _cpu_s([p for p in pids if p != svc.pid])
-        t = time.perf_counter()
-        await asyncio.gather(*(drive(s, per) for s in sessions[:conc]))
-        wall = time.perf_counter() - t
-        pids = tree_pids(svc.pid)
-        res["tput"][conc] = {
-            "rate": conc * per / wall, "wall_s": wall,
-            "client_cpu": (time.process_time() - c0) / wall,
-            "service_cpu": (_cpu_s([svc.pid]) - main0) / wall,
-            "workers_cpu": (_cpu_s([p for p in pids if p != svc.pid]) - w0) / wall}
-    best = max(v["rate"] for v in res["tput"].values())
-    res["best"] = best
-    free: asyncio.Queue[Any] = asyncio.Queue()
-    for s in sessions:
-        free.put_nowait(s)
-
-    async def one(due: float, out: list[float]) -> None:
-        s = await free.get()
-        try:
-            await s.run()
-        finally:
-            free.put_nowait(s)
-        out.append((time.perf_counter() - due) * 1000)
-
-    async def paced(rate: float, seconds: float) -> list[float]:
-        """Open loop: cells sent on a fixed schedule; latency from the scheduled time (so a
-        stall counts against every cell that should have been sent during it)."""
-        out: list[float] = []
-        tasks = []
-        start = time.perf_counter() + 0.05
-        for i in range(int(rate * seconds)):
-            due = start + i / rate
-            delay = due - time.perf_counter()
-            if delay > 0:
-                await asyncio.sleep(delay)
-            tasks.append(asyncio.create_task(one(due, out)))
-        await asyncio.gather(*tasks)
-        return out
-
-    seconds = 1.0 if quick else 4.0
-    res["paced_half"] = (best / 2, await paced(best / 2, seconds))
-    res["paced_1500"] = (1500.0, await paced(1500.0, seconds))
-    for s in sessions:
-        await s.close()
-    return res
 
 
 def service_rows(r: dict[str, Any], s: dict[str, Any]) -> list[tuple[str, str, str, str, str]]:
@@ -479,7 +341,10 @@ async def measure_service(quick: bool) -> tuple[dict[str, Any], dict[str, Any]]:
 SERVICE_NOTE = ("the client (httpx or raw HTTP/1.1 on asyncio, this process) runs on the same "
                 "CPUs as the service "
                 "and its workers; 'CPU' is cores busy (1.00 = one core) in the client, the "
-                "service's main process and its workers during that run")
+                "service's main process and its workers during that run. SandboxFusion "
+                "publishes no latency or throughput figures (its repository at 469de08); its "
+                "/run_code starts a fresh `python FILE` per request (sandbox/runners/major.py), "
+                "so the python -c baseline is a lower bound on its cost per cell")
 
 
 def print_service_table(r: dict[str, Any], s: dict[str, Any], as_json: bool) -> None:
