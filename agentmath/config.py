@@ -207,6 +207,30 @@ class RolloutConfig(StrictModel):
         "minus max_in_flight, or active episodes wait for session slots held by parked ones."))
 
 
+class RayConfig(StrictModel):
+    """Where and how episodes run on a Ray cluster (agentmath/distributed/; the ``ray`` extra).
+
+    The driver (``agentmath eval``) keeps everything durable (the run directory, grading,
+    resume); the cluster runs the episodes: one rollout worker actor per slot, each with its
+    own sandbox (a local pool on its node, or the sandbox services) and its own client of the
+    model servers.
+    """
+
+    address: str = Field("auto", min_length=1, description=(
+        "'auto': join the cluster this machine belongs to (ray start --head / RAY_ADDRESS); "
+        "'local': start a private Ray instance on this machine; or a cluster address "
+        "(host:port, ray://host:10001)."))
+    workers: int | None = Field(None, ge=1, le=100_000, description=(
+        "Rollout worker actors (None: one per node with CPUs), spread over the nodes."))
+    worker_cpus: float = Field(1.0, gt=0, le=1024, description=(
+        "CPUs each worker reserves on its node (its agent loop and sandbox workers)."))
+    max_attempts: int = Field(3, ge=1, le=100, description=(
+        "Placements of one episode before it is recorded as an error: an episode whose "
+        "worker dies (its node lost) is run again from scratch on another worker."))
+    start_timeout_s: float = Field(120.0, gt=0, le=3600, description=(
+        "How long to wait for at least one worker to start before giving up."))
+
+
 class EvalConfig(StrictModel):
     """One evaluation run (``agentmath eval``). Fields marked *identity* must match on resume."""
 
@@ -249,8 +273,11 @@ class EvalConfig(StrictModel):
     sandbox_token_file: Path | None = Field(None, description=(
         "File holding the token of the sandbox services (default: $AGENTMATH_SANDBOX_TOKEN) "
         "(not identity)."))
+    ray: RayConfig | None = Field(None, description=(
+        "Run the episodes on a Ray cluster instead of in this process; each sample's seed is "
+        "the same either way, so are its results (not identity)."))
 
     #: Fields that may differ between a run and its resumption.
     RESUMABLE_FIELDS: ClassVar[frozenset[str]] = frozenset(
         {"concurrency", "base_url", "data_dir", "grade_timeout_s", "http_retries",
-         "http_timeout_s", "retry_errors", "sandbox_url", "sandbox_token_file"})
+         "http_timeout_s", "retry_errors", "sandbox_url", "sandbox_token_file", "ray"})

@@ -50,3 +50,7 @@ class MissingExtraError(AgentMathError, ImportError):
         )
         self.module = module
         self.extra = extra
+
+
+class ClusterError(AgentMathError):
+    """The Ray cluster cannot run the work (no worker could start, or all of them died)."""

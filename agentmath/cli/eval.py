@@ -54,6 +54,11 @@ def eval_command(
         "Grading limit per sample, extraction and verification together (default 10).")),
     sandbox_url: list[str] = SANDBOX_URL_OPTION,
     sandbox_token_file: Path = SANDBOX_TOKEN_OPTION,
+    ray: str = typer.Option(None, "--ray", metavar="auto|local|ADDRESS", help=(
+        "Run the episodes on a Ray cluster (the ray extra): 'auto' joins this machine's "
+        "cluster, 'local' starts one here, or a cluster address. Same seeds, same samples.")),
+    ray_workers: int = typer.Option(None, "--ray-workers", metavar="N", help=(
+        "Rollout worker actors on the cluster (default: one per node with CPUs).")),
     config_file: Path = typer.Option(None, "--config", "-c", help="EvalConfig file (TOML/YAML)."),
     sets: list[str] = typer.Option(None, "--set", "-s", help="Override a field: key=value."),
     json_out: bool = JSON_OPTION,
@@ -75,11 +80,13 @@ def eval_command(
         "sandbox_url": list(sandbox_url) if sandbox_url else None,
         "sandbox_token_file": str(sandbox_token_file) if sandbox_token_file else None,
         "loop": {"max_tool_calls": max_tool_calls, "max_model_tokens": max_model_tokens,
-                 "system_prompt": system_prompt}})
+                 "system_prompt": system_prompt},
+        "ray": ({"address": ray, "workers": ray_workers} if ray or ray_workers else None)})
     http = ({"max_retries": config.http_retries, "timeout_s": config.http_timeout_s}
             if config.backend == "openai" else {})
-    try:
-        engine = make_backend(config.backend, config.model, base_url=config.base_url, **http)
+    try:  # with --ray the workers build their own clients (an hf model is not loaded here)
+        engine = None if config.ray is not None else make_backend(
+            config.backend, config.model, base_url=config.base_url, **http)
     except (AgentMathError, ValueError) as exc:
         usage_error(str(exc))
     try:
@@ -128,4 +135,5 @@ async def _run(config: Any, out: Path, engine: Any, quiet: bool) -> dict[str, An
         with progress:
             return await run_eval(config, out, engine, progress=update)
     finally:
-        await engine.aclose()
+        if engine is not None:
+            await engine.aclose()

@@ -26,7 +26,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from importlib import metadata
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from agentmath import __version__
 from agentmath.agent.trajectory import Trajectory
@@ -49,9 +49,13 @@ from agentmath.eval.store import (
 )
 from agentmath.formats import get_format
 from agentmath.rollout.records import GroupRequest, Sample
-from agentmath.rollout.scheduler import RolloutEngine
+from agentmath.rollout.scheduler import RolloutEngine, SamplingFn
 from agentmath.sandbox.client import SandboxClient
 from agentmath.sandbox.factory import open_sandbox
+
+if TYPE_CHECKING:
+    from agentmath.distributed.engine import RayRolloutEngine
+    from agentmath.distributed.worker import WorkerSpec
 
 ProgressFn = Callable[[dict[str, Any]], None]
 log = logging.getLogger(__name__)
@@ -153,20 +157,27 @@ def _load(config: EvalConfig) -> list[Any]:
                       id_field=config.id_field)
 
 
-def make_engine(config: EvalConfig, backend: Backend, sandbox: SandboxClient) -> RolloutEngine:
-    """The rollout engine of an evaluation: request-level scheduling, ``concurrency`` samples
-    in flight, each sample's seed derived from (run seed, problem id, sample index)."""
+def make_sampling(config: EvalConfig) -> SamplingFn:
+    """Each sample's sampling: the run's settings, the seed derived from (run seed, problem
+    id, sample index), so neither scheduling order nor placement changes a sample."""
     def sampling(request: GroupRequest, index: int) -> SamplingParams:
         return SamplingParams(temperature=config.temperature, top_p=config.top_p,
                               top_k=config.top_k,
                               seed=sample_seed(config.seed, request.task.id, index))
 
+    return sampling
+
+
+def make_engine(config: EvalConfig, backend: Backend, sandbox: SandboxClient) -> RolloutEngine:
+    """The rollout engine of an evaluation: request-level scheduling, ``concurrency`` samples
+    in flight, each sample's seed from :func:`make_sampling`."""
     return RolloutEngine(backend, sandbox, get_format(config.format), loop=config.loop,
                          config=RolloutConfig(max_in_flight=config.concurrency),
-                         sampling=sampling)
+                         sampling=make_sampling(config))
 
 
-async def _run_todo(run: _Run, engine: RolloutEngine, todo: list[GroupRequest]) -> None:
+async def _run_todo(run: _Run, engine: RolloutEngine | RayRolloutEngine,
+                    todo: list[GroupRequest]) -> None:
     """Every pending sample through the engine, each recorded the moment it is graded.
     Should one fail to be recorded (a full disk), or the run be cancelled, the rest is
     cancelled and awaited before this returns, so nothing writes to the run directory after."""
@@ -179,14 +190,44 @@ async def _run_todo(run: _Run, engine: RolloutEngine, todo: list[GroupRequest]) 
         pass
 
 
-async def run_eval(config: EvalConfig, out_dir: str | Path, backend: Backend,
+def worker_spec(config: EvalConfig) -> WorkerSpec:
+    """What each Ray rollout worker needs to run this evaluation's episodes."""
+    from agentmath.distributed.worker import WorkerSpec
+
+    http = ({"max_retries": config.http_retries, "timeout_s": config.http_timeout_s}
+            if config.backend == "openai" else {})
+    return WorkerSpec(backend=config.backend, model=config.model, base_url=config.base_url,
+                      backend_options=http, format=config.format, loop=config.loop,
+                      sandbox=config.sandbox, sandbox_url=config.sandbox_url,
+                      sandbox_token_file=(str(config.sandbox_token_file)
+                                          if config.sandbox_token_file else None))
+
+
+async def _run_todo_ray(run: _Run, todo: list[GroupRequest]) -> None:
+    """Every pending sample on the Ray cluster of ``run.config.ray``; recorded here, on the
+    driver, as each comes back (so a lost node or a killed driver loses no finished one)."""
+    from agentmath.distributed.engine import RayRolloutEngine
+
+    config = run.config
+    assert config.ray is not None
+    engine = RayRolloutEngine(worker_spec(config), config.ray, make_sampling(config),
+                              max_in_flight=config.concurrency)
+    try:
+        await engine.start()
+        await _run_todo(run, engine, todo)
+    finally:
+        await engine.close()
+
+
+async def run_eval(config: EvalConfig, out_dir: str | Path, backend: Backend | None,
                    progress: ProgressFn | None = None,
                    sandbox: SandboxClient | None = None) -> dict[str, Any]:
     """Run (or resume) an evaluation into ``out_dir``; returns the metrics.
 
-    ``backend`` may be one server or a router over several; ``sandbox`` is the run's shared
-    sandbox client (None: the services of ``config.sandbox_url``, else a local sandbox pool
-    from ``config.sandbox``, for this run).
+    ``backend`` may be one server or a router over several (None with ``config.ray``: the
+    episodes run on the cluster's workers, each with its own client); ``sandbox`` is the run's
+    shared sandbox client (None: the services of ``config.sandbox_url``, else a local sandbox
+    pool from ``config.sandbox``, for this run).
 
     Raises :class:`~agentmath.eval.lock.RunLockedError` when another run holds the directory,
     :class:`~agentmath.errors.ConfigError` when the saved config or dataset differs, and
@@ -210,7 +251,11 @@ async def run_eval(config: EvalConfig, out_dir: str | Path, backend: Backend,
         run = _Run(config, writer, progress, done=len(done),
                    total=len(tasks) * config.samples, started=time.monotonic())
         try:
-            if todo and sandbox is not None:
+            if todo and config.ray is not None:
+                await _run_todo_ray(run, todo)
+            elif todo and backend is None:
+                raise ValueError("run_eval needs a backend unless config.ray is set")
+            elif todo and sandbox is not None:
                 await _run_todo(run, make_engine(config, backend, sandbox), todo)
             elif todo:
                 async with open_sandbox(config.sandbox, config.sandbox_url,

@@ -82,13 +82,15 @@ class RolloutEngine:
             return self._sampling
         return self._sampling(request, index)
 
-    def new_episode(self, state: GroupState, index: int) -> Episode:
-        """A fresh episode for sample ``index`` of the group (also used to regenerate one)."""
+    def new_episode(self, state: GroupState, index: int,
+                    sampling: SamplingParams | None = None) -> Episode:
+        """A fresh episode for sample ``index`` of the group (also used to regenerate one);
+        ``sampling`` overrides the engine's sampling for it."""
         request = state.request
         restarts = state.restarts.get(index, 0)
         episode_id = f"{request.group_id}#{index}" + (f"r{restarts}" if restarts else "")
         episode = Episode(request.task.problem, self.backend, self.fmt, self.sandbox, self.loop,
-                          self.sampling_for(request, index), episode_id=episode_id,
+                          sampling or self.sampling_for(request, index), episode_id=episode_id,
                           group_id=request.group_id, chat=self.chat,
                           meta={"problem_id": request.task.id, "sample_index": index})
         state.episodes[index] = episode
@@ -128,6 +130,22 @@ class RolloutEngine:
         state.group.samples.sort(key=lambda s: s.index)
         self.stats.groups_done += 1
         return state.group
+
+    async def run_sample(self, request: GroupRequest, index: int,
+                         sampling: SamplingParams | None = None) -> Sample:
+        """One sample of ``request`` run to its end on its own (no admission gate): what a
+        distributed worker does for each episode the driver places on it. ``sampling``
+        overrides the engine's (the driver derives every sample's seed, so that where an
+        episode runs does not change what it samples)."""
+        state = GroupState(request)
+        episode = self.new_episode(state, index, sampling)
+        try:
+            await self.advance(episode)
+        except BaseException:  # cancelled: the episode's sandbox session must not leak
+            await episode.close()
+            raise
+        self.collect(state, index)
+        return state.group.samples[-1]
 
     def admission(self) -> Admission:
         """A gate bounding the episodes in flight (count, and context tokens if configured)."""

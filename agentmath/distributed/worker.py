@@ -1,0 +1,96 @@
+"""The rollout worker: runs whole episodes on one node of a Ray cluster.
+
+A worker is a plain class made into an async Ray actor by the driver (``ray.remote`` at run
+time, so this module does not import Ray). On its first call it builds what an episode needs
+on its own node: the model client (any backend: the openai client of the model servers, or a
+router over several), the sandbox (a local pool on the node, or the sandbox services) and a
+:class:`~agentmath.rollout.scheduler.RolloutEngine` over them; each call then runs one sample
+to its end with the sampling the driver chose, and returns the finished
+:class:`~agentmath.rollout.records.Sample` (its trajectory holds every token and tool result).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+from dataclasses import dataclass, field
+from typing import Any
+
+from agentmath.backends.base import SamplingParams
+from agentmath.config import LoopConfig, SandboxConfig
+from agentmath.rollout.records import GroupRequest, Sample
+
+
+@dataclass(frozen=True)
+class WorkerSpec:
+    """Everything a worker needs to run episodes, sent to every worker (picklable).
+
+    ``sandbox_token_file`` is read on the worker's node (the token itself is never sent)."""
+
+    backend: str
+    model: str
+    base_url: str | list[str] | None = None
+    backend_options: dict[str, Any] = field(default_factory=dict)
+    format: str = "code_interpreter"
+    loop: LoopConfig = field(default_factory=LoopConfig)
+    sandbox: SandboxConfig = field(default_factory=SandboxConfig)
+    sandbox_url: list[str] | None = None
+    sandbox_token_file: str | None = None
+    chat: bool = False
+    in_flight: int = 32  # episodes one worker runs at once (its actor's max_concurrency)
+
+
+class RolloutWorker:
+    """An async actor that runs episodes; one per slot of the cluster."""
+
+    def __init__(self, spec: WorkerSpec) -> None:
+        self.spec = spec
+        self._engine: Any = None
+        self._stack = contextlib.AsyncExitStack()
+        self._starting: asyncio.Lock | None = None
+        self.episodes = 0
+
+    async def _start(self) -> Any:
+        """The worker's rollout engine, built on first use (once, even under concurrency)."""
+        if self._starting is None:
+            self._starting = asyncio.Lock()
+        async with self._starting:
+            if self._engine is not None:
+                return self._engine
+            from agentmath.backends import make_backend
+            from agentmath.config import RolloutConfig
+            from agentmath.formats import get_format
+            from agentmath.rollout.scheduler import RolloutEngine
+            from agentmath.sandbox.factory import open_sandbox
+
+            spec = self.spec
+            sandbox = await self._stack.enter_async_context(
+                open_sandbox(spec.sandbox, spec.sandbox_url, spec.sandbox_token_file))
+            backend = make_backend(spec.backend, spec.model, base_url=spec.base_url,
+                                   **spec.backend_options)
+            closer = getattr(backend, "aclose", None)
+            if callable(closer):
+                self._stack.push_async_callback(closer)
+            self._engine = RolloutEngine(backend, sandbox, get_format(spec.format),
+                                         loop=spec.loop, chat=spec.chat,
+                                         config=RolloutConfig(max_in_flight=spec.in_flight))
+            return self._engine
+
+    async def ready(self) -> dict[str, Any]:
+        """Start (model client, sandbox) and say where this worker runs."""
+        await self._start()
+        import ray
+
+        return {"node_id": ray.get_runtime_context().get_node_id(), "pid": os.getpid()}
+
+    async def run(self, request: GroupRequest, index: int, sampling: SamplingParams) -> Sample:
+        """Sample ``index`` of ``request`` run to its end with ``sampling``."""
+        engine = await self._start()
+        self.episodes += 1
+        return await engine.run_sample(request, index, sampling)
+
+    async def close(self) -> None:
+        """Close the sandbox and the model client (the driver kills the actor after)."""
+        await self._stack.aclose()
+        self._engine = None
