@@ -9,7 +9,7 @@ import importlib.util
 import os
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
@@ -50,7 +50,7 @@ def tokenizer(tiny_dir: Path):  # noqa: ANN201 - a transformers tokenizer
 
 
 @pytest.fixture
-async def close_sandboxes() -> Iterator[None]:
+async def close_sandboxes() -> AsyncIterator[None]:
     """Close the agent loop's shared sandbox clients of this test's event loop afterwards."""
     from agentmath.verl.settings import close_shared_sandboxes
 

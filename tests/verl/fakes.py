@@ -32,6 +32,8 @@ from verl.utils.dataset.rl_dataset import RLHFDataset
 from verl.workers.rollout.replica import TokenOutput
 
 from agentmath.datasets import Task
+from agentmath.formats import get_format
+from agentmath.sandbox.pool import SandboxPool
 from agentmath.verl.data import to_verl_row
 
 VERL_CONFIG_DIR = os.path.join(os.path.dirname(verl.__file__), "trainer", "config")
@@ -58,10 +60,12 @@ class ScriptedServer:
     distinct contexts seen before (each earlier turn of the same conversation; sibling
     samples with equal contexts count once)."""
 
-    def __init__(self, tokenizer: Any, turns: Sequence[str], name: str = "server") -> None:
+    def __init__(self, tokenizer: Any, turns: Sequence[str], name: str = "server", *,
+                 delay: float = 0.0) -> None:
         self.tokenizer = tokenizer
         self.turns = list(turns)
         self.name = name
+        self.delay = delay  # seconds a request stays in flight (model time)
         self.eos = tokenizer.eos_token_id
         self.seen: set[tuple[int, ...]] = set()
         self.calls: list[dict[str, Any]] = []
@@ -91,7 +95,7 @@ class ScriptedServer:
         ids = list(self.tokenizer.encode(text, add_special_tokens=False)) + [self.eos]
         out = self._cut(ids, params.get("stop") or [], int(params.get("max_tokens", 1 << 30)))
         logprobs = [logprob_of(t) for t in out] if params.get("logprobs") else None
-        await asyncio.sleep(0)
+        await asyncio.sleep(self.delay)
         return TokenOutput(token_ids=out, log_probs=logprobs, stop_reason="completed",
                            num_preempted=0, extra_fields={"global_steps": 0})
 
@@ -180,3 +184,27 @@ def make_agent_loop(config: DictConfig, server_manager: Any, tokenizer: Any,
         server_manager=server_manager, tokenizer=tokenizer, processor=None,
         hf_model_type=None, dataset_cls=RLHFDataset, data_config=DictConfigWrap(config.data),
         tools=ToolListWrap([]))
+
+
+def runs(mask: list[int], value: int) -> list[tuple[int, int]]:
+    """(start, end) of each maximal run of ``value`` in ``mask``."""
+    out, start = [], None
+    for i, m in enumerate([*mask, 1 - value]):
+        if m == value and start is None:
+            start = i
+        elif m != value and start is not None:
+            out.append((start, i))
+            start = None
+    return out
+
+
+async def sandbox_outputs(cells: list[str], fmt_name: str = "code_interpreter") -> list[str]:
+    """The format's rendering of ``cells`` run in one fresh agentmath sandbox session."""
+    fmt = get_format(fmt_name)
+    async with SandboxPool() as pool:
+        session = pool.session()
+        try:
+            return [fmt.render(await session.run(code, timeout=10.0), max_chars=2000)
+                    for code in cells]
+        finally:
+            await session.close()
