@@ -49,17 +49,37 @@ def config(model_root: Path, data: Path, concurrency: int, ray: RayConfig | None
                       loop=LoopConfig(max_model_tokens=200), ray=ray)
 
 
+class Clock:
+    """Wall time of a run, of its first sample and of its last (start-up vs steady state)."""
+
+    def __init__(self) -> None:
+        self.start = time.perf_counter()
+        self.first = self.last = 0.0
+        self.done = 0
+
+    def __call__(self, progress: dict[str, Any]) -> None:
+        now = time.perf_counter() - self.start
+        self.first = self.first or now
+        self.last, self.done = now, progress["done"]
+
+    def result(self, metrics: dict[str, Any]) -> dict[str, Any]:
+        steady = (self.done - 1) / (self.last - self.first) if self.last > self.first else 0.0
+        return {"wall_s": time.perf_counter() - self.start, "first_s": self.first,
+                "steady_rate": steady, "metrics": metrics}
+
+
 async def local(model_root: Path, data: Path, out: Path, concurrency: int) -> dict[str, Any]:
     """The baseline: one process, the hf backend batching ``concurrency`` requests."""
     from agentmath.backends.hf import HFBackend
 
+    clock = Clock()
     backend = HFBackend(str(model_root / "final"))
-    start = time.perf_counter()
     try:
-        metrics = await run_eval(config(model_root, data, concurrency, None), out, backend)
+        metrics = await run_eval(config(model_root, data, concurrency, None), out, backend,
+                                 progress=clock)
     finally:
         await backend.aclose()
-    return {"wall_s": time.perf_counter() - start, "metrics": metrics}
+    return clock.result(metrics)
 
 
 def on_cluster(model_root: Path, data: Path, out: Path, nodes: int,
@@ -76,26 +96,32 @@ def on_cluster(model_root: Path, data: Path, out: Path, nodes: int,
         ray.init(address=cluster.address, log_to_driver=False, configure_logging=False)
         cfg = config(model_root, data, concurrency,
                      RayConfig(address=cluster.address, workers=nodes))
-        start = time.perf_counter()
-        metrics = asyncio.run(run_eval(cfg, out, None))
-        return {"wall_s": time.perf_counter() - start, "metrics": metrics}
+        clock = Clock()
+        metrics = asyncio.run(run_eval(cfg, out, None, progress=clock))
+        return clock.result(metrics)
     finally:
         ray.shutdown()
         cluster.shutdown()
 
 
-def rows(n: int, base: dict[str, Any], runs: dict[int, dict[str, Any]]) -> list[tuple[str, ...]]:
-    base_rate = n / base["wall_s"]
-    one = n / runs[min(runs)]["wall_s"]
-    out = [("one process (no Ray), baseline", f"{base_rate:.2f} samples/s",
-            f"{base['wall_s']:.1f} s", "1.00x", "",
-            f"{base['metrics']['avg']['value']:.1%}")]
+def rows(base: dict[str, Any], runs: dict[int, dict[str, Any]]) -> list[tuple[str, ...]]:
+    """(run, steady samples/s, start-up, wall, vs one process, vs 1 node) rows."""
+    base_rate = base["steady_rate"]
+    one = runs[min(runs)]["steady_rate"]
+
+    def row(name: str, r: dict[str, Any], vs_one: str) -> tuple[str, ...]:
+        return (name, f"{r['steady_rate']:.2f} samples/s", f"{r['first_s']:.1f} s",
+                f"{r['wall_s']:.1f} s", f"{r['steady_rate'] / base_rate:.2f}x", vs_one)
+
+    out = [row("one process (no Ray), baseline", base, "")]
     for nodes, r in sorted(runs.items()):
-        rate = n / r["wall_s"]
-        out.append((f"Ray: {nodes} node(s), {nodes} worker(s)", f"{rate:.2f} samples/s",
-                    f"{r['wall_s']:.1f} s", f"{rate / base_rate:.2f}x", f"{rate / one:.2f}x",
-                    f"{r['metrics']['avg']['value']:.1%}"))
+        out.append(row(f"Ray: {nodes} node(s), {nodes} worker(s)", r,
+                       f"{r['steady_rate'] / one:.2f}x"))
     return out
+
+
+def _plain(r: dict[str, Any]) -> dict[str, float]:
+    return {k: v for k, v in r.items() if k != "metrics"}
 
 
 def main() -> None:
@@ -118,17 +144,17 @@ def main() -> None:
         base = asyncio.run(local(model_root, data, tmp / "local", args.concurrency))
         runs = {k: on_cluster(model_root, data, tmp / f"ray{k}", k, args.concurrency)
                 for k in ((1, 3) if args.quick else (1, 2, 3))}
-    table = rows(n, base, runs)
+    table = rows(base, runs)
     if args.json:
         print(json.dumps({"samples": n, "concurrency": args.concurrency, "rows": table,
-                          "wall_s": {"local": base["wall_s"],
-                                     **{str(k): r["wall_s"] for k, r in runs.items()}}},
+                          "runs": {"local": _plain(base),
+                                   **{str(k): _plain(r) for k, r in runs.items()}}},
                          indent=2))
         return
     print_table(f"evaluation on Ray ({n} samples, tiny tool model via hf in each worker, "
                 f"concurrency {args.concurrency}; local nodes of 1 CPU on this machine)",
-                ("run", "throughput", "wall", "vs one process", "vs 1 node", "accuracy"),
-                table)
+                ("run", "steady state (first to last sample)", "start-up (to first sample)",
+                 "wall", "vs one process", "vs 1 node"), table)
 
 
 if __name__ == "__main__":
