@@ -55,17 +55,33 @@ def logprob_of(token_id: int) -> float:
     return -0.01 - (token_id % 97) / 100.0
 
 
+class Gate:
+    """Holds requests until ``n`` have arrived, so that they are in flight together (a
+    router's load then counts them all, whatever the machine's speed)."""
+
+    def __init__(self, n: int, timeout: float = 60.0) -> None:
+        self.n, self.timeout = n, timeout
+        self.arrived = 0
+        self.open = asyncio.Event()
+
+    async def arrive(self) -> None:
+        self.arrived += 1
+        if self.arrived >= self.n:
+            self.open.set()
+        await asyncio.wait_for(self.open.wait(), self.timeout)
+
+
 class ScriptedServer:
     """A vLLM-like server playing ``turns``: turn k is played for a context that extends k
     distinct contexts seen before (each earlier turn of the same conversation; sibling
     samples with equal contexts count once)."""
 
     def __init__(self, tokenizer: Any, turns: Sequence[str], name: str = "server", *,
-                 delay: float = 0.0) -> None:
+                 gate: Gate | None = None) -> None:
         self.tokenizer = tokenizer
         self.turns = list(turns)
         self.name = name
-        self.delay = delay  # seconds a request stays in flight (model time)
+        self.gate = gate  # first turns wait there until all have arrived (they overlap)
         self.eos = tokenizer.eos_token_id
         self.seen: set[tuple[int, ...]] = set()
         self.calls: list[dict[str, Any]] = []
@@ -91,11 +107,14 @@ class ScriptedServer:
         params = dict(sampling_params)
         self.calls.append({"request_id": request_id, "prompt_ids": list(prompt_ids),
                            "sampling_params": dict(params)})
-        text = self.turns[self._turn(tuple(prompt_ids))]
+        turn = self._turn(tuple(prompt_ids))
+        if turn == 0 and self.gate is not None:
+            await self.gate.arrive()
+        text = self.turns[turn]
         ids = list(self.tokenizer.encode(text, add_special_tokens=False)) + [self.eos]
         out = self._cut(ids, params.get("stop") or [], int(params.get("max_tokens", 1 << 30)))
         logprobs = [logprob_of(t) for t in out] if params.get("logprobs") else None
-        await asyncio.sleep(self.delay)
+        await asyncio.sleep(0)
         return TokenOutput(token_ids=out, log_probs=logprobs, stop_reason="completed",
                            num_preempted=0, extra_fields={"global_steps": 0})
 

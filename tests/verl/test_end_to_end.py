@@ -23,6 +23,7 @@ from tests.fixtures.models import held_out_problems
 from tests.integration.test_sandbox_service import TOKENS, serve
 from tests.verl.fakes import (
     FakeServerManager,
+    Gate,
     LocalActor,
     ModelServer,
     ScriptedServer,
@@ -39,8 +40,8 @@ pytestmark = pytest.mark.usefixtures("close_sandboxes")
 
 async def test_verls_client_routes_episodes_through_the_agentmath_router(tokenizer: Any
                                                                          ) -> None:
-    # requests stay in flight 0.3 s, so the groups' first requests overlap and load counts
-    servers = {sid: ScriptedServer(tokenizer, TURNS, sid, delay=0.3) for sid in ("s0", "s1")}
+    gate = Gate(6)  # the six first requests are in flight together: the router sees the load
+    servers = {sid: ScriptedServer(tokenizer, TURNS, sid, gate=gate) for sid in ("s0", "s1")}
     router = AgentMathRouter({sid: LocalActor(s) for sid, s in servers.items()}, {})
     config = verl_config()
     client = LLMServerClient(config, load_balancer_handle=LocalActor(router))

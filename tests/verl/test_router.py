@@ -137,3 +137,38 @@ def test_baseline_policy_and_bad_config() -> None:
     assert picks == ["a", "b", "c", "a", "b", "c"]
     with pytest.raises(ConfigError, match="spill_factr"):
         from_yaml(handles("a"), spill_factr=2.0)
+
+
+def test_verls_ray_factory_runs_the_plugin_as_an_actor() -> None:
+    """The deployment path: verl's get_router_handle wraps the class in ray.remote and the
+    client calls it by RPC (a new local one-CPU Ray instance, never one already running)."""
+    ray = pytest.importorskip("ray")
+    from verl.workers.rollout.router import get_router_handle
+
+    @ray.remote(num_cpus=0)
+    class Server:
+        def __init__(self, name: str) -> None:
+            self.name = name
+
+        def ping(self) -> str:
+            return self.name
+
+    ray.init(address="local", num_cpus=1, include_dashboard=False, log_to_driver=False,
+             object_store_memory=100 * 1024 * 1024)
+    try:
+        servers = {sid: Server.remote(sid) for sid in ("s0", "s1")}
+        balancer = get_router_handle(servers, router_config_path=str(YAML))
+        assert ray.get(balancer.require_acquire_fields.remote()) == ["prompt_ids"]
+        picks = []
+        for i in range(3):
+            sid, handle = ray.get(balancer.acquire_server.remote(
+                request_id=f"g0-s{i}", prompt_ids=prompt(0)))
+            picks.append((sid, ray.get(handle.ping.remote())))
+        assert len(set(picks)) == 1 and picks[0][0] == picks[0][1]  # siblings, real handles
+        other, _ = ray.get(balancer.acquire_server.remote(request_id="g1-s0",
+                                                          prompt_ids=prompt(1)))
+        assert other != picks[0][0]
+        balancer.release_server.remote(server_id=other, request_id="g1-s0")
+        assert ray.get(balancer.get_total_inflight.remote()) == 3
+    finally:
+        ray.shutdown()
