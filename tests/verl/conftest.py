@@ -11,6 +11,7 @@ import subprocess
 import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -43,7 +44,7 @@ def tiny_dir() -> Path:
 
 
 @pytest.fixture(scope="session")
-def tokenizer(tiny_dir: Path):  # noqa: ANN201 - a transformers tokenizer
+def tokenizer(tiny_dir: Path) -> Any:  # a transformers tokenizer
     from transformers import AutoTokenizer
 
     return AutoTokenizer.from_pretrained(str(tiny_dir))
