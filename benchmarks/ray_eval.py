@@ -69,8 +69,14 @@ class Clock:
 
 
 async def local(model_root: Path, data: Path, out: Path, concurrency: int) -> dict[str, Any]:
-    """The baseline: one process, the hf backend batching ``concurrency`` requests."""
+    """The baseline: one process, the hf backend batching ``concurrency`` requests, torch on
+    one thread as in a 1-CPU Ray worker (Ray sets OMP_NUM_THREADS=1 there; with torch's default
+    two threads here, the model and the sandbox fight over the 2 cores: 4x slower)."""
+    import torch
+
     from agentmath.backends.hf import HFBackend
+
+    torch.set_num_threads(1)
 
     clock = Clock()
     backend = HFBackend(str(model_root / "final"))
