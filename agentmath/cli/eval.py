@@ -68,6 +68,7 @@ def eval_command(
     from agentmath.backends import make_backend
     from agentmath.config import EvalConfig
     from agentmath.errors import AgentMathError
+    from agentmath.eval.runner import backend_options
 
     config = build_config(EvalConfig, "eval", config_file, sets, {
         "dataset": dataset, "model": model, "backend": backend,
@@ -82,11 +83,10 @@ def eval_command(
         "loop": {"max_tool_calls": max_tool_calls, "max_model_tokens": max_model_tokens,
                  "system_prompt": system_prompt},
         "ray": ({"address": ray, "workers": ray_workers} if ray or ray_workers else None)})
-    http = ({"max_retries": config.http_retries, "timeout_s": config.http_timeout_s}
-            if config.backend == "openai" else {})
     try:  # with --ray the workers build their own clients (an hf model is not loaded here)
         engine = None if config.ray is not None else make_backend(
-            config.backend, config.model, base_url=config.base_url, **http)
+            config.backend, config.model, base_url=config.base_url,
+            **backend_options(config))
     except (AgentMathError, ValueError) as exc:
         usage_error(str(exc))
     try:

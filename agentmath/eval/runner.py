@@ -190,14 +190,21 @@ async def _run_todo(run: _Run, engine: RolloutEngine | RayRolloutEngine,
         pass
 
 
+def backend_options(config: EvalConfig) -> dict[str, Any]:
+    """The run's keyword options of :func:`~agentmath.backends.make_backend` (the HTTP retry
+    and timeout settings of the openai backend; none for the others)."""
+    if config.backend != "openai":
+        return {}
+    return {"max_retries": config.http_retries, "timeout_s": config.http_timeout_s}
+
+
 def worker_spec(config: EvalConfig) -> WorkerSpec:
     """What each Ray rollout worker needs to run this evaluation's episodes."""
     from agentmath.distributed.worker import WorkerSpec
 
-    http = ({"max_retries": config.http_retries, "timeout_s": config.http_timeout_s}
-            if config.backend == "openai" else {})
     return WorkerSpec(backend=config.backend, model=config.model, base_url=config.base_url,
-                      backend_options=http, format=config.format, loop=config.loop,
+                      backend_options=backend_options(config), format=config.format,
+                      loop=config.loop,
                       sandbox=config.sandbox, sandbox_url=config.sandbox_url,
                       sandbox_token_file=(str(config.sandbox_token_file)
                                           if config.sandbox_token_file else None))

@@ -39,10 +39,8 @@ from agentmath.formats import get_format
 from agentmath.rl.rewards import RewardBreakdown
 from agentmath.verl.backend import VerlBackend, sampling_from_verl
 from agentmath.verl.convert import VerlSample, to_verl_sample
-from agentmath.verl.data import task_from_fields
+from agentmath.verl.data import AGENT_NAME, task_from_fields
 from agentmath.verl.settings import load_settings, reward_model, shared_sandbox
-
-AGENT_NAME = "agentmath"
 
 
 @register(AGENT_NAME)
