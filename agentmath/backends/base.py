@@ -8,7 +8,7 @@ loop never guesses at a tokenizer the server does not use.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, field
@@ -87,6 +87,16 @@ class RequestTag:
 
 #: The tag of the generate call being made in this task (None outside an episode).
 current_tag: ContextVar[RequestTag | None] = ContextVar("agentmath_request_tag", default=None)
+
+
+def chat_prompt_ids(tokenizer: Any, messages: Sequence[Mapping[str, str]],
+                    **template_kwargs: Any) -> list[int]:
+    """``messages`` rendered with the tokenizer's chat template as text (with the generation
+    prompt), then encoded with no special tokens added (the template already holds them): how
+    every backend that holds a Hugging Face tokenizer renders a prompt."""
+    text = tokenizer.apply_chat_template([dict(m) for m in messages], tokenize=False,
+                                         add_generation_prompt=True, **template_kwargs)
+    return list(tokenizer.encode(text, add_special_tokens=False))
 
 
 @contextmanager

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from agentmath._lazy import require
-from agentmath.backends.base import Generation, SamplingParams
+from agentmath.backends.base import Generation, SamplingParams, chat_prompt_ids
 from agentmath.errors import BackendError
 
 T = TypeVar("T")
@@ -80,9 +80,7 @@ class HFBackend:
 
     async def render_prompt(self, messages: Sequence[dict[str, str]]) -> list[int]:
         """Apply the tokenizer's chat template with the generation prompt."""
-        text = self.tokenizer.apply_chat_template(list(messages), tokenize=False,
-                                                  add_generation_prompt=True)
-        return list(self.tokenizer.encode(text, add_special_tokens=False))
+        return chat_prompt_ids(self.tokenizer, messages)
 
     async def tokenize(self, text: str) -> list[int]:
         return list(self.tokenizer.encode(text, add_special_tokens=False))

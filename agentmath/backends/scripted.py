@@ -18,7 +18,7 @@ import asyncio
 from collections.abc import Sequence
 from typing import Any
 
-from agentmath.backends.base import Generation, SamplingParams
+from agentmath.backends.base import Generation, SamplingParams, chat_prompt_ids
 from agentmath.errors import BackendError
 
 EOS_ID = 256  # the byte tokenizer's end-of-turn id
@@ -66,10 +66,8 @@ class ScriptedBackend:
 
     async def render_prompt(self, messages: Sequence[dict[str, str]]) -> list[int]:
         if self.tokenizer is not None:
-            text = self.tokenizer.apply_chat_template(list(messages), tokenize=False,
-                                                      add_generation_prompt=True)
-        else:
-            text = "".join(f"<{m['role']}>{m['content']}\n" for m in messages) + "<assistant>"
+            return chat_prompt_ids(self.tokenizer, messages)
+        text = "".join(f"<{m['role']}>{m['content']}\n" for m in messages) + "<assistant>"
         return self._encode(text)
 
     async def tokenize(self, text: str) -> list[int]:

@@ -30,7 +30,13 @@ import asyncio
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from agentmath.backends.base import FinishReason, Generation, SamplingParams, current_tag
+from agentmath.backends.base import (
+    FinishReason,
+    Generation,
+    SamplingParams,
+    chat_prompt_ids,
+    current_tag,
+)
 from agentmath.errors import BackendError
 
 #: verl's sampling keys that agentmath's SamplingParams mirrors (verl's AgentLoopWorker sets
@@ -71,13 +77,8 @@ class VerlBackend:
 
     async def render_prompt(self, messages: Sequence[dict[str, str]]) -> list[int]:
         """The chat template applied once (with the generation prompt), then encoded."""
-        def render() -> list[int]:
-            text = self.tokenizer.apply_chat_template(
-                list(messages), tokenize=False, add_generation_prompt=True,
-                **self.chat_template_kwargs)
-            return list(self.tokenizer.encode(text, add_special_tokens=False))
-
-        return await asyncio.to_thread(render)
+        return await asyncio.to_thread(chat_prompt_ids, self.tokenizer, messages,
+                                       **self.chat_template_kwargs)
 
     async def tokenize(self, text: str) -> list[int]:
         """Ids of ``text`` (tool output) with no special tokens added."""
