@@ -129,6 +129,18 @@ def read_config_file(path: str | Path) -> dict[str, Any]:
     return data
 
 
+def field_problems(exc: ValidationError, prefix: str = "") -> str:
+    """Every problem of a pydantic error as ``field.path: message``, joined by ``; `` (the path
+    under ``prefix``, e.g. ``agentmath.loop.max_tool_calls``; ``<root>`` for the whole
+    object): how every config error in agentmath names its fields."""
+    names = []
+    for err in exc.errors():
+        path = ".".join(str(p) for p in err["loc"])
+        name = f"{prefix}.{path}" if prefix and path else (prefix or path or "<root>")
+        names.append(f"{name}: {err['msg']}")
+    return "; ".join(names)
+
+
 def load_config(
     model: type[M],
     path: str | Path | None = None,
@@ -147,11 +159,7 @@ def load_config(
         return model.model_validate(data)
     except ValidationError as exc:
         where = str(path) if path is not None else "overrides"
-        problems = "; ".join(
-            f"{'.'.join(str(p) for p in err['loc']) or '<root>'}: {err['msg']}"
-            for err in exc.errors()
-        )
-        raise ConfigError(f"{where}: invalid {model.__name__}: {problems}") from exc
+        raise ConfigError(f"{where}: invalid {model.__name__}: {field_problems(exc)}") from exc
 
 
 class LoopConfig(StrictModel):

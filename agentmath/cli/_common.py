@@ -108,7 +108,7 @@ def build_config(model: Any, what: str, config_file: Path | None, sets: list[str
     """
     from pydantic import ValidationError
 
-    from agentmath.config import apply_overrides, read_config_file
+    from agentmath.config import apply_overrides, field_problems, read_config_file
     from agentmath.errors import ConfigError
 
     try:
@@ -121,9 +121,7 @@ def build_config(model: Any, what: str, config_file: Path | None, sets: list[str
     except ConfigError as exc:
         usage_error(str(exc))
     except ValidationError as exc:
-        problems = "; ".join(f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}"
-                             for e in exc.errors())
-        usage_error(f"invalid {what} settings: {problems}")
+        usage_error(f"invalid {what} settings: {field_problems(exc)}")
 
 
 def _sandbox_section(path: Path) -> str | None:

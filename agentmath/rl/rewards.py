@@ -41,7 +41,7 @@ from pydantic import ConfigDict, Field, ValidationError, ValidationInfo, field_v
 
 from agentmath import grading
 from agentmath.agent.trajectory import Trajectory
-from agentmath.config import StrictModel
+from agentmath.config import StrictModel, field_problems
 from agentmath.datasets import Task
 from agentmath.errors import ConfigError, GradingError
 
@@ -331,10 +331,7 @@ def parse_rewards(items: Sequence[RewardSpec | Mapping[str, Any]],
         try:
             specs.append(RewardSpec.model_validate(item))
         except ValidationError as exc:
-            problems = "; ".join(
-                f"{where}[{index}]{''.join(f'.{p}' for p in err['loc'])}: {err['msg']}"
-                for err in exc.errors())
-            raise ConfigError(problems) from None
+            raise ConfigError(field_problems(exc, f"{where}[{index}]")) from None
     if not specs:
         raise ConfigError(f"{where}: at least one reward is needed")
     return specs

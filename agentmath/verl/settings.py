@@ -21,7 +21,7 @@ from typing import Any, Literal
 
 from pydantic import Field, ValidationError, field_validator
 
-from agentmath.config import LoopConfig, SandboxConfig, StrictModel
+from agentmath.config import LoopConfig, SandboxConfig, StrictModel, field_problems
 from agentmath.errors import ConfigError
 from agentmath.formats import get_format
 from agentmath.rl.rewards import (
@@ -110,9 +110,7 @@ def load_settings(data: Mapping[str, Any] | None) -> VerlLoopSettings:
     try:
         return VerlLoopSettings.model_validate(dict(data))  # type: ignore[arg-type]
     except ValidationError as exc:
-        problems = "; ".join(f"agentmath.{'.'.join(str(p) for p in err['loc'])}: {err['msg']}"
-                             for err in exc.errors())
-        raise ConfigError(problems) from None
+        raise ConfigError(field_problems(exc, "agentmath")) from None
 
 
 @functools.lru_cache(maxsize=32)
