@@ -1,8 +1,11 @@
-"""Shared by the benchmark scripts: printing a result table."""
+"""Shared by the benchmark scripts: printing a result table, quantiles, the tool model's
+evaluation data."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
+from pathlib import Path
 
 
 def print_table(title: str, columns: Sequence[str], rows: Sequence[Sequence[str]]) -> None:
@@ -28,3 +31,15 @@ def pct(values: list[float], q: float) -> float:
     """The q-quantile (0..1) of values, nearest rank."""
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+def tool_model_dataset(model_root: Path, path: Path, n: int) -> Path:
+    """A JSONL of ``n`` rows cycling over a grown tool model's held-out problems
+    (``model_root/test.jsonl``), ids made unique; written to ``path``."""
+    from agentmath.jsonl import read_jsonl
+
+    rows = [{"id": r["id"], "problem": r["problem"], "answer": r["answer"]}
+            for r in read_jsonl(model_root / "test.jsonl")]
+    rows = [rows[i % len(rows)] | {"id": f"{rows[i % len(rows)]['id']}-{i}"} for i in range(n)]
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path

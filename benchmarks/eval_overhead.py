@@ -20,7 +20,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from _common import print_table  # noqa: E402
+from _common import print_table, tool_model_dataset  # noqa: E402
 
 from agentmath.backends.scripted import ScriptedBackend  # noqa: E402
 from agentmath.config import EvalConfig, LoopConfig  # noqa: E402
@@ -57,14 +57,9 @@ async def throughput(tmp: Path, model_root: Path, concurrency: int,
     held-out problems with its code_interpreter prompt (so the samples call the sandbox);
     and the run's metrics."""
     from agentmath.backends.hf import HFBackend
-    from agentmath.jsonl import read_jsonl
 
     model_dir = model_root / "final"
-    rows = [{"id": r["id"], "problem": r["problem"], "answer": r["answer"]}
-            for r in read_jsonl(model_root / "test.jsonl")]
-    rows = [rows[i % len(rows)] | {"id": f"{rows[i % len(rows)]['id']}-{i}"} for i in range(n)]
-    data = tmp / f"data-{concurrency}.jsonl"
-    data.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    data = tool_model_dataset(model_root, tmp / f"data-{concurrency}.jsonl", n)
     cfg = EvalConfig(dataset=str(data), model=str(model_dir), backend="hf", samples=1,
                      concurrency=concurrency, temperature=0.0,
                      loop=LoopConfig(max_model_tokens=200))

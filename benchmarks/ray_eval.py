@@ -24,23 +24,12 @@ import time
 from pathlib import Path
 from typing import Any
 
-from _common import print_table
+from _common import print_table, tool_model_dataset
 
 from agentmath.config import EvalConfig, LoopConfig, RayConfig
 from agentmath.eval.runner import run_eval
 
 NODE = {"num_cpus": 1, "object_store_memory": 80 * 1024 * 1024}
-
-
-def write_dataset(model_root: Path, path: Path, n: int) -> Path:
-    """``n`` rows cycling over the tool model's held-out problems (ids made unique)."""
-    from agentmath.jsonl import read_jsonl
-
-    rows = [{"id": r["id"], "problem": r["problem"], "answer": r["answer"]}
-            for r in read_jsonl(model_root / "test.jsonl")]
-    rows = [rows[i % len(rows)] | {"id": f"{rows[i % len(rows)]['id']}-{i}"} for i in range(n)]
-    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    return path
 
 
 def config(model_root: Path, data: Path, concurrency: int, ray: RayConfig | None) -> EvalConfig:
@@ -146,7 +135,7 @@ def main() -> None:
     n = 12 if args.quick else 60
     with tempfile.TemporaryDirectory() as d:
         tmp = Path(d)
-        data = write_dataset(model_root, tmp / "data.jsonl", n)
+        data = tool_model_dataset(model_root, tmp / "data.jsonl", n)
         base = asyncio.run(local(model_root, data, tmp / "local", args.concurrency))
         runs = {k: on_cluster(model_root, data, tmp / f"ray{k}", k, args.concurrency)
                 for k in ((1, 3) if args.quick else (1, 2, 3))}
