@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -130,8 +131,9 @@ def main() -> None:
     args = parser.parse_args()
     from agentmath.recipes.tool_model import TEST_MODEL, cached_tool_model
 
-    model_root = args.model or cached_tool_model(TEST_MODEL, Path.home() / ".cache" /
-                                                 "agentmath-bench")
+    model_root = args.model or cached_tool_model(  # progress on stderr: --json owns stdout
+        TEST_MODEL, Path.home() / ".cache" / "agentmath-bench",
+        stage=lambda line: print(line, file=sys.stderr))
     n = 12 if args.quick else 60
     with tempfile.TemporaryDirectory() as d:
         tmp = Path(d)

@@ -29,3 +29,20 @@ def test_benchmark_runs_and_prints_its_table(script: str, expect: str,
                           capture_output=True, text=True, timeout=600, cwd=str(ROOT), env=env)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert expect in proc.stdout
+
+
+@pytest.mark.ray
+def test_ray_eval_benchmark_json(tiny_model_dir: Path) -> None:
+    """benchmarks/ray_eval.py --quick --json: real JSON on stdout, every run finished."""
+    import json
+
+    if not os.environ.get("CI"):
+        pytest.importorskip("ray", reason="the ray extra is not installed")
+    proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "ray_eval.py"), "--quick",
+                           "--json", "--model", str(tiny_model_dir.parent)],
+                          capture_output=True, text=True, timeout=600, cwd=str(ROOT))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    report = json.loads(proc.stdout)
+    assert report["samples"] == 12
+    assert set(report["runs"]) == {"local", "1", "3"}
+    assert all(r["steady_rate"] > 0 for r in report["runs"].values())
