@@ -53,7 +53,6 @@ class _Slot:
     ready: asyncio.Future[Any]
     inflight: int = 0
     dead: bool = False
-    node_id: str | None = None
 
 
 @dataclass(eq=False)
@@ -77,8 +76,7 @@ class RayRolloutEngine:
         self.max_in_flight = max_in_flight
         self.stats = RolloutStats()
         self.slots: list[_Slot] = []
-        self.replaced = 0  # workers started to replace dead ones
-        self.replayed = 0  # episodes placed again after their worker died
+        self.replacements_left = 0  # workers that may still be started for dead ones
         self._started_ray = False
         self._actor_cls: Any = None
 
@@ -90,6 +88,7 @@ class RayRolloutEngine:
         n = self.config.workers or max(1, len(cpu_nodes()))
         per = max(1, math.ceil(self.max_in_flight / n))
         self.spec = replace(self.spec, in_flight=per)
+        self.replacements_left = n * self.config.max_attempts
         self._actor_cls = ray.remote(RolloutWorker).options(
             num_cpus=self.config.worker_cpus, max_concurrency=per, max_restarts=0,
             scheduling_strategy="SPREAD")
@@ -109,7 +108,7 @@ class RayRolloutEngine:
             if not fut.cancelled():
                 log.warning("a rollout worker failed to start: %s", fut.exception())
             return
-        slot.node_id = fut.result().get("node_id")
+        log.debug("rollout worker ready: %s", fut.result())
 
     def _usable(self) -> list[_Slot]:
         return [s for s in self.slots if not s.dead and s.ready.done()]
@@ -136,9 +135,8 @@ class RayRolloutEngine:
         slot.dead = True
         with contextlib.suppress(Exception):  # noqa: BLE001 - it may be gone already
             import_ray().kill(slot.actor)
-        limit = len(self.slots) * self.config.max_attempts
-        if self.replaced < limit:
-            self.replaced += 1
+        if self.replacements_left > 0:  # workers x max_attempts over the whole run
+            self.replacements_left -= 1
             self.slots.append(self._new_slot())
 
     async def close(self) -> None:
@@ -237,7 +235,6 @@ class RayRolloutEngine:
                     job.index, job.attempts, job.errors[-1])
         self._lose(slot)
         if job.attempts < self.config.max_attempts:
-            self.replayed += 1
             todo.appendleft(job)
             return None
         traj = Trajectory(problem=job.request.task.problem, finish_reason="error",
