@@ -175,13 +175,15 @@ class RayRolloutEngine:
         try:
             while True:
                 while len(running) < self.max_in_flight:
-                    if not todo and not _next_request(source, todo, groups):
-                        break
-                    for group in [g for g in groups.values() if g.complete]:
-                        del groups[group.request.group_id]  # a request with no samples
-                        yield group
                     if not todo:
-                        continue
+                        request = next(source, None)
+                        if request is None:
+                            break
+                        if not request.sample_indices:  # nothing to run: complete as it is
+                            yield Group(request)
+                            continue
+                        groups[request.group_id] = Group(request)
+                        todo.extend(_Job(request, i) for i in request.sample_indices)
                     slot = self._place(todo[0], homes)
                     if slot is None:
                         break
@@ -242,16 +244,6 @@ class RayRolloutEngine:
                                 f"{job.attempts} times; last: {job.errors[-1]}",
                           meta={"problem_id": job.request.task.id, "sample_index": job.index})
         return Sample(job.request.group_id, job.index, traj)
-
-
-def _next_request(source: Any, todo: deque[_Job], groups: dict[str, Group]) -> bool:
-    """Queue the next request's episodes; False when the requests are exhausted."""
-    request = next(source, None)
-    if request is None:
-        return False
-    groups[request.group_id] = Group(request)
-    todo.extend(_Job(request, i) for i in request.sample_indices)
-    return True
 
 
 async def _await_ref(ref: Any) -> Any:
