@@ -185,6 +185,9 @@ def run_demo(cfg: DemoConfig, out: Path, save_model_to: Path | None,
     jobs = [(data, model_dir, TEXT_SYSTEM if name == "text-only" else TOOL_SYSTEM,
              str(out / "test.jsonl"), str(out / f"run-{_slug(name)}"))
             for name, model_dir in models.items()]
+    for job in jobs:  # the models were just trained: an earlier demo's samples are not theirs
+        if Path(job[-1]).exists():  # (an evaluation would resume from them)
+            shutil.rmtree(job[-1])
     runs = {name: {"metrics": metrics, "model_dir": models[name], "run_dir": Path(job[-1])}
             for name, metrics, job in zip(models, run_parallel(eval_job, jobs), jobs,
                                           strict=True)}

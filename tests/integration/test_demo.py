@@ -43,3 +43,13 @@ def test_demo_runs_every_stage_and_is_deterministic(tmp_path: Path) -> None:
     assert saved["models"] == first["models"] and saved["report"] == first["report"]
     second = run_demo(toy_config(), tmp_path / "b", None, stage=lambda _: None)
     assert second["models"] == first["models"]  # same seed: same accuracy, tokens, calls
+    # Again into the first run's folder with another seed: fresh evaluations of the new
+    # models on the new problems, not a resume of the first run's samples.
+    third = run_demo(toy_config(seed=1), tmp_path / "a", None, stage=lambda _: None)
+    test_ids = {json.loads(line)["id"]
+                for line in (tmp_path / "a" / "test.jsonl").read_text().splitlines()}
+    for row in third["report"]["rows"]:
+        records = (tmp_path / "a" / row["run"] / "samples.jsonl").read_text().splitlines()
+        assert {json.loads(r)["problem_id"] for r in records} == test_ids
+        assert len(records) == 5
+
