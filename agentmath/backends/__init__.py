@@ -41,4 +41,16 @@ def make_backend(kind: str, model: str, *, base_url: str | Sequence[str] | None 
 
 
 __all__ = ["BACKENDS", "Backend", "Generation", "RequestTag", "SamplingParams", "make_backend",
-           "tagged"]
+           "tagged", "use_model"]
+
+
+def use_model(backend: Any, name: str) -> None:
+    """Make ``backend`` send ``name`` as the model of its requests: an
+    :class:`~agentmath.backends.openai.OpenAIBackend` (its ``model``), or each of a
+    :class:`~agentmath.rollout.router.Router`'s servers."""
+    servers = getattr(backend, "_servers", None)
+    targets = [s.backend for s in servers] if servers is not None else [backend]
+    for target in targets:
+        if not hasattr(target, "model"):
+            raise TypeError(f"{type(target).__name__} has no model name to set")
+        target.model = name

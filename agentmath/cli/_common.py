@@ -32,6 +32,16 @@ SANDBOX_URL_OPTION = typer.Option(None, "--sandbox-url", metavar="URL", help=(
     "sandbox; repeat to spread sessions over several."))
 SANDBOX_TOKEN_OPTION = typer.Option(None, "--sandbox-token-file", metavar="FILE", help=(
     "File holding the sandbox service's token (default: $AGENTMATH_SANDBOX_TOKEN)."))
+RAY_OPTION = typer.Option(None, "--ray", metavar="auto|local|ADDRESS", help=(
+    "Run the episodes on a Ray cluster (the ray extra): 'auto' joins this machine's "
+    "cluster, 'local' starts one here, or a cluster address. Same seeds, same samples."))
+RAY_WORKERS_OPTION = typer.Option(None, "--ray-workers", metavar="N", help=(
+    "Rollout worker actors on the cluster (default: one per node with CPUs)."))
+
+
+def ray_section(address: str | None, workers: int | None) -> dict[str, object] | None:
+    """The config's ``ray`` section from --ray / --ray-workers (None: neither given)."""
+    return {"address": address, "workers": workers} if address or workers else None
 
 
 def err_console() -> Console:
@@ -92,7 +102,8 @@ def training_errors(command: str, modules: Sequence[str]) -> Iterator[None]:
             require(module, "train")
         yield
     except MissingExtraError as exc:
-        usage_error(f"agentmath {command} needs the training extra: {exc}")
+        what = "the training extra" if exc.extra == "train" else f"the {exc.extra} extra"
+        usage_error(f"agentmath {command} needs {what}: {exc}")
     except AgentMathError as exc:
         usage_error(str(exc))
     except OSError as exc:

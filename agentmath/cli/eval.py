@@ -10,12 +10,15 @@ import typer
 
 from agentmath.cli._common import (
     JSON_OPTION,
+    RAY_OPTION,
+    RAY_WORKERS_OPTION,
     SANDBOX_TOKEN_OPTION,
     SANDBOX_URL_OPTION,
     build_config,
     err_console,
     out_console,
     print_json,
+    ray_section,
     usage_error,
 )
 
@@ -54,11 +57,8 @@ def eval_command(
         "Grading limit per sample, extraction and verification together (default 10).")),
     sandbox_url: list[str] = SANDBOX_URL_OPTION,
     sandbox_token_file: Path = SANDBOX_TOKEN_OPTION,
-    ray: str = typer.Option(None, "--ray", metavar="auto|local|ADDRESS", help=(
-        "Run the episodes on a Ray cluster (the ray extra): 'auto' joins this machine's "
-        "cluster, 'local' starts one here, or a cluster address. Same seeds, same samples.")),
-    ray_workers: int = typer.Option(None, "--ray-workers", metavar="N", help=(
-        "Rollout worker actors on the cluster (default: one per node with CPUs).")),
+    ray: str = RAY_OPTION,
+    ray_workers: int = RAY_WORKERS_OPTION,
     config_file: Path = typer.Option(None, "--config", "-c", help="EvalConfig file (TOML/YAML)."),
     sets: list[str] = typer.Option(None, "--set", "-s", help="Override a field: key=value."),
     json_out: bool = JSON_OPTION,
@@ -82,7 +82,7 @@ def eval_command(
         "sandbox_token_file": str(sandbox_token_file) if sandbox_token_file else None,
         "loop": {"max_tool_calls": max_tool_calls, "max_model_tokens": max_model_tokens,
                  "system_prompt": system_prompt},
-        "ray": ({"address": ray, "workers": ray_workers} if ray or ray_workers else None)})
+        "ray": ray_section(ray, ray_workers)})
     try:  # with --ray the workers build their own clients (an hf model is not loaded here)
         engine = None if config.ray is not None else make_backend(
             config.backend, config.model, base_url=config.base_url,

@@ -9,11 +9,14 @@ import typer
 
 from agentmath.cli._common import (
     JSON_OPTION,
+    RAY_OPTION,
+    RAY_WORKERS_OPTION,
     SANDBOX_TOKEN_OPTION,
     SANDBOX_URL_OPTION,
     build_config,
     out_console,
     print_json,
+    ray_section,
     training_errors,
 )
 
@@ -55,6 +58,8 @@ def rl(
         "Continue from the newest checkpoint in --out, or start over (deleting them).")),
     sandbox_url: list[str] = SANDBOX_URL_OPTION,
     sandbox_token_file: Path = SANDBOX_TOKEN_OPTION,
+    ray: str = RAY_OPTION,
+    ray_workers: int = RAY_WORKERS_OPTION,
     json_out: bool = JSON_OPTION,
 ) -> None:
     """Train a tool-using model with agentic GRPO: rollouts through the agent loop and the
@@ -66,7 +71,8 @@ def rl(
                           options={"steps": steps,
                                    "sandbox_url": list(sandbox_url) if sandbox_url else None,
                                    "sandbox_token_file": (str(sandbox_token_file)
-                                                          if sandbox_token_file else None)})
+                                                          if sandbox_token_file else None),
+                                   "ray": ray_section(ray, ray_workers)})
     modules = ["torch", "transformers", "accelerate"] + (["peft"] if config.optim.lora else [])
     with training_errors("rl", modules):
         from agentmath.rl.trainer import train_rl

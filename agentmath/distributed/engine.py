@@ -19,6 +19,10 @@ episode is one call on one worker actor:
   ``start_timeout_s`` does the run stop, with a :class:`~agentmath.errors.ClusterError`; the
   caller has recorded every finished sample by then (an evaluation resumes from them).
 
+An RL trainer changes the :class:`~agentmath.distributed.worker.EpisodePolicy` between steps
+(``set_policy_version``, ``use_model``, ``set_budgets``, the methods the trainer calls on the
+local engine too); every episode placed after that carries it to its worker.
+
 Written here rather than taken from Ray: Ray's actor pools (``ray.util.ActorPool``) place by
 submission order with no notion of groups, in-flight bounds or re-placement after a node loss.
 """
@@ -35,9 +39,9 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from agentmath.agent.trajectory import Trajectory
-from agentmath.config import RayConfig
+from agentmath.config import LoopConfig, RayConfig, RolloutConfig
 from agentmath.distributed.cluster import connect, cpu_nodes, import_ray
-from agentmath.distributed.worker import RolloutWorker, WorkerSpec
+from agentmath.distributed.worker import EpisodePolicy, RolloutWorker, WorkerSpec
 from agentmath.errors import ClusterError
 from agentmath.rollout.records import Group, GroupRequest, RolloutStats, Sample
 from agentmath.rollout.scheduler import SampleHook, SamplingFn
@@ -75,10 +79,31 @@ class RayRolloutEngine:
         self.sampling = sampling
         self.max_in_flight = max_in_flight
         self.stats = RolloutStats()
+        self.policy = EpisodePolicy()
         self.slots: list[_Slot] = []
         self.replacements_left = 0  # workers that may still be started for dead ones
         self._started_ray = False
         self._actor_cls: Any = None
+
+    # ----------------------------------------------------------------------------- policy
+    @property
+    def version(self) -> int:
+        return self.policy.version
+
+    def set_policy_version(self, version: int) -> None:
+        """New weights are live: episodes placed from now on are tagged ``version``."""
+        self.policy = replace(self.policy, version=version)
+
+    def use_model(self, name: str) -> None:
+        """Episodes placed from now on send ``name`` as the model (a LoRA adapter's)."""
+        self.policy = replace(self.policy, model=name)
+
+    def set_budgets(self, loop: LoopConfig, rollout: RolloutConfig) -> None:
+        """A stage's episode budgets for the episodes placed from now on. Segment budgets
+        (partial rollout) are not run on Ray: refused here as in the config's validation."""
+        if rollout.segment_tokens is not None or rollout.segment_tool_calls is not None:
+            raise ValueError("partial rollout (segment budgets) is not run on Ray")
+        self.policy = replace(self.policy, loop=loop)
 
     # ----------------------------------------------------------------------------- workers
     async def start(self) -> None:
@@ -205,6 +230,7 @@ class RayRolloutEngine:
                     group = groups[job.request.group_id]
                     group.samples.append(sample)
                     self.stats.samples_done += 1
+                    self.stats.version_spans[len(sample.policy_versions)] += 1
                     if on_sample is not None:
                         await on_sample(sample)
                     if group.complete:
@@ -221,8 +247,8 @@ class RayRolloutEngine:
         slot.inflight += 1
         job.attempts += 1
         sampling = self.sampling(job.request, job.index)
-        return asyncio.ensure_future(_await_ref(slot.actor.run.remote(job.request, job.index,
-                                                                       sampling)))
+        return asyncio.ensure_future(_await_ref(slot.actor.run.remote(
+            job.request, job.index, sampling, self.policy)))
 
     def _finish(self, fut: asyncio.Future[Any], slot: _Slot, job: _Job,
                 todo: deque[_Job]) -> Sample | None:

@@ -6,7 +6,8 @@ on its own node: the model client (any backend: the openai client of the model s
 router over several), the sandbox (a local pool on the node, or the sandbox services) and a
 :class:`~agentmath.rollout.scheduler.RolloutEngine` over them; each call then runs one sample
 to its end with the sampling the driver chose, and returns the finished
-:class:`~agentmath.rollout.records.Sample` (its trajectory holds every token and tool result).
+:class:`~agentmath.rollout.records.Sample` (its trajectory holds every token and tool result;
+``meta["ray_node"]`` names the node it ran on).
 """
 
 from __future__ import annotations
@@ -41,6 +42,17 @@ class WorkerSpec:
     in_flight: int = 32  # episodes one worker runs at once (its actor's max_concurrency)
 
 
+@dataclass(frozen=True)
+class EpisodePolicy:
+    """What the driver may change between calls (an RL trainer, between steps): the policy
+    version segments are tagged with, the model name requests send (a LoRA adapter per
+    version) and the episode budgets (a stage's). None keeps the worker spec's."""
+
+    version: int = 0
+    model: str | None = None
+    loop: LoopConfig | None = None
+
+
 class RolloutWorker:
     """An async actor that runs episodes; one per slot of the cluster."""
 
@@ -50,6 +62,7 @@ class RolloutWorker:
         self._stack = contextlib.AsyncExitStack()
         self._starting: asyncio.Lock | None = None
         self.episodes = 0
+        self._model = spec.model
 
     async def _start(self) -> Any:
         """The worker's rollout engine, built on first use (once, even under concurrency)."""
@@ -84,11 +97,31 @@ class RolloutWorker:
 
         return {"node_id": ray.get_runtime_context().get_node_id(), "pid": os.getpid()}
 
-    async def run(self, request: GroupRequest, index: int, sampling: SamplingParams) -> Sample:
-        """Sample ``index`` of ``request`` run to its end with ``sampling``."""
+    async def run(self, request: GroupRequest, index: int, sampling: SamplingParams,
+                  policy: EpisodePolicy | None = None) -> Sample:
+        """Sample ``index`` of ``request`` run to its end with ``sampling`` under ``policy``
+        (the driver sends the same policy to every episode in flight, so setting it on the
+        shared engine is safe)."""
         engine = await self._start()
+        self._apply(engine, policy or EpisodePolicy())
         self.episodes += 1
-        return await engine.run_sample(request, index, sampling)
+        sample = await engine.run_sample(request, index, sampling)
+        import ray
+
+        # where it ran: for the user reading a cluster run's samples (and a test that must
+        # remove a node known to be running episodes)
+        sample.trajectory.meta["ray_node"] = ray.get_runtime_context().get_node_id()
+        return sample
+
+    def _apply(self, engine: Any, policy: EpisodePolicy) -> None:
+        if engine.version != policy.version:
+            engine.set_policy_version(policy.version)
+        engine.loop = policy.loop or self.spec.loop
+        if policy.model is not None and policy.model != self._model:
+            from agentmath.backends import use_model
+
+            use_model(engine.backend, policy.model)
+            self._model = policy.model
 
     async def close(self) -> None:
         """Close the sandbox and the model client (the driver kills the actor after)."""

@@ -11,7 +11,7 @@ from typing import Literal
 
 from pydantic import Field, model_validator
 
-from agentmath.config import LoopConfig, RolloutConfig, SandboxConfig, StrictModel
+from agentmath.config import LoopConfig, RayConfig, RolloutConfig, SandboxConfig, StrictModel
 from agentmath.rl.rewards import RewardSpec
 
 
@@ -143,6 +143,10 @@ class RLConfig(StrictModel):
     sandbox_token_file: str | None = Field(None, description=(
         "File holding the sandbox services' token (default: $AGENTMATH_SANDBOX_TOKEN)."))
     generator: GeneratorConfig = Field(default_factory=GeneratorConfig)
+    ray: RayConfig | None = Field(None, description=(
+        "Run the rollouts on a Ray cluster (the ray extra; None: in this process). Needs "
+        "generator.backend 'openai' and whole episodes (rollout.mode 'async', no segment "
+        "budgets); same seeds give the same samples as in process."))
     checkpoint_every: int = Field(10, ge=0, le=10**7, description=(
         "Save OUT/checkpoint-STEP every this many steps and at the end; 0: only at the end."))
     keep_checkpoints: int = Field(2, ge=0, le=10**5, description="Newest kept; 0 keeps all.")
@@ -152,4 +156,24 @@ class RLConfig(StrictModel):
     def _consistent(self) -> RLConfig:
         if self.generator.backend == "openai" and not self.generator.base_urls:
             raise ValueError("generator.base_urls: backend 'openai' needs at least one URL")
+        if self.ray is not None:
+            self._check_ray()
         return self
+
+    def _check_ray(self) -> None:
+        """What rollouts on Ray cannot do, named by field."""
+        if self.generator.backend != "openai":
+            raise ValueError("generator.backend: rollouts on Ray need 'openai' (model servers "
+                             "the workers reach); 'hf' generates in the trainer's process")
+        if self.rollout.mode != "async":
+            raise ValueError("rollout.mode: rollouts on Ray are request-level ('async'); "
+                             "the lockstep baseline ('sync') runs in one process")
+        segmented = [f"stages.stages[{i}].segment_tokens"
+                     for i, st in enumerate(self.stages.stages) if st.segment_tokens is not None]
+        if self.rollout.segment_tokens is not None:
+            segmented.insert(0, "rollout.segment_tokens")
+        if self.rollout.segment_tool_calls is not None:
+            segmented.insert(0, "rollout.segment_tool_calls")
+        if segmented:
+            raise ValueError(f"{segmented[0]}: partial rollout (episodes parked across steps) "
+                             f"is not run on Ray; every episode runs to its end there")

@@ -56,6 +56,7 @@ from typing import Any
 
 import httpx
 
+from agentmath.backends import use_model  # re-exported: where weight sync's users look
 from agentmath.errors import BackendError, ConfigError
 
 __all__ = ["VLLMWeightSync", "WeightSyncError", "server_options", "use_model"]
@@ -92,18 +93,6 @@ def server_options(lora_rank: int | None = None,
     env["VLLM_ALLOW_RUNTIME_LORA_UPDATING"] = "True"
     return ["--enable-lora", "--max-lora-rank", str(rank), "--max-loras", str(keep),
             "--max-cpu-loras", str(keep)], env
-
-
-def use_model(backend: Any, name: str) -> None:
-    """Make ``backend`` send ``name`` as the model of its requests: an
-    :class:`~agentmath.backends.openai.OpenAIBackend` (its ``model``), or each of a
-    :class:`~agentmath.rollout.router.Router`'s servers."""
-    servers = getattr(backend, "_servers", None)
-    targets = [s.backend for s in servers] if servers is not None else [backend]
-    for target in targets:
-        if not hasattr(target, "model"):
-            raise TypeError(f"{type(target).__name__} has no model name to set")
-        target.model = name
 
 
 class VLLMWeightSync:

@@ -36,7 +36,13 @@ from agentmath.config import LoopConfig, RolloutConfig
 from agentmath.rl.config import RLConfig
 from agentmath.rl.metrics import MetricsWriter, StepMetrics, advantage_stats, sample_stats
 from agentmath.rl.rewards import RewardModel
-from agentmath.rl.rollouts import RequestStream, Sampling, collect_groups
+from agentmath.rl.rollouts import (
+    RequestStream,
+    Sampling,
+    collect_groups,
+    open_rollouts,
+    served_name,
+)
 from agentmath.rl.schedules import Stage, StageController, linear, lr_factor
 from agentmath.rl.update import PolicyUpdater, UpdateStats
 from agentmath.train.plumbing import (
@@ -150,9 +156,7 @@ class _Run:
             self.version += 1
             name = await self.sync.push(self.unwrapped, self.tokenizer, self.version)
             if name:  # a LoRA adapter per version: requests must name the new one
-                from agentmath.rl.sync_vllm import use_model
-
-                use_model(self.backend, name)
+                self.engine.use_model(name)
             self.engine.set_policy_version(self.version)
         else:
             events.append({"event": "no_update", "step": self.step,
@@ -162,7 +166,7 @@ class _Run:
         change = self.controller.observe(self.step, sum(s.truncated for s in samples),
                                          len(samples))
         if change is not None:
-            self.engine.loop, self.engine.config = stage_budgets(cfg, self.controller.stage)
+            self.engine.set_budgets(*stage_budgets(cfg, self.controller.stage))
             event = {"event": "stage", **asdict(change), "budgets": asdict(self.controller.stage)}
             log.info("stage %d -> %d at step %d (truncation rate %.3f)", change.old,
                      change.new, change.step, change.rate)
@@ -273,32 +277,25 @@ def _generators(run: _Run) -> None:
     from agentmath.rl.sync_vllm import VLLMWeightSync
 
     g = cfg.generator
-    name = g.served_name or Path(cfg.model).name
-    run.backend = make_backend("openai", name, base_url=g.base_urls,
-                               timeout_s=g.http_timeout_s)
+    name = served_name(cfg)
+    if cfg.ray is None:  # on Ray, every worker has its own client of the servers
+        run.backend = make_backend("openai", name, base_url=g.base_urls,
+                                   timeout_s=g.http_timeout_s)
     run.sync = VLLMWeightSync(g.base_urls, g.sync_dir or run.out_dir / "weights",
                               lora=cfg.optim.lora, served_name=name)
 
 
 async def _loop(run: _Run, progress: bool, stop_after: int | None,
                 on_step: StepHook | None) -> None:
-    from agentmath.formats import get_format
-    from agentmath.rollout.partial import PartialRollout
-    from agentmath.rollout.scheduler import RolloutEngine
-    from agentmath.sandbox.factory import open_sandbox
-
     cfg = run.config
     _generators(run)
     loop_cfg, rollout_cfg = stage_budgets(cfg, run.controller.stage)
     run.sampling = Sampling(run.stream, top_p=cfg.temperature.top_p)
     run.rewards = RewardModel(cfg.rewards)
     bar, task = progress_bar("rl", progress, cfg.steps, run.step)
-    async with open_sandbox(cfg.sandbox, cfg.sandbox_url, cfg.sandbox_token_file) as pool:
-        run.engine = RolloutEngine(run.backend, pool, get_format(cfg.format), loop=loop_cfg,
-                                   config=rollout_cfg, sampling=run.sampling)
-        run.engine.set_policy_version(run.version)
-        run.rollout = PartialRollout(run.engine, run.stream)
-        try:
+    try:
+        async with open_rollouts(cfg, run.backend, run.stream, run.sampling, loop_cfg,
+                                 rollout_cfg, run.version) as (run.engine, run.rollout):
             with bar:
                 while run.step < cfg.steps and (stop_after is None or run.step < stop_after):
                     m = await run.run_step()
@@ -310,12 +307,11 @@ async def _loop(run: _Run, progress: bool, stop_after: int | None,
                         f"stage {m.stage} · dropped {m.groups_dropped}"))
                     if on_step is not None:
                         on_step(m)
-        finally:
-            await run.rollout.aclose()
-            await run.sync.aclose()
-            closer = getattr(run.backend, "aclose", None)
-            if callable(closer):
-                await closer()
+    finally:
+        await run.sync.aclose()
+        closer = getattr(run.backend, "aclose", None)
+        if callable(closer):
+            await closer()
 
 
 def train_rl(config: RLConfig, out_dir: str | Path, *, progress: bool = True,
@@ -325,6 +321,8 @@ def train_rl(config: RLConfig, out_dir: str | Path, *, progress: bool = True,
     ``out_dir`` unless ``resume`` is False (then the run's old checkpoints and metrics are
     deleted). ``stop_after`` ends after that step as a kill would (no final model)."""
     started, out = time.monotonic(), Path(out_dir)
+    if config.ray is not None:
+        require("ray", "ray")  # a missing extra is said before any model is loaded
     out.mkdir(parents=True, exist_ok=True)
     if not resume:
         for stale in [*out.glob("checkpoint-*"), out / "metrics.jsonl", out / "tensorboard"]:

@@ -142,16 +142,16 @@ class PartialRollout:
             tasks.add(task)
             task.add_done_callback(tasks.discard)
 
+        drawn: dict[int, int] = {}  # id(request) -> its draw order in this iteration
         try:
             for slot in await self._resumable():
                 engine.stats.resumed += 1
                 await start(slot)
-            admitted = 0
-            while not stop.is_set() and (partial or admitted < need):
+            while not stop.is_set() and (partial or len(drawn) < need):
                 request = self._next_request()
                 if request is None:
                     break
-                admitted += 1
+                drawn[id(request)] = len(drawn)
                 state = GroupState(request)
                 if not request.sample_indices:
                     ready.append(state.group)
@@ -167,6 +167,8 @@ class PartialRollout:
             raise
         self._parked = parked
         await self._limit_parked_sessions()
+        if not partial:  # the batch is every group drawn: in draw order, not completion order,
+            ready.sort(key=lambda g: drawn.get(id(g.request), -1))  # so a rerun trains alike
         return ready
 
     # --------------------------------------------------------------------------- staleness

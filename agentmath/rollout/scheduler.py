@@ -159,6 +159,16 @@ class RolloutEngine:
         if callable(setter):
             setter(version)
 
+    def use_model(self, name: str) -> None:
+        """Requests from now on send ``name`` as the model (a LoRA adapter per version)."""
+        from agentmath.backends import use_model
+
+        use_model(self.backend, name)
+
+    def set_budgets(self, loop: LoopConfig, config: RolloutConfig) -> None:
+        """A stage's budgets: episodes started (or segments run) from now on use them."""
+        self.loop, self.config = loop, config
+
     # --------------------------------------------------------------------------- streaming
     async def stream(self, requests: Iterable[GroupRequest],
                      on_sample: SampleHook | None = None) -> AsyncIterator[Group]:

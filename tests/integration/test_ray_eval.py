@@ -17,27 +17,15 @@ from typing import Any
 
 import pytest
 
+from tests.fixtures.ray_cluster import local_cluster
 from tests.integration.test_eval_e2e import eval_cmd, held_out_dataset, lines
 
 pytestmark = [pytest.mark.integration, pytest.mark.vllm, pytest.mark.ray]
 
-NODE = {"num_cpus": 1, "object_store_memory": 80 * 1024 * 1024}
-
-
 @pytest.fixture(scope="module")
 def cluster() -> Iterator[Any]:
-    if not os.environ.get("CI"):
-        pytest.importorskip("ray", reason="the ray extra is not installed")
-    from ray.cluster_utils import Cluster
-
-    c = Cluster(initialize_head=True, head_node_args={**NODE, "include_dashboard": False})
-    for _ in range(2):
-        c.add_node(**NODE)
-    c.wait_for_nodes()
-    try:
+    with local_cluster(3) as c:
         yield c
-    finally:
-        c.shutdown()
 
 
 def outputs(path: Path) -> dict[tuple[str, int], list[tuple[str, str]]]:
@@ -70,17 +58,49 @@ def test_ray_eval_gives_the_local_samples(cluster: Any, vllm_server: str,
     got = outputs(out)
     assert len(got) == 18 and got == outputs(reference)
     assert sum(src == "tool" for segs in got.values() for src, _ in segs) > 0
+    nodes = {r["trajectory"]["meta"]["ray_node"] for r in lines(out / "samples.jsonl")}
+    assert nodes <= {n.node_id for n in cluster.list_all_nodes()}, nodes
     config = json.loads((out / "config.json").read_text())
     assert config["ray"]["address"] == cluster.address
 
 
-def _wait_for_samples(path: Path, n: int, timeout: float = 300) -> None:
+def _alive(proc: subprocess.Popen[Any]) -> None:
+    """Fail at once (with its output) when the evaluation ended before the test acted."""
+    if proc.poll() is not None:
+        out, err = proc.communicate()
+        raise AssertionError(f"the evaluation ended early (exit {proc.returncode}): "
+                             f"{(err or '')[-3000:]}")
+
+
+def _wait_for_samples(proc: subprocess.Popen[Any], path: Path, n: int,
+                      timeout: float = 300) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if path.exists() and len(path.read_text().splitlines()) >= n:
             return
+        _alive(proc)
         time.sleep(0.05)
     raise AssertionError(f"fewer than {n} samples in {path} after {timeout} s")
+
+
+def _busy_worker_node(proc: subprocess.Popen[Any], cluster: Any, path: Path,
+                      timeout: float = 300) -> Any:
+    """A worker node (not the head) whose rollout worker has finished a sample: it is started
+    and, with episodes still queued, the driver has given it more (least load first), so
+    removing it loses episodes in flight. (Removing a node whose worker is still starting
+    would test only a failed start.)"""
+    workers = {n.node_id: n for n in cluster.list_all_nodes() if n is not cluster.head_node}
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if path.exists():
+            for line in path.read_text().splitlines():
+                record = json.loads(line) if line.endswith("}") else {}
+                node = record.get("trajectory", {}).get("meta", {}).get("ray_node")
+                if node in workers:
+                    return workers[node]
+        _alive(proc)
+        time.sleep(0.05)
+    raise AssertionError(f"no sample from a worker node in {path} after {timeout} s")
 
 
 def test_kill_9_of_the_driver_then_resume(cluster: Any, vllm_server: str,
@@ -90,7 +110,7 @@ def test_kill_9_of_the_driver_then_resume(cluster: Any, vllm_server: str,
     cmd = eval_cmd(vllm_server, out, "--ray", cluster.address, dataset=data)
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                             start_new_session=True)
-    _wait_for_samples(out / "samples.jsonl", 3)
+    _wait_for_samples(proc, out / "samples.jsonl", 3)
     os.killpg(proc.pid, signal.SIGKILL)
     proc.wait()
     partial = len(lines(out / "samples.jsonl"))
@@ -110,8 +130,7 @@ def test_worker_node_lost_mid_run(cluster: Any, vllm_server: str,
     proc = subprocess.Popen(eval_cmd(vllm_server, out, "--ray", cluster.address,
                                      "--concurrency", "6", dataset=data),
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    _wait_for_samples(out / "samples.jsonl", 2)
-    victim = cluster.list_all_nodes()[-1]  # a worker node (not the head)
+    victim = _busy_worker_node(proc, cluster, out / "samples.jsonl")
     cluster.remove_node(victim, allow_graceful=False)
     stdout, stderr = proc.communicate(timeout=600)
     assert proc.returncode == 0, stderr[-3000:]

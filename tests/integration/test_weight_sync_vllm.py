@@ -38,6 +38,9 @@ pytestmark = [pytest.mark.vllm, pytest.mark.integration]
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
+from agentmath.rl.metrics import read_metrics  # noqa: E402
+from agentmath.rl.trainer import train_rl  # noqa: E402
+
 PROMPT = [random.Random(7).randrange(20, 520) for _ in range(300)]
 LORA_RANK = 8
 
@@ -192,8 +195,6 @@ def test_train_rl_on_a_vllm_server_pushes_every_step(tiny_model_dir: Path, sync_
     """agentmath rl with the openai generator: rollouts from the real server, the weights
     pushed after every step, the next step's samples written by the new version."""
     from agentmath.rl.config import RLConfig
-    from agentmath.rl.metrics import read_metrics
-    from agentmath.rl.trainer import train_rl
 
     cfg = RLConfig.model_validate({
         "model": str(tiny_model_dir), "format": "code_interpreter",
@@ -215,3 +216,62 @@ def test_train_rl_on_a_vllm_server_pushes_every_step(tiny_model_dir: Path, sync_
     with torch.no_grad():
         out = final.generate(torch.tensor([PROMPT]), max_new_tokens=16, do_sample=False)
     assert ids[:8] == out[0, len(PROMPT):len(PROMPT) + 8].tolist()
+
+
+async def _push_base_weights(url: str, model_dir: Path, out: Path) -> None:
+    """Put the server back on the base model's weights (an earlier test trained them)."""
+    model, tok = load(model_dir)
+    sync = VLLMWeightSync([url], out, served_name="tiny")
+    try:
+        await sync.push(model, tok, version=1)
+    finally:
+        await sync.aclose()
+
+
+DETERMINED = ("policy_version", "temperature", "reward_mean", "reward_terms", "accuracy",
+              "model_tokens_mean", "tool_tokens_mean", "tool_calls_mean", "tool_error_rate",
+              "truncation_rate", "loss_tokens", "groups_trained", "samples", "extra")
+
+
+@pytest.mark.ray
+def test_train_rl_with_rollouts_on_ray_matches_the_in_process_run(
+        tiny_model_dir: Path, sync_server: str, tmp_path: Path) -> None:
+    """The same GRPO run twice from the same server weights: rollouts in the trainer's process,
+    then on a local 3-node Ray cluster (workers with their own clients and sandboxes; the
+    driver has no model client). Same seeds: the same samples (every figure they determine is
+    equal) and the same update (final weights equal up to the float noise of the servers'
+    logprobs, which depend on how requests were batched)."""
+    from agentmath.config import RayConfig
+    from agentmath.rl.config import RLConfig
+    from tests.fixtures.ray_cluster import local_cluster
+
+    cfg = RLConfig.model_validate({
+        "model": str(tiny_model_dir), "format": "code_interpreter",
+        "data": {"dataset": str(tiny_model_dir.parent / "test.jsonl")},
+        "steps": 2, "group_size": 2, "prompts_per_step": 3, "dynamic_sampling": False,
+        "rewards": [{"name": "tool_error", "weight": 1.0}, {"name": "accuracy"}],
+        "optim": {"learning_rate": 1e-3},
+        "loop": {"max_model_tokens": 96, "max_tool_calls": 2, "max_total_tokens": 1024},
+        "generator": {"backend": "openai", "base_urls": [sync_server], "served_name": "tiny"},
+        "tensorboard": False, "checkpoint_every": 0})
+    runs = {}
+    for name in ("local", "ray"):
+        asyncio.run(_push_base_weights(sync_server, tiny_model_dir, tmp_path / f"base-{name}"))
+        if name == "local":
+            runs[name] = train_rl(cfg, tmp_path / name, progress=False)
+            continue
+        with local_cluster(3) as cluster:
+            on_ray = cfg.model_copy(update={"ray": RayConfig(address=cluster.address)})
+            runs[name] = train_rl(on_ray, tmp_path / name, progress=False)
+    local, ray = (read_metrics(runs[n].metrics) for n in ("local", "ray"))
+    assert len(local) == len(ray) == 2
+    assert [r["extra"]["sample_versions"] for r in ray] == [[0], [1]]
+    for a, b in zip(local, ray, strict=True):
+        assert {k: a[k] for k in DETERMINED} == {k: b[k] for k in DETERMINED}
+        assert b["loss"] == pytest.approx(a["loss"], rel=1e-3, abs=1e-6)
+    assert sum(r["tool_calls_mean"] for r in ray) > 0  # the workers' sandboxes ran code
+    final = {n: transformers.AutoModelForCausalLM.from_pretrained(runs[n].final_dir)
+             for n in runs}
+    for (key, p), q in zip(final["local"].state_dict().items(),
+                           final["ray"].state_dict().values(), strict=True):
+        assert torch.allclose(p, q, atol=1e-5), key

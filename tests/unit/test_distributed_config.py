@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import sys
+from typing import Any
 
 import pytest
 from pydantic import ValidationError
 
+from agentmath.agent.trajectory import Trajectory
 from agentmath.config import EvalConfig, RayConfig
 from agentmath.errors import MissingExtraError
 from agentmath.eval.runner import identity, worker_spec
@@ -52,3 +54,119 @@ def test_worker_spec_carries_what_the_workers_need_but_no_token() -> None:
     assert spec.backend_options == {"max_retries": 7, "timeout_s": 120.0}
     assert spec.sandbox_url == ["http://s:8080"]
     assert spec.sandbox_token_file == "/etc/agentmath/token"  # a path, read on the node
+
+
+# ------------------------------------------------------------------------- RL rollouts on Ray
+def _rl(**over: object) -> Any:
+    from agentmath.rl.config import RLConfig
+
+    data: dict[str, Any] = {
+        "model": "/models/tiny", "data": {"dataset": "train.jsonl"},
+        "generator": {"backend": "openai", "base_urls": ["http://a:1", "http://b:2"],
+                      "served_name": "tiny", "http_timeout_s": 30},
+        "sandbox_url": ["http://s:8080"], "ray": {"address": "local", "workers": 2}}
+    data.update(over)
+    return RLConfig.model_validate(data)
+
+
+@pytest.mark.parametrize(("over", "field"), [
+    ({"generator": {"backend": "hf"}}, "generator.backend"),
+    ({"rollout": {"mode": "sync"}}, "rollout.mode"),
+    ({"rollout": {"segment_tokens": 512}}, "rollout.segment_tokens"),
+    ({"rollout": {"segment_tool_calls": 2}}, "rollout.segment_tool_calls"),
+    ({"stages": {"stages": [{"max_total_tokens": 4096, "max_model_tokens": 2048,
+                             "max_tool_calls": 4},
+                            {"max_total_tokens": 8192, "max_model_tokens": 4096,
+                             "max_tool_calls": 8, "segment_tokens": 1024}]}},
+     r"stages.stages\[1\].segment_tokens"),
+])
+def test_rl_on_ray_refuses_what_it_cannot_run_naming_the_field(over: dict[str, Any],
+                                                               field: str) -> None:
+    with pytest.raises(ValidationError, match=field):
+        _rl(**over)
+    if "generator" not in over:
+        assert _rl(**over, ray=None).ray is None  # the same settings run in one process
+
+
+def test_rl_worker_spec_reaches_the_generators_and_sandboxes() -> None:
+    from agentmath.config import LoopConfig
+    from agentmath.rl.rollouts import worker_spec
+
+    loop = LoopConfig(max_tool_calls=5)
+    spec = worker_spec(_rl(), loop)
+    assert spec.backend == "openai" and spec.model == "tiny"
+    assert spec.base_url == ["http://a:1", "http://b:2"]
+    assert spec.backend_options == {"timeout_s": 30.0} and spec.loop == loop
+    assert spec.sandbox_url == ["http://s:8080"]
+    one = worker_spec(_rl(generator={"backend": "openai", "base_urls": ["http://a:1"]}), loop)
+    assert one.base_url == "http://a:1" and one.model == "tiny"  # the model dir's name
+
+
+def test_the_engines_policy_goes_with_every_episode_and_refuses_segments() -> None:
+    from agentmath.config import LoopConfig, RolloutConfig
+    from agentmath.distributed.engine import RayRolloutEngine
+    from agentmath.distributed.worker import EpisodePolicy, WorkerSpec
+
+    engine = RayRolloutEngine(WorkerSpec(backend="openai", model="m"), RayConfig(),
+                              lambda request, index: None, max_in_flight=4)  # type: ignore[arg-type,return-value]
+    loop = LoopConfig(max_tool_calls=2)
+    engine.set_policy_version(3)
+    engine.use_model("policy-v3")
+    engine.set_budgets(loop, RolloutConfig())
+    assert engine.policy == EpisodePolicy(version=3, model="policy-v3", loop=loop)
+    assert engine.version == 3
+    with pytest.raises(ValueError, match="partial rollout"):
+        engine.set_budgets(loop, RolloutConfig(segment_tokens=64))
+
+
+class _FakeEngine:
+    """RayRolloutEngine's stream contract without a cluster: groups come back in reverse."""
+
+    def __init__(self) -> None:
+        self.version = 7
+        self.stats: Any = None
+        self.calls: list[list[str]] = []
+
+    async def stream(self, requests: list[Any]) -> Any:
+        from agentmath.rollout.records import Group, Sample
+
+        self.calls.append([r.group_id for r in requests])
+        for request in reversed(requests):
+            group = Group(request)
+            for i in request.sample_indices:
+                group.samples.append(Sample(request.group_id, i, Trajectory(problem="p")))
+                self.stats.samples_done += 1
+            yield group
+
+
+async def test_ray_iterations_draw_what_they_need_and_keep_draw_order() -> None:
+    from agentmath.datasets import Task
+    from agentmath.distributed.iterations import RayIterations
+    from agentmath.rollout.records import GroupRequest
+
+    engine = _FakeEngine()
+    requests = [GroupRequest(Task(f"p{i}", "x", "1"), samples=2) for i in range(5)]
+    iterations = RayIterations(engine, requests)  # type: ignore[arg-type]
+    first = await iterations.iteration(3)
+    assert [g.request.group_id for g in first.groups] == ["p0", "p1", "p2"]
+    assert first.version == 7 and first.stats.samples_done == 6 and not first.exhausted
+    second = await iterations.iteration(3)
+    assert [g.request.group_id for g in second.groups] == ["p3", "p4"] and second.exhausted
+    assert engine.calls == [["p0", "p1", "p2"], ["p3", "p4"]]
+    assert iterations.pending_task_ids() == [] and iterations.parked == 0
+    with pytest.raises(ValueError, match="at least 1"):
+        await iterations.iteration(0)
+
+
+def test_cli_rl_ray_with_the_in_process_generator_exits_2_naming_the_field(tmp_path: Any) -> None:
+    from typer.testing import CliRunner
+
+    from agentmath.cli.main import app
+
+    config = tmp_path / "rl.toml"
+    config.write_text('model = "/models/tiny"\n[data]\ndataset = "train.jsonl"\n')
+    result = CliRunner().invoke(app, ["rl", "-c", str(config), "--ray", "local",
+                                      "--out", str(tmp_path / "run")])
+    assert result.exit_code == 2, result.output
+    assert "generator.backend" in result.output and "Traceback" not in result.output
+    assert not (tmp_path / "run").exists()  # refused before anything was written
