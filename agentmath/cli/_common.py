@@ -54,6 +54,18 @@ def out_console() -> Console:
     return Console()
 
 
+@contextlib.contextmanager
+def stdout_for_json(json_out: bool) -> Iterator[None]:
+    """While a ``--json`` command works, whatever a library prints to stdout (Ray echoes its
+    nodes' error messages there, from a thread of its own) goes to stderr instead, so that
+    stdout holds the one JSON document :func:`print_json` writes after."""
+    if not json_out:
+        yield
+        return
+    with contextlib.redirect_stdout(sys.stderr):
+        yield
+
+
 def print_json(data: Any) -> None:
     """Print one JSON document on one line of stdout and flush (streaming consumers read it).
 

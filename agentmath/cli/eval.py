@@ -19,6 +19,7 @@ from agentmath.cli._common import (
     out_console,
     print_json,
     ray_section,
+    stdout_for_json,
     usage_error,
 )
 
@@ -90,7 +91,8 @@ def eval_command(
     except (AgentMathError, ValueError) as exc:
         usage_error(str(exc))
     try:
-        metrics = asyncio.run(_run(config, out, engine, quiet=json_out))
+        with stdout_for_json(json_out):
+            metrics = asyncio.run(_run(config, out, engine, quiet=json_out))
     except AgentMathError as exc:
         usage_error(str(exc))
     except OSError as exc:  # the run directory cannot be written: say so, no traceback

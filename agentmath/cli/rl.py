@@ -17,6 +17,7 @@ from agentmath.cli._common import (
     out_console,
     print_json,
     ray_section,
+    stdout_for_json,
     training_errors,
 )
 
@@ -74,7 +75,7 @@ def rl(
                                                           if sandbox_token_file else None),
                                    "ray": ray_section(ray, ray_workers)})
     modules = ["torch", "transformers", "accelerate"] + (["peft"] if config.optim.lora else [])
-    with training_errors("rl", modules):
+    with training_errors("rl", modules), stdout_for_json(json_out):
         from agentmath.rl.trainer import train_rl
 
         result = train_rl(config, out, progress=not json_out, resume=resume)

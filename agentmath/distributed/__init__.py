@@ -8,6 +8,8 @@
   complete, every sample to ``on_sample`` the moment it finishes): it places each episode on a
   worker (its group's worker first, for prefix reuse, else the least loaded), and runs again,
   from scratch and with the same seed, an episode whose worker or node died.
+* :mod:`~agentmath.distributed.iterations`: :class:`RayIterations`, the RL trainer's steps on
+  that engine (each step's groups drawn, run to their end, returned in draw order).
 * :mod:`~agentmath.distributed.cluster`: connecting to a cluster (``ray`` imported only here,
   with a clear message when the extra is missing).
 

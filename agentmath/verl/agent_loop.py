@@ -72,7 +72,8 @@ class AgentMathAgentLoop(AgentLoopBase):
         backend = VerlBackend(self.server_manager, self.tokenizer, sampling_params,
                               request_id=episode_id,
                               eos_token_ids=self.settings.eos_token_ids,
-                              chat_template_kwargs=self.apply_chat_template_kwargs)
+                              chat_template_kwargs=self.apply_chat_template_kwargs,
+                              engine=str(getattr(self.rollout_config, "name", "vllm")))
         sandbox = await shared_sandbox(self.settings)
         episode = Episode(task.problem, backend, self.fmt, sandbox, self.settings.loop,
                           sampling_from_verl(sampling_params), episode_id=episode_id,

@@ -10,9 +10,11 @@ is re-tokenized.
 
 What verl's reply lacks is made up here, the way agentmath's other backends do it:
 
-* **Stop strings.** The format's stop strings go to the server as vLLM's ``stop`` with
-  ``include_stop_str_in_output`` (agentmath keeps the closing marker in the model's text), as
-  agentmath's OpenAI backend sends them.
+* **Stop strings.** The format's stop strings go to the server as ``stop``, with the flag that
+  keeps the matched string in the output (agentmath keeps the closing marker in the model's
+  text): vLLM's ``include_stop_str_in_output``, or SGLang's ``no_stop_trim`` when verl's
+  rollout is SGLang (``rollout.name``; verl's SGLang server passes the sampling dict to
+  SGLang as is, and translates only ``max_tokens`` and ``logprobs``).
 * **Text and finish reason.** verl returns ids only and says ``completed`` for both a stop and
   a length cut, so the text is decoded from the ids with verl's own tokenizer (as the ``hf``
   backend does) and the reason is read from it: a stop string in the text is ``stop``, an
@@ -42,6 +44,8 @@ from agentmath.errors import BackendError
 #: verl's sampling keys that agentmath's SamplingParams mirrors (verl's AgentLoopWorker sets
 #: temperature, top_p, top_k, repetition_penalty and logprobs).
 _MIRRORED = ("temperature", "top_p", "top_k")
+#: The sampling key that keeps a matched stop string in the output, by rollout engine.
+KEEP_STOP_KEY = {"vllm": "include_stop_str_in_output", "sglang": "no_stop_trim"}
 
 
 def sampling_from_verl(params: Mapping[str, Any]) -> SamplingParams:
@@ -57,7 +61,8 @@ class VerlBackend:
     validation settings); every request sends it plus the turn's ``stop``/``max_tokens``.
     ``request_id`` is the sticky key verl's router keeps the episode on one server with; by
     default the current agentmath request tag's episode id. ``eos_token_ids`` mark the end of
-    the model's turn (default: the tokenizer's ``eos_token_id``).
+    the model's turn (default: the tokenizer's ``eos_token_id``). ``engine`` is verl's rollout
+    name (``vllm`` or ``sglang``): it decides how stop strings are asked to be kept.
     """
 
     name = "verl"
@@ -65,7 +70,12 @@ class VerlBackend:
     def __init__(self, server_manager: Any, tokenizer: Any, sampling_params: Mapping[str, Any],
                  *, request_id: str | None = None,
                  eos_token_ids: Sequence[int] | None = None,
-                 chat_template_kwargs: Mapping[str, Any] | None = None) -> None:
+                 chat_template_kwargs: Mapping[str, Any] | None = None,
+                 engine: str = "vllm") -> None:
+        if engine not in KEEP_STOP_KEY:
+            raise BackendError(f"rollout.name: agentmath's verl backend runs on "
+                               f"{' or '.join(KEEP_STOP_KEY)}, not {engine!r}")
+        self.keep_stop_key = KEEP_STOP_KEY[engine]
         self.server_manager = server_manager
         self.tokenizer = tokenizer
         self.sampling_params = dict(sampling_params)
@@ -100,7 +110,7 @@ class VerlBackend:
         own params (agentmath's record of them comes from :func:`sampling_from_verl`)."""
         params = {**self.sampling_params, "max_tokens": int(max_tokens)}
         if stop:
-            params.update(stop=list(stop), include_stop_str_in_output=True)
+            params.update({"stop": list(stop), self.keep_stop_key: True})
         try:
             out = await self.server_manager.generate(
                 request_id=self._request_id(), prompt_ids=list(prompt_ids),

@@ -53,7 +53,7 @@ def test_ray_eval_gives_the_local_samples(cluster: Any, vllm_server: str,
     proc = subprocess.run(eval_cmd(vllm_server, out, "--ray", cluster.address, dataset=data),
                           capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    metrics = json.loads(proc.stdout.strip().splitlines()[-1])
+    metrics = json.loads(proc.stdout)  # the whole of stdout: one JSON document
     assert metrics["n_samples"] == 18 and metrics["n_errors"] == 0
     got = outputs(out)
     assert len(got) == 18 and got == outputs(reference)
@@ -135,6 +135,7 @@ def test_worker_node_lost_mid_run(cluster: Any, vllm_server: str,
     stdout, stderr = proc.communicate(timeout=600)
     assert proc.returncode == 0, stderr[-3000:]
     assert "lost its worker" in stderr  # an episode was running there and was placed again
+    assert json.loads(stdout)["n_samples"] == 18  # Ray's news of the lost node is not on stdout
     records = lines(out / "samples.jsonl")
     keys = Counter((r["problem_id"], r["sample_index"]) for r in records)
     assert len(keys) == 18 and set(keys.values()) == {1}

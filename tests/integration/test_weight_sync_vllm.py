@@ -234,13 +234,16 @@ DETERMINED = ("policy_version", "temperature", "reward_mean", "reward_terms", "a
 
 
 @pytest.mark.ray
-def test_train_rl_with_rollouts_on_ray_matches_the_in_process_run(
-        tiny_model_dir: Path, sync_server: str, tmp_path: Path) -> None:
+def test_rl_with_rollouts_on_ray_matches_the_in_process_run_despite_a_lost_node(
+        tiny_model_dir: Path, sync_server: str, tmp_path: Path,
+        caplog: pytest.LogCaptureFixture) -> None:
     """The same GRPO run twice from the same server weights: rollouts in the trainer's process,
     then on a local 3-node Ray cluster (workers with their own clients and sandboxes; the
-    driver has no model client). Same seeds: the same samples (every figure they determine is
-    equal) and the same update (final weights equal up to the float noise of the servers'
-    logprobs, which depend on how requests were batched)."""
+    driver has no model client), a worker node removed between step 1 and step 2 (the driver
+    learns of it only when step 2's episodes placed there fail). Same seeds: the same samples
+    (every figure they determine is equal; the lost episodes re-ran elsewhere from scratch)
+    and the same update (final weights equal up to the float noise of the servers' logprobs,
+    which depend on how requests were batched)."""
     from agentmath.config import RayConfig
     from agentmath.rl.config import RLConfig
     from tests.fixtures.ray_cluster import local_cluster
@@ -254,24 +257,26 @@ def test_train_rl_with_rollouts_on_ray_matches_the_in_process_run(
         "loop": {"max_model_tokens": 96, "max_tool_calls": 2, "max_total_tokens": 1024},
         "generator": {"backend": "openai", "base_urls": [sync_server], "served_name": "tiny"},
         "tensorboard": False, "checkpoint_every": 0})
-    runs = {}
-    for name in ("local", "ray"):
-        asyncio.run(_push_base_weights(sync_server, tiny_model_dir, tmp_path / f"base-{name}"))
-        if name == "local":
-            runs[name] = train_rl(cfg, tmp_path / name, progress=False)
-            continue
-        with local_cluster(3) as cluster:
-            on_ray = cfg.model_copy(update={"ray": RayConfig(address=cluster.address)})
-            runs[name] = train_rl(on_ray, tmp_path / name, progress=False)
-    local, ray = (read_metrics(runs[n].metrics) for n in ("local", "ray"))
-    assert len(local) == len(ray) == 2
-    assert [r["extra"]["sample_versions"] for r in ray] == [[0], [1]]
-    for a, b in zip(local, ray, strict=True):
+    asyncio.run(_push_base_weights(sync_server, tiny_model_dir, tmp_path / "base-local"))
+    local = train_rl(cfg, tmp_path / "local", progress=False)
+    asyncio.run(_push_base_weights(sync_server, tiny_model_dir, tmp_path / "base-ray"))
+    with local_cluster(3) as cluster, caplog.at_level("WARNING", "agentmath.distributed"):
+        def lose_a_node(metrics: Any) -> None:  # after step 1, before step 2 is placed
+            if metrics.step == 1:
+                cluster.remove_node(cluster.list_all_nodes()[-1], allow_graceful=False)
+
+        on_ray = cfg.model_copy(update={"ray": RayConfig(address=cluster.address)})
+        ray = train_rl(on_ray, tmp_path / "ray", progress=False, on_step=lose_a_node)
+    assert "lost its worker" in caplog.text  # step 2's episodes there were placed again
+    assert ray.steps == 2 and ray.policy_version == 2
+    rows = {"local": read_metrics(local.metrics), "ray": read_metrics(ray.metrics)}
+    assert [r["extra"]["sample_versions"] for r in rows["ray"]] == [[0], [1]]
+    for a, b in zip(rows["local"], rows["ray"], strict=True):
         assert {k: a[k] for k in DETERMINED} == {k: b[k] for k in DETERMINED}
         assert b["loss"] == pytest.approx(a["loss"], rel=1e-3, abs=1e-6)
-    assert sum(r["tool_calls_mean"] for r in ray) > 0  # the workers' sandboxes ran code
-    final = {n: transformers.AutoModelForCausalLM.from_pretrained(runs[n].final_dir)
-             for n in runs}
-    for (key, p), q in zip(final["local"].state_dict().items(),
-                           final["ray"].state_dict().values(), strict=True):
+    assert sum(r["tool_calls_mean"] for r in rows["ray"]) > 0  # the workers' sandboxes ran
+    final = [transformers.AutoModelForCausalLM.from_pretrained(d)
+             for d in (local.final_dir, ray.final_dir)]
+    for (key, p), q in zip(final[0].state_dict().items(), final[1].state_dict().values(),
+                           strict=True):
         assert torch.allclose(p, q, atol=1e-5), key

@@ -1,9 +1,9 @@
 """Stand-ins for verl's GPU side, with verl's own interfaces and types.
 
 * :class:`ScriptedServer`: a rollout server's ``generate`` (vLLM's semantics on token ids:
-  ``stop`` strings matched in the new text and kept with ``include_stop_str_in_output``,
-  ``max_tokens``, the end-of-turn id, one logprob per sampled token) returning verl's
-  ``TokenOutput``, from a deterministic script of model turns.
+  ``stop`` strings matched in the new text and kept (vLLM's ``include_stop_str_in_output``,
+  SGLang's ``no_stop_trim``), ``max_tokens``, the end-of-turn id, one logprob per sampled
+  token) returning verl's ``TokenOutput``, from a deterministic script of model turns.
 * :class:`ModelServer`: the same interface backed by agentmath's tiny test model (greedy,
   through agentmath's ``hf`` backend).
 * :class:`FakeServerManager`: verl's ``LLMServerClient.generate`` signature over one server
@@ -39,12 +39,12 @@ from agentmath.verl.data import to_verl_row
 VERL_CONFIG_DIR = os.path.join(os.path.dirname(verl.__file__), "trainer", "config")
 
 
-def verl_config(*overrides: str, prompt_length: int = 512, response_length: int = 256
-                ) -> DictConfig:
+def verl_config(*overrides: str, prompt_length: int = 512, response_length: int = 256,
+                rollout: str = "vllm") -> DictConfig:
     """verl's own trainer config (ppo_trainer.yaml composed by hydra), with overrides."""
     with initialize_config_dir(config_dir=VERL_CONFIG_DIR, version_base=None):
         return compose(config_name="ppo_trainer", overrides=[
-            "actor_rollout_ref.rollout.name=vllm",
+            f"actor_rollout_ref.rollout.name={rollout}",
             f"actor_rollout_ref.rollout.prompt_length={prompt_length}",
             f"actor_rollout_ref.rollout.response_length={response_length}", *overrides])
 

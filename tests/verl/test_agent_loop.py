@@ -50,11 +50,12 @@ def entry(**settings: Any) -> dict[str, Any]:
 
 async def run_loop(tokenizer: Any, turns: list[str], *, settings: dict[str, Any] | None = None,
                    prompt_length: int = 512, response_length: int = 256,
-                   sampling: dict[str, Any] | None = None
+                   sampling: dict[str, Any] | None = None, rollout: str = "vllm"
                    ) -> tuple[AgentLoopOutput, ScriptedServer, FakeServerManager]:
     server = ScriptedServer(tokenizer, turns)
     manager = FakeServerManager(server)
-    config = verl_config(prompt_length=prompt_length, response_length=response_length)
+    config = verl_config(prompt_length=prompt_length, response_length=response_length,
+                         rollout=rollout)
     loop = make_agent_loop(config, manager, tokenizer,
                            entry(**settings) if settings is not None else None)
     out = await loop.run(dict(sampling or SAMPLING), **dataset_fields(TASK))
@@ -143,6 +144,30 @@ async def test_sampling_params_and_budget_follow_verls_lengths(tokenizer: Any) -
     assert all(c["sampling_params"]["max_tokens"] <= 24 for c in server.calls)
     assert short.extra_fields["agentmath"]["finish_reason"] == "token_budget"
     assert short.reward_score == 0.0
+
+
+async def test_sglang_rollout_keeps_stop_strings_with_its_own_flag(tokenizer: Any) -> None:
+    """verl's SGLang server hands the sampling dict to SGLang as is: vLLM's flag would be an
+    unknown argument there, so the loop asks with SGLang's ``no_stop_trim``; same episode."""
+    vllm_out, _, _ = await run_loop(tokenizer, TURNS)
+    out, server, _ = await run_loop(tokenizer, TURNS, rollout="sglang")
+    for call in server.calls:
+        params = call["sampling_params"]
+        assert params["stop"] == ["\n</code>"] and params["no_stop_trim"] is True
+        assert "include_stop_str_in_output" not in params
+    assert out.response_ids == vllm_out.response_ids
+    assert out.response_mask == vllm_out.response_mask
+
+
+def test_an_unknown_rollout_engine_is_named() -> None:
+    from agentmath.errors import BackendError
+    from agentmath.verl.backend import VerlBackend
+
+    class Tok:
+        eos_token_id = 0
+
+    with pytest.raises(BackendError, match=r"rollout.name.*'trtllm'"):
+        VerlBackend(None, Tok(), {}, engine="trtllm")
 
 
 async def test_prompt_longer_than_verls_prompt_length_is_not_generated(tokenizer: Any) -> None:
