@@ -296,6 +296,11 @@ async def _loop(run: _Run, progress: bool, stop_after: int | None,
     try:
         async with open_rollouts(cfg, run.backend, run.stream, run.sampling, loop_cfg,
                                  rollout_cfg, run.version) as (run.engine, run.rollout):
+            # the servers may hold other weights (an earlier run's, or a version the killed
+            # run pushed after its last checkpoint): start them on this run's
+            name = await run.sync.push(run.unwrapped, run.tokenizer, run.version)
+            if name:
+                run.engine.use_model(name)
             with bar:
                 while run.step < cfg.steps and (stop_after is None or run.step < stop_after):
                     m = await run.run_step()

@@ -218,65 +218,111 @@ def test_train_rl_on_a_vllm_server_pushes_every_step(tiny_model_dir: Path, sync_
     assert ids[:8] == out[0, len(PROMPT):len(PROMPT) + 8].tolist()
 
 
-async def _push_base_weights(url: str, model_dir: Path, out: Path) -> None:
-    """Put the server back on the base model's weights (an earlier test trained them)."""
-    model, tok = load(model_dir)
-    sync = VLLMWeightSync([url], out, served_name="tiny")
-    try:
-        await sync.push(model, tok, version=1)
-    finally:
-        await sync.aclose()
-
-
 DETERMINED = ("policy_version", "temperature", "reward_mean", "reward_terms", "accuracy",
               "model_tokens_mean", "tool_tokens_mean", "tool_calls_mean", "tool_error_rate",
               "truncation_rate", "loss_tokens", "groups_trained", "samples", "extra")
 
 
-@pytest.mark.ray
-def test_rl_with_rollouts_on_ray_matches_the_in_process_run_despite_a_lost_node(
-        tiny_model_dir: Path, sync_server: str, tmp_path: Path,
-        caplog: pytest.LogCaptureFixture) -> None:
-    """The same GRPO run twice from the same server weights: rollouts in the trainer's process,
-    then on a local 3-node Ray cluster (workers with their own clients and sandboxes; the
-    driver has no model client), a worker node removed between step 1 and step 2 (the driver
-    learns of it only when step 2's episodes placed there fail). Same seeds: the same samples
-    (every figure they determine is equal; the lost episodes re-ran elsewhere from scratch)
-    and the same update (final weights equal up to the float noise of the servers' logprobs,
-    which depend on how requests were batched)."""
-    from agentmath.config import RayConfig
-    from agentmath.rl.config import RLConfig
-    from tests.fixtures.ray_cluster import local_cluster
-
-    cfg = RLConfig.model_validate({
-        "model": str(tiny_model_dir), "format": "code_interpreter",
-        "data": {"dataset": str(tiny_model_dir.parent / "test.jsonl")},
+def _rl_settings(model_dir: Path, url: str) -> dict[str, Any]:
+    return {
+        "model": str(model_dir), "format": "code_interpreter",
+        "data": {"dataset": str(model_dir.parent / "test.jsonl")},
         "steps": 2, "group_size": 2, "prompts_per_step": 3, "dynamic_sampling": False,
         "rewards": [{"name": "tool_error", "weight": 1.0}, {"name": "accuracy"}],
         "optim": {"learning_rate": 1e-3},
         "loop": {"max_model_tokens": 96, "max_tool_calls": 2, "max_total_tokens": 1024},
-        "generator": {"backend": "openai", "base_urls": [sync_server], "served_name": "tiny"},
-        "tensorboard": False, "checkpoint_every": 0})
-    asyncio.run(_push_base_weights(sync_server, tiny_model_dir, tmp_path / "base-local"))
-    local = train_rl(cfg, tmp_path / "local", progress=False)
-    asyncio.run(_push_base_weights(sync_server, tiny_model_dir, tmp_path / "base-ray"))
+        "generator": {"backend": "openai", "base_urls": [url], "served_name": "tiny"},
+        "tensorboard": False, "checkpoint_every": 0}
+
+
+@pytest.fixture(scope="module")
+def local_rl_run(tiny_model_dir: Path, sync_server: str,
+                 tmp_path_factory: pytest.TempPathFactory) -> Any:
+    """The reference: a 2-step GRPO run with its rollouts in the trainer's process. (No reset
+    of the server before or after: every run pushes its starting weights first.)"""
+    from agentmath.rl.config import RLConfig
+
+    cfg = RLConfig.model_validate(_rl_settings(tiny_model_dir, sync_server))
+    return train_rl(cfg, tmp_path_factory.mktemp("rl") / "local", progress=False)
+
+
+def _same_run(reference: Any, metrics: str, final_dir: str) -> None:
+    """Same samples (every figure they determine) and the same update (final weights equal
+    up to the float noise of the servers' logprobs, which depend on how requests were
+    batched)."""
+    rows = {"local": read_metrics(reference.metrics), "ray": read_metrics(metrics)}
+    assert [r["extra"]["sample_versions"] for r in rows["ray"]] == [[0], [1]]
+    for a, b in zip(rows["local"], rows["ray"], strict=True):
+        assert {k: a[k] for k in DETERMINED} == {k: b[k] for k in DETERMINED}
+        assert b["loss"] == pytest.approx(a["loss"], rel=1e-3, abs=1e-6)
+    assert sum(r["tool_calls_mean"] for r in rows["ray"]) > 0  # the sandboxes ran code
+    final = [transformers.AutoModelForCausalLM.from_pretrained(d)
+             for d in (reference.final_dir, final_dir)]
+    for (key, p), q in zip(final[0].state_dict().items(), final[1].state_dict().values(),
+                           strict=True):
+        assert torch.allclose(p, q, atol=1e-5), key
+
+
+@pytest.mark.ray
+def test_rl_with_rollouts_on_ray_matches_the_in_process_run_despite_a_lost_node(
+        local_rl_run: Any, tiny_model_dir: Path, sync_server: str, tmp_path: Path,
+        caplog: pytest.LogCaptureFixture) -> None:
+    """The reference run again with its rollouts on a local 3-node Ray cluster (workers with
+    their own clients and sandboxes; the driver has no model client), a worker node removed
+    between step 1 and step 2 (the driver learns of it only when step 2's episodes placed there
+    fail, and runs them again elsewhere from scratch): the same run."""
+    from agentmath.config import RayConfig
+    from agentmath.rl.config import RLConfig
+    from tests.fixtures.ray_cluster import local_cluster
+
+    cfg = RLConfig.model_validate(_rl_settings(tiny_model_dir, sync_server))
     with local_cluster(3) as cluster, caplog.at_level("WARNING", "agentmath.distributed"):
         def lose_a_node(metrics: Any) -> None:  # after step 1, before step 2 is placed
             if metrics.step == 1:
                 cluster.remove_node(cluster.list_all_nodes()[-1], allow_graceful=False)
 
         on_ray = cfg.model_copy(update={"ray": RayConfig(address=cluster.address)})
-        ray = train_rl(on_ray, tmp_path / "ray", progress=False, on_step=lose_a_node)
+        result = train_rl(on_ray, tmp_path / "ray", progress=False, on_step=lose_a_node)
     assert "lost its worker" in caplog.text  # step 2's episodes there were placed again
-    assert ray.steps == 2 and ray.policy_version == 2
-    rows = {"local": read_metrics(local.metrics), "ray": read_metrics(ray.metrics)}
-    assert [r["extra"]["sample_versions"] for r in rows["ray"]] == [[0], [1]]
-    for a, b in zip(rows["local"], rows["ray"], strict=True):
-        assert {k: a[k] for k in DETERMINED} == {k: b[k] for k in DETERMINED}
-        assert b["loss"] == pytest.approx(a["loss"], rel=1e-3, abs=1e-6)
-    assert sum(r["tool_calls_mean"] for r in rows["ray"]) > 0  # the workers' sandboxes ran
-    final = [transformers.AutoModelForCausalLM.from_pretrained(d)
-             for d in (local.final_dir, ray.final_dir)]
-    for (key, p), q in zip(final[0].state_dict().items(), final[1].state_dict().values(),
-                           strict=True):
-        assert torch.allclose(p, q, atol=1e-5), key
+    assert result.steps == 2 and result.policy_version == 2
+    _same_run(local_rl_run, result.metrics, result.final_dir)
+
+
+@pytest.mark.ray
+def test_rl_on_ray_resumes_after_kill_9_of_the_driver(
+        local_rl_run: Any, tiny_model_dir: Path, sync_server: str, tmp_path: Path) -> None:
+    """`agentmath rl --ray ADDRESS --json` killed with -9 during step 2 (its workers die with
+    it), then the same command: it resumes from checkpoint-1 (pushing those weights again: the
+    server may hold newer ones) and finishes as the reference run did."""
+    import json
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    import yaml
+
+    from tests.fixtures.ray_cluster import local_cluster
+
+    (config := tmp_path / "rl.yaml").write_text(yaml.safe_dump(
+        {**_rl_settings(tiny_model_dir, sync_server), "checkpoint_every": 1}))
+    out = tmp_path / "ray"
+    with local_cluster(3) as cluster:
+        cmd = [sys.executable, "-m", "agentmath.cli", "rl", "-c", str(config), "--out",
+               str(out), "--ray", cluster.address, "--json"]
+        proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                                text=True, start_new_session=True)
+        deadline = time.monotonic() + 300
+        while not (out / "checkpoint-1").is_dir():
+            assert proc.poll() is None, f"agentmath rl ended early: {proc.communicate()[1]}"
+            assert time.monotonic() < deadline, "no checkpoint-1 after 300 s"
+            time.sleep(0.02)
+        assert proc.poll() is None  # step 2 is under way
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+        assert not (out / "final").exists()
+        done = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    result = json.loads(done.stdout)  # the whole of stdout: one JSON document
+    assert result["resumed_from"] == 1 and result["steps"] == 2
+    _same_run(local_rl_run, result["metrics"], result["final_dir"])
