@@ -190,34 +190,6 @@ async def test_lora_push_loads_a_new_adapter_per_version(
         await sync.aclose()
 
 
-def test_train_rl_on_a_vllm_server_pushes_every_step(tiny_model_dir: Path, sync_server: str,
-                                                     tmp_path: Path) -> None:
-    """agentmath rl with the openai generator: rollouts from the real server, the weights
-    pushed after every step, the next step's samples written by the new version."""
-    from agentmath.rl.config import RLConfig
-
-    cfg = RLConfig.model_validate({
-        "model": str(tiny_model_dir), "format": "code_interpreter",
-        "data": {"dataset": str(tiny_model_dir.parent / "test.jsonl")},
-        "steps": 2, "group_size": 2, "prompts_per_step": 2, "dynamic_sampling": False,
-        "rewards": [{"name": "tool_error", "weight": 1.0}, {"name": "accuracy"}],
-        "optim": {"learning_rate": 1e-3},
-        "loop": {"max_model_tokens": 96, "max_tool_calls": 2, "max_total_tokens": 1024},
-        "generator": {"backend": "openai", "base_urls": [sync_server], "served_name": "tiny"},
-        "tensorboard": False, "checkpoint_every": 0})
-    result = train_rl(cfg, tmp_path / "run", progress=False)
-    rows = read_metrics(result.metrics)
-    assert result.policy_version == 2
-    assert [r["extra"]["sample_versions"] for r in rows] == [[0], [1]]
-    assert (tmp_path / "run" / "weights" / "policy-v2").is_dir()
-    # the server now holds the trained weights: its greedy text equals the final model's
-    final = transformers.AutoModelForCausalLM.from_pretrained(result.final_dir)
-    ids, _ = complete(sync_server, "tiny")
-    with torch.no_grad():
-        out = final.generate(torch.tensor([PROMPT]), max_new_tokens=16, do_sample=False)
-    assert ids[:8] == out[0, len(PROMPT):len(PROMPT) + 8].tolist()
-
-
 DETERMINED = ("policy_version", "temperature", "reward_mean", "reward_terms", "accuracy",
               "model_tokens_mean", "tool_tokens_mean", "tool_calls_mean", "tool_error_rate",
               "truncation_rate", "loss_tokens", "groups_trained", "samples", "extra")
@@ -233,6 +205,27 @@ def _rl_settings(model_dir: Path, url: str) -> dict[str, Any]:
         "loop": {"max_model_tokens": 96, "max_tool_calls": 2, "max_total_tokens": 1024},
         "generator": {"backend": "openai", "base_urls": [url], "served_name": "tiny"},
         "tensorboard": False, "checkpoint_every": 0}
+
+
+def test_train_rl_on_a_vllm_server_pushes_every_step(tiny_model_dir: Path, sync_server: str,
+                                                     tmp_path: Path) -> None:
+    """agentmath rl with the openai generator: rollouts from the real server, the weights
+    pushed after every step, the next step's samples written by the new version."""
+    from agentmath.rl.config import RLConfig
+
+    cfg = RLConfig.model_validate({**_rl_settings(tiny_model_dir, sync_server),
+                                   "prompts_per_step": 2})
+    result = train_rl(cfg, tmp_path / "run", progress=False)
+    rows = read_metrics(result.metrics)
+    assert result.policy_version == 2
+    assert [r["extra"]["sample_versions"] for r in rows] == [[0], [1]]
+    assert (tmp_path / "run" / "weights" / "policy-v2").is_dir()
+    # the server now holds the trained weights: its greedy text equals the final model's
+    final = transformers.AutoModelForCausalLM.from_pretrained(result.final_dir)
+    ids, _ = complete(sync_server, "tiny")
+    with torch.no_grad():
+        out = final.generate(torch.tensor([PROMPT]), max_new_tokens=16, do_sample=False)
+    assert ids[:8] == out[0, len(PROMPT):len(PROMPT) + 8].tolist()
 
 
 @pytest.fixture(scope="module")
