@@ -218,10 +218,10 @@ class RolloutConfig(StrictModel):
 class RayConfig(StrictModel):
     """Where and how episodes run on a Ray cluster (agentmath/distributed/; the ``ray`` extra).
 
-    The driver (``agentmath eval``) keeps everything durable (the run directory, grading,
-    resume); the cluster runs the episodes: one rollout worker actor per slot, each with its
-    own sandbox (a local pool on its node, or the sandbox services) and its own client of the
-    model servers.
+    The driver (``agentmath eval``, or the trainer of ``agentmath rl``) keeps everything
+    durable (the run directory, grading, checkpoints, resume); the cluster runs the episodes:
+    one rollout worker actor per slot, each with its own sandbox (a local pool on its node, or
+    the sandbox services) and its own client of the model servers.
     """
 
     address: str = Field("auto", min_length=1, description=(
