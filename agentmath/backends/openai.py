@@ -51,7 +51,7 @@ import httpx
 from agentmath._lazy import require
 from agentmath.backends import _replies
 from agentmath.backends._replies import NO_TOKEN_IDS_MESSAGE, MalformedReply
-from agentmath.backends.base import Generation, SamplingParams, current_tag
+from agentmath.backends.base import Generation, SamplingParams, chat_prompt_ids, current_tag
 from agentmath.errors import BackendError, RequestRejected
 
 __all__ = ["NO_TOKEN_IDS_MESSAGE", "PREFIX_CACHE_HITS", "PREFIX_CACHE_QUERIES", "ExtraBody",
@@ -192,10 +192,7 @@ class OpenAIBackend:
     async def render_prompt(self, messages: Sequence[dict[str, str]]) -> list[int]:
         """Token ids of ``messages`` rendered with the chat template, plus the generation prompt."""
         if self._tokenizer is not None:
-            out = self._tokenizer.apply_chat_template(
-                [dict(m) for m in messages], add_generation_prompt=True, tokenize=True)
-            ids = out["input_ids"] if hasattr(out, "keys") else out
-            return [int(t) for t in ids]
+            return chat_prompt_ids(self._tokenizer, messages)
         url = self._url("/tokenize")
         return await self._post("/tokenize", {
             "model": self.model, "messages": [dict(m) for m in messages],

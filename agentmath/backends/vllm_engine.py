@@ -49,7 +49,11 @@ class VLLMBackend:
         return [int(t) for t in tokenizer.encode(text, add_special_tokens=False)]
 
     async def render_prompt(self, messages: Sequence[dict[str, str]]) -> list[int]:
-        """Token ids of ``messages`` rendered with the model's chat template."""
+        """Token ids of ``messages`` rendered with the model's chat template. Not
+        :func:`~agentmath.backends.base.chat_prompt_ids`: vLLM's tokenizer may be one of its
+        own (Mistral's, ``tokenizer_mode="mistral"``) that renders a chat to ids only; for a
+        Hugging Face tokenizer both give the same ids (transformers encodes the rendered text
+        with no special tokens added)."""
         tokenizer = await self._tokenizer()
         out = tokenizer.apply_chat_template([dict(m) for m in messages],
                                             add_generation_prompt=True, tokenize=True)

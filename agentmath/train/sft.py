@@ -28,6 +28,7 @@ from typing import Any
 from pydantic import Field
 
 from agentmath._lazy import require
+from agentmath.backends.base import chat_prompt_ids
 from agentmath.config import StrictModel
 from agentmath.errors import DataError
 from agentmath.jsonl import iter_jsonl
@@ -139,9 +140,7 @@ def _encode(tokenizer: Any, example: dict[str, Any]) -> tuple[list[int], list[in
         raise DataError("the tokenizer has no EOS token; SFT appends it to every example")
     if is_chat_record(example):
         return encode_chat(tokenizer, example)
-    prompt = tokenizer.apply_chat_template(example["messages"], tokenize=False,
-                                           add_generation_prompt=True)
-    ids = list(tokenizer.encode(prompt, add_special_tokens=False))
+    ids = chat_prompt_ids(tokenizer, example["messages"])  # as every backend renders it
     labels = [IGNORE_INDEX] * len(ids)
     for piece in example["completion"]:
         piece_ids = list(tokenizer.encode(piece["text"], add_special_tokens=False))

@@ -198,15 +198,16 @@ async def test_local_tokenizer_object_is_used() -> None:
             return [ord(c) for c in text]
 
         def apply_chat_template(self, messages: list[dict[str, str]], **kwargs: Any) -> Any:
-            assert kwargs["add_generation_prompt"] is True
-            return {"input_ids": [1, 2]}
+            assert kwargs["add_generation_prompt"] is True and kwargs["tokenize"] is False
+            return "".join(f"<{m['role']}>{m['content']}" for m in messages) + "<a>"
 
     def fail(request: httpx.Request) -> httpx.Response:
         raise AssertionError("no request expected")
 
     backend = make_backend(fail, tokenizer=FakeTokenizer())
     assert await backend.tokenize("ab") == [97, 98]
-    assert await backend.render_prompt([{"role": "user", "content": "x"}]) == [1, 2]
+    assert await backend.render_prompt([{"role": "user", "content": "x"}]) == [
+        ord(c) for c in "<user>x<a>"]
 
 
 async def test_chat_returns_the_message() -> None:

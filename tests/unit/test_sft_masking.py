@@ -248,3 +248,23 @@ def test_config_bounds() -> None:
                          ("unknown", 1)):
         with pytest.raises(ValidationError):
             SFTConfig(**{field: value})
+
+
+def test_chat_prompt_ids_equal_the_templates_own_tokenization(tok: Any) -> None:
+    """Every backend with a Hugging Face tokenizer and SFT render a prompt as text, then encode
+    it (agentmath.backends.base.chat_prompt_ids): the same ids as transformers' own
+    ``apply_chat_template(tokenize=True)``, which the OpenAI backend used before the merge."""
+    from agentmath.backends.base import chat_prompt_ids
+
+    conversations = [
+        [{"role": "user", "content": "What is 2 + 2?"}],
+        [{"role": "system", "content": "Use <code> blocks."},
+         {"role": "user", "content": "Σ of 1..100, then ×3 — naïvely?"}],
+        [{"role": "user", "content": "a"},
+         {"role": "assistant", "content": "b\n<code>\nx=1\n</code>"},
+         {"role": "user", "content": "  spaces  and\ttabs\n\n"}],
+    ]
+    for messages in conversations:
+        out = tok.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)
+        own = out["input_ids"] if hasattr(out, "keys") else out
+        assert chat_prompt_ids(tok, messages) == [int(t) for t in own]
