@@ -90,21 +90,63 @@ def _parse_value(raw: str) -> Any:
         return raw
 
 
+def _key_path(item: str, key: str) -> list[str]:
+    """``a.b[1].c`` (or ``a.b.1.c``, as pydantic's errors write it) as ``["a", "b", "1", "c"]``."""
+    parts: list[str] = []
+    for piece in key.strip().split("."):
+        name, _, rest = piece.partition("[")
+        indices = rest.rstrip("]").split("][") if rest else []
+        if (not name and not indices) or not all(i.isdigit() for i in indices) or (
+                rest and not rest.endswith("]")):
+            raise ConfigError(f"override {item!r}: {piece!r} is not a field name or "
+                              f"name[index]")
+        parts += ([name] if name else []) + indices
+    return parts
+
+
+def _child(item: str, node: Any, part: str, last: bool) -> tuple[Any, Any]:
+    """The container and key of ``part`` in ``node``: a dict key (created as a section when
+    missing and not last) or an index into a list (which must exist)."""
+    if isinstance(node, list):
+        if not part.isdigit() or int(part) >= len(node):
+            raise ConfigError(f"override {item!r}: index {part} is out of range (the list "
+                              f"has {len(node)} item{'s' if len(node) != 1 else ''})")
+        return node, int(part)
+    if not isinstance(node, dict):
+        raise ConfigError(f"override {item!r}: {part!r} is inside a value, not a section")
+    if not last:
+        node.setdefault(part, {})
+    return node, part
+
+
+def _missing_list(item: str, node: Any, part: str, following: str | None) -> None:
+    """An index into a list the config does not hold (its default is not in the file)."""
+    if following is not None and following.isdigit() and isinstance(node, dict) \
+            and part not in node:
+        raise ConfigError(f"override {item!r}: {part!r} is not set in the config, so its "
+                          f"items cannot be addressed; set the whole list instead "
+                          f"({part}=[...], JSON)")
+
+
 def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
-    """Apply ``a.b.c=value`` overrides to a nested dict (in a copy) and return it."""
+    """Apply ``a.b.c=value`` overrides to a nested dict (in a copy) and return it; list items
+    are addressed by index (``rewards[0].weight=2``, or ``rewards.0.weight=2``)."""
     out = json.loads(json.dumps(data))
     for item in overrides:
         key, sep, raw = item.partition("=")
         if not sep or not key.strip():
             raise ConfigError(f"override {item!r} is not of the form key=value")
-        node = out
-        parts = key.strip().split(".")
-        for part in parts[:-1]:
-            child = node.setdefault(part, {})
-            if not isinstance(child, dict):
-                raise ConfigError(f"override {item!r}: {part!r} is not a section")
-            node = child
-        node[parts[-1]] = _parse_value(raw)
+        parts = _key_path(item, key)
+        node: Any = out
+        for i, part in enumerate(parts):
+            _missing_list(item, node, part, parts[i + 1] if i + 1 < len(parts) else None)
+            container, slot = _child(item, node, part, last=i == len(parts) - 1)
+            if i == len(parts) - 1:
+                container[slot] = _parse_value(raw)
+            else:
+                node = container[slot]
+                if not isinstance(node, dict | list):
+                    raise ConfigError(f"override {item!r}: {part!r} is not a section")
     return out
 
 
