@@ -174,6 +174,9 @@ class RLConfig(StrictModel):
             segmented.insert(0, "rollout.segment_tokens")
         if self.rollout.segment_tool_calls is not None:
             segmented.insert(0, "rollout.segment_tool_calls")
+        if self.rollout.max_in_flight_tokens is not None:
+            raise ValueError("rollout.max_in_flight_tokens: the context-token admission bound "
+                             "is not applied on Ray (only max_in_flight is); leave it unset")
         if segmented:
             raise ValueError(f"{segmented[0]}: partial rollout (episodes parked across steps) "
                              f"is not run on Ray; every episode runs to its end there")

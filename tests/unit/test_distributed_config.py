@@ -74,6 +74,7 @@ def _rl(**over: object) -> Any:
     ({"rollout": {"mode": "sync"}}, "rollout.mode"),
     ({"rollout": {"segment_tokens": 512}}, "rollout.segment_tokens"),
     ({"rollout": {"segment_tool_calls": 2}}, "rollout.segment_tool_calls"),
+    ({"rollout": {"max_in_flight_tokens": 100_000}}, "rollout.max_in_flight_tokens"),
     ({"stages": {"stages": [{"max_total_tokens": 4096, "max_model_tokens": 2048,
                              "max_tool_calls": 4},
                             {"max_total_tokens": 8192, "max_model_tokens": 4096,
