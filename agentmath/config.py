@@ -104,28 +104,15 @@ def _key_path(item: str, key: str) -> list[str]:
     return parts
 
 
-def _child(item: str, node: Any, part: str, last: bool) -> tuple[Any, Any]:
-    """The container and key of ``part`` in ``node``: a dict key (created as a section when
-    missing and not last) or an index into a list (which must exist)."""
-    if isinstance(node, list):
-        if not part.isdigit() or int(part) >= len(node):
-            raise ConfigError(f"override {item!r}: index {part} is out of range (the list "
-                              f"has {len(node)} item{'s' if len(node) != 1 else ''})")
-        return node, int(part)
-    if not isinstance(node, dict):
-        raise ConfigError(f"override {item!r}: {part!r} is inside a value, not a section")
-    if not last:
-        node.setdefault(part, {})
-    return node, part
-
-
-def _missing_list(item: str, node: Any, part: str, following: str | None) -> None:
-    """An index into a list the config does not hold (its default is not in the file)."""
-    if following is not None and following.isdigit() and isinstance(node, dict) \
-            and part not in node:
-        raise ConfigError(f"override {item!r}: {part!r} is not set in the config, so its "
-                          f"items cannot be addressed; set the whole list instead "
-                          f"({part}=[...], JSON)")
+def _slot(item: str, node: dict[str, Any] | list[Any], part: str) -> str | int:
+    """The key of ``part`` in ``node``: a dict key, or an index into a list (which must
+    exist)."""
+    if isinstance(node, dict):
+        return part
+    if not part.isdigit() or int(part) >= len(node):
+        raise ConfigError(f"override {item!r}: index {part} is out of range (the list "
+                          f"has {len(node)} item{'s' if len(node) != 1 else ''})")
+    return int(part)
 
 
 def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
@@ -136,17 +123,20 @@ def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any
         key, sep, raw = item.partition("=")
         if not sep or not key.strip():
             raise ConfigError(f"override {item!r} is not of the form key=value")
-        parts = _key_path(item, key)
-        node: Any = out
-        for i, part in enumerate(parts):
-            _missing_list(item, node, part, parts[i + 1] if i + 1 < len(parts) else None)
-            container, slot = _child(item, node, part, last=i == len(parts) - 1)
-            if i == len(parts) - 1:
-                container[slot] = _parse_value(raw)
-            else:
-                node = container[slot]
-                if not isinstance(node, dict | list):
-                    raise ConfigError(f"override {item!r}: {part!r} is not a section")
+        *path, leaf = parts = _key_path(item, key)
+        node: dict[str, Any] | list[Any] = out
+        for part, following in zip(path, parts[1:], strict=True):
+            if isinstance(node, dict) and part not in node:
+                if following.isdigit():  # an index into a list the file does not hold
+                    raise ConfigError(f"override {item!r}: {part!r} is not set in the "
+                                      f"config, so its items cannot be addressed; set the "
+                                      f"whole list instead ({part}=[...], JSON)")
+                node[part] = {}
+            child = node[_slot(item, node, part)]  # type: ignore[index]
+            if not isinstance(child, dict | list):
+                raise ConfigError(f"override {item!r}: {part!r} is not a section")
+            node = child
+        node[_slot(item, node, leaf)] = _parse_value(raw)  # type: ignore[index]
     return out
 
 

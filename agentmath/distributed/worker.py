@@ -61,8 +61,8 @@ class RolloutWorker:
         self._engine: Any = None
         self._stack = contextlib.AsyncExitStack()
         self._starting: asyncio.Lock | None = None
-        self.episodes = 0
         self._model = spec.model
+        self._node_id = ""  # the Ray node this actor runs on (set by _start)
 
     async def _start(self) -> Any:
         """The worker's rollout engine, built on first use (once, even under concurrency)."""
@@ -71,12 +71,15 @@ class RolloutWorker:
         async with self._starting:
             if self._engine is not None:
                 return self._engine
+            import ray
+
             from agentmath.backends import make_backend
             from agentmath.config import RolloutConfig
             from agentmath.formats import get_format
             from agentmath.rollout.scheduler import RolloutEngine
             from agentmath.sandbox.factory import open_sandbox
 
+            self._node_id = ray.get_runtime_context().get_node_id()
             spec = self.spec
             sandbox = await self._stack.enter_async_context(
                 open_sandbox(spec.sandbox, spec.sandbox_url, spec.sandbox_token_file))
@@ -93,9 +96,7 @@ class RolloutWorker:
     async def ready(self) -> dict[str, Any]:
         """Start (model client, sandbox) and say where this worker runs."""
         await self._start()
-        import ray
-
-        return {"node_id": ray.get_runtime_context().get_node_id(), "pid": os.getpid()}
+        return {"node_id": self._node_id, "pid": os.getpid()}
 
     async def run(self, request: GroupRequest, index: int, sampling: SamplingParams,
                   policy: EpisodePolicy | None = None) -> Sample:
@@ -104,13 +105,10 @@ class RolloutWorker:
         shared engine is safe)."""
         engine = await self._start()
         self._apply(engine, policy or EpisodePolicy())
-        self.episodes += 1
         sample = await engine.run_sample(request, index, sampling)
-        import ray
-
         # where it ran: for the user reading a cluster run's samples (and a test that must
         # remove a node known to be running episodes)
-        sample.trajectory.meta["ray_node"] = ray.get_runtime_context().get_node_id()
+        sample.trajectory.meta["ray_node"] = self._node_id
         return sample
 
     def _apply(self, engine: Any, policy: EpisodePolicy) -> None:
