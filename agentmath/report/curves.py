@@ -1,9 +1,11 @@
 """Training curves of RL runs (``OUT/metrics.jsonl`` of ``agentmath rl``), one PNG.
 
 A panel per quantity a researcher watches during agentic GRPO: reward (and each reward term),
-accuracy, entropy, clip fraction and importance weights, KL, model tokens, tool calls and tool
-error rate, truncation rate (with stage changes marked), dropped groups and throughput. Several
-runs share the panels (one colour each), so an ablation is read at a glance.
+accuracy, entropy, clip fraction and importance weights, KL, model tokens, tool calls, the
+fraction of samples that called the tool at all (interaction collapse shows there) and the tool
+error rate, truncation rate, dropped groups and throughput; stage changes are dashed vertical
+lines on every panel. Several runs share the panels (one colour each), so an ablation is read
+at a glance.
 """
 
 from __future__ import annotations
@@ -21,7 +23,8 @@ PANELS: tuple[tuple[str, str], ...] = (
     ("reward_mean", "reward (mean)"), ("accuracy", "accuracy (rollouts)"),
     ("entropy", "entropy"), ("clip_frac", "clip fraction"), ("kl", "KL to reference"),
     ("model_tokens_mean", "model tokens / sample"), ("tool_calls_mean", "tool calls / sample"),
-    ("tool_error_rate", "tool error rate"), ("truncation_rate", "truncation rate"),
+    ("tool_call_rate", "samples with a tool call"), ("tool_error_rate", "tool error rate"),
+    ("truncation_rate", "truncation rate"),
     ("groups_dropped", "groups dropped (no signal)"), ("samples_per_s", "samples / s"),
     ("temperature", "temperature"),
 )

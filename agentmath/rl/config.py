@@ -112,6 +112,31 @@ class GeneratorConfig(StrictModel):
     http_timeout_s: float = Field(600.0, gt=0, le=86_400, description="openai: per request.")
 
 
+class FilterConfig(StrictModel):
+    """Which rollouts a step trains on (agentmath/rl/filters.py); the defaults filter nothing.
+
+    Applied after scoring, before the update, in this order: pass rate (on every sample of the
+    group), void turns, resample-on-correct; then dynamic sampling as before. Each has its
+    counter in metrics.jsonl (docs/rl.md, "Filters")."""
+
+    oversample: int = Field(1, ge=1, le=16, description=(
+        "Episodes generated per prompt = group_size * oversample; more than 1 needs "
+        "resample_on_correct, which keeps group_size of them (rStar2-Agent: 2)."))
+    resample_on_correct: bool = Field(False, description=(
+        "GRPO-RoC (rStar2-Agent): keep group_size of the oversampled episodes, failed ones "
+        "uniformly, correct ones preferring few tool errors and a clean format; roc_dropped."))
+    drop_void_turns: bool = Field(False, description=(
+        "SimpleTIR: leave out every episode with a void turn (a model turn with neither a "
+        "code block that ran nor a final answer); void_dropped, void_groups_dropped."))
+    pass_rate_filter: bool = Field(False, description=(
+        "Train only on groups whose pass rate (correct / generated) lies strictly between "
+        "pass_rate_low and pass_rate_high (DAPO; SimpleTIR's acc_filter); pass_rate_dropped."))
+    pass_rate_low: float = Field(0.0, ge=0, le=1, description=(
+        "Lower bound of the pass rate, exclusive (0: drop groups that are all wrong)."))
+    pass_rate_high: float = Field(1.0, ge=0, le=1, description=(
+        "Upper bound of the pass rate, exclusive (1: drop groups that are all right)."))
+
+
 class RLConfig(StrictModel):
     """One agentic GRPO run."""
 
@@ -130,6 +155,8 @@ class RLConfig(StrictModel):
     rewards: list[RewardSpec] = Field(
         default_factory=lambda: [RewardSpec(name="accuracy", weight=1.0)], min_length=1,
         description="Weighted reward terms, each logged on its own.")
+    filters: FilterConfig = Field(default_factory=FilterConfig, description=(
+        "Sample and group filters after scoring: resample-on-correct, void turns, pass rate."))
     loss: LossConfig = Field(default_factory=LossConfig)
     optim: OptimConfig = Field(default_factory=OptimConfig)
     temperature: TemperatureSchedule = Field(default_factory=TemperatureSchedule)
@@ -158,7 +185,25 @@ class RLConfig(StrictModel):
             raise ValueError("generator.base_urls: backend 'openai' needs at least one URL")
         if self.ray is not None:
             self._check_ray()
+        self._check_filters()
         return self
+
+    def _check_filters(self) -> None:
+        """Filter settings that contradict each other, named by field."""
+        f = self.filters
+        if f.resample_on_correct and f.oversample < 2:
+            raise ValueError("filters.oversample: resample_on_correct keeps group_size of "
+                             "group_size * oversample episodes; it needs oversample >= 2")
+        if f.oversample > 1 and not f.resample_on_correct:
+            raise ValueError("filters.oversample: only resample_on_correct brings the "
+                             "oversampled groups back to group_size; set it, or oversample 1")
+        if f.oversample * self.group_size > 4096:
+            raise ValueError(f"filters.oversample: group_size * oversample = "
+                             f"{f.oversample * self.group_size} episodes per prompt (at most "
+                             f"4096)")
+        if f.pass_rate_low >= f.pass_rate_high:
+            raise ValueError(f"filters.pass_rate_low: {f.pass_rate_low} must be below "
+                             f"pass_rate_high ({f.pass_rate_high}); the kept interval is open")
 
     def _check_ray(self) -> None:
         """What rollouts on Ray cannot do, named by field."""

@@ -59,6 +59,12 @@ class StepMetrics:
     stale_dropped: int = 0
     regenerated: int = 0
     parked: int = 0
+    # defaults: records written before these existed still load
+    tool_call_rate: float = 0.0  # samples with at least one tool call / samples
+    pass_rate_dropped: int = 0  # groups: measured pass rate out of bounds (filters)
+    void_dropped: int = 0  # samples with a void turn, left out (filters)
+    void_groups_dropped: int = 0  # groups left with < 2 samples or no variance by it
+    roc_dropped: int = 0  # samples resample-on-correct left out (filters)
     extra: dict[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
@@ -66,11 +72,12 @@ class StepMetrics:
 
 
 def sample_stats(samples: list[ScoredSample]) -> dict[str, Any]:
-    """Reward, accuracy, token and tool figures over the samples of a step."""
+    """Reward, accuracy, token and tool figures (calls per sample, the fraction of samples
+    that made any call, the error rate) over the samples of a step."""
     if not samples:
         return {"reward_mean": 0.0, "reward_terms": {}, "accuracy": 0.0,
                 "model_tokens_mean": 0.0, "tool_tokens_mean": 0.0, "tool_calls_mean": 0.0,
-                "tool_error_rate": 0.0, "truncation_rate": 0.0}
+                "tool_call_rate": 0.0, "tool_error_rate": 0.0, "truncation_rate": 0.0}
     terms: dict[str, list[float]] = {}
     for s in samples:
         for key, value in s.terms.items():
@@ -84,6 +91,10 @@ def sample_stats(samples: list[ScoredSample]) -> dict[str, Any]:
         "model_tokens_mean": statistics.fmean(s.trajectory.model_tokens for s in samples),
         "tool_tokens_mean": statistics.fmean(s.trajectory.tool_tokens for s in samples),
         "tool_calls_mean": calls / len(samples),
+        # interaction collapse (ASTER, arXiv 2602.01204): the policy drifting off the tool
+        # shows here first, even while a few samples still make many calls
+        "tool_call_rate": statistics.fmean(float(bool(s.trajectory.tool_calls))
+                                           for s in samples),
         "tool_error_rate": errors / calls if calls else 0.0,
         "truncation_rate": statistics.fmean(float(s.truncated) for s in samples),
     }

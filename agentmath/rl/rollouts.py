@@ -8,6 +8,8 @@
   sample scored by the reward model, and DAPO/AgentMath **dynamic sampling**: groups whose
   rewards are all equal carry no gradient, so they are dropped and back-filled from new
   prompts, for at most ``max_rounds`` rollout rounds; how many were dropped is returned.
+  Before dynamic sampling, the step's filters (:mod:`agentmath.rl.filters`: pass rate, void
+  turns, resample-on-correct) take samples and groups out, each counted in :class:`Collected`.
 * :func:`open_rollouts` — the engine and iterations a run samples from: in this process (the
   rollout engine over the generator and a sandbox pool or services) or on a Ray cluster (rollout
   workers with their own model clients and sandboxes; ``RLConfig.ray``).
@@ -19,6 +21,7 @@ import asyncio
 import contextlib
 import hashlib
 import random
+from collections import Counter
 from collections.abc import AsyncIterator, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -26,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 from agentmath.backends.base import SamplingParams
 from agentmath.datasets import Task
 from agentmath.rl.batch import ScoredGroup, ScoredSample, split_by_signal
+from agentmath.rl.filters import FilterPlan, GroupVerdict, filter_group
 from agentmath.rl.rewards import RewardModel
 from agentmath.rollout.partial import PartialRollout
 from agentmath.rollout.records import Group, GroupRequest, RolloutStats
@@ -43,17 +47,21 @@ def derive_seed(*parts: object) -> int:
 
 
 class RequestStream(Iterator[GroupRequest]):
-    """Groups of ``group_size`` over ``tasks``, epoch after epoch, each epoch in a seeded
-    order. ``cursor`` requests were already drawn (resume); ``requeue`` tasks come first (the
+    """Groups of ``group_size * oversample`` episodes over ``tasks``, epoch after epoch, each
+    epoch in a seeded order (``oversample`` > 1: resample-on-correct keeps ``group_size`` of
+    them). ``cursor`` requests were already drawn (resume); ``requeue`` tasks come first (the
     groups a checkpoint found parked or waiting: their episodes cannot be saved, so they are
     run again from scratch)."""
 
     def __init__(self, tasks: Sequence[Task], group_size: int, *, seed: int, shuffle: bool,
-                 cursor: int = 0, requeue: Sequence[str] = ()) -> None:
+                 cursor: int = 0, requeue: Sequence[str] = (), oversample: int = 1) -> None:
         if not tasks:
             raise ValueError("no training problems")
+        if oversample < 1:
+            raise ValueError(f"oversample must be at least 1, got {oversample}")
         self.tasks = list(tasks)
         self.group_size = group_size
+        self.oversample = oversample
         self.seed = seed
         self.shuffle = shuffle
         self.cursor = cursor
@@ -78,7 +86,7 @@ class RequestStream(Iterator[GroupRequest]):
         else:
             task, serial = self._task_at(self.cursor), self.cursor
             self.cursor += 1
-        request = GroupRequest(task, samples=self.group_size)
+        request = GroupRequest(task, samples=self.group_size * self.oversample)
         self._serial[id(request)] = serial
         return request
 
@@ -110,10 +118,28 @@ class Collected:
     rounds: int = 0
     stats: RolloutStats = field(default_factory=RolloutStats)
     exhausted: bool = False
+    filtered: list[ScoredGroup] = field(default_factory=list)  # dropped whole by a filter
+    removed: list[ScoredSample] = field(default_factory=list)  # taken out of kept groups
+    pass_rate_dropped: int = 0  # groups: pass rate out of bounds
+    void_groups_dropped: int = 0  # groups: < 2 samples or no variance left without void ones
+    void_dropped: int = 0  # samples with a void turn
+    roc_dropped: int = 0  # samples resample-on-correct left out
 
     @property
     def all_samples(self) -> list[ScoredSample]:
-        return [s for g in self.groups + self.dropped for s in g.samples]
+        """Every sample generated this step: trained, or dropped by a filter or for no signal."""
+        groups = self.groups + self.dropped + self.filtered
+        return [s for g in groups for s in g.samples] + self.removed
+
+    def count(self, verdict: GroupVerdict, original: ScoredGroup) -> None:
+        """Add what the filters did to one group (``original``: the group as scored)."""
+        if verdict.group is None:
+            self.filtered.append(original)
+        self.removed += verdict.removed
+        self.pass_rate_dropped += verdict.pass_rate_dropped
+        self.void_groups_dropped += verdict.void_group_dropped
+        self.void_dropped += verdict.void_dropped
+        self.roc_dropped += verdict.roc_dropped
 
 
 async def score_group(group: Group, rewards: RewardModel) -> ScoredGroup:
@@ -127,16 +153,42 @@ async def score_group(group: Group, rewards: RewardModel) -> ScoredGroup:
     return scored
 
 
+def apply_filters(scored: list[ScoredGroup], plan: FilterPlan, out: Collected,
+                  seen: Counter[str]) -> list[ScoredGroup]:
+    """The groups the step's filters keep (maybe with fewer samples), counted into ``out``.
+
+    Each group's random choices are seeded by the run seed, the step and the group's identity
+    (its task id, and how many groups of that task came before in this step), so that a rerun
+    of the step keeps the same samples."""
+    kept = []
+    for group in scored:
+        gid = group.group.request.group_id
+        rng = random.Random(derive_seed(plan.seed, "filters", plan.step, gid, seen[gid]))
+        seen[gid] += 1
+        verdict = filter_group(group, plan.config, plan.group_size, rng)
+        out.count(verdict, group)
+        if verdict.group is not None:
+            kept.append(verdict.group)
+    return kept
+
+
 async def collect_groups(rollout: PartialRollout, rewards: RewardModel, need: int, *,
-                         dynamic_sampling: bool, max_rounds: int) -> Collected:
-    """``need`` scored groups (fewer if the rounds or the prompts run out)."""
+                         dynamic_sampling: bool, max_rounds: int,
+                         filters: FilterPlan | None = None) -> Collected:
+    """``need`` scored groups (fewer if the rounds or the prompts run out); ``filters`` (the
+    run's :class:`~agentmath.rl.filters.FilterPlan` for this step; None: none) apply to every
+    scored group before dynamic sampling (with which a group they drop is back-filled like
+    one without signal)."""
     out = Collected([])
+    seen: Counter[str] = Counter()
     while len(out.groups) < need and out.rounds < max_rounds and not out.exhausted:
         result = await rollout.iteration(need - len(out.groups))
         out.rounds += 1
         out.exhausted = result.exhausted
         out.stats.add(result.stats)
         scored = [await score_group(g, rewards) for g in result.groups]
+        if filters is not None:
+            scored = apply_filters(scored, filters, out, seen)
         if dynamic_sampling:
             good, bad = split_by_signal(scored)
         else:

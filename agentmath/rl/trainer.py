@@ -179,7 +179,8 @@ class _Run:
 
     def _metrics(self, collected: Any, samples: list[Any], upd: UpdateStats, started: float,
                  rolled: float, trained: float) -> StepMetrics:
-        """``samples``: every sample of the step, trained or dropped."""
+        """``samples``: every sample of the step, trained, dropped or filtered out (the
+        tool-call rate comes with the other sample figures of ``sample_stats``)."""
         done = time.monotonic()
         trained_samples = [s for g in collected.groups for s in g.samples]
         stats = sample_stats(samples)
@@ -195,6 +196,9 @@ class _Run:
             rollout_s=rolled - started, train_s=trained - rolled, step_s=done - started,
             stale_dropped=collected.stats.dropped_groups,
             regenerated=collected.stats.regenerated, parked=collected.stats.parked,
+            pass_rate_dropped=collected.pass_rate_dropped, void_dropped=collected.void_dropped,
+            void_groups_dropped=collected.void_groups_dropped,
+            roc_dropped=collected.roc_dropped,
             extra={"rounds": collected.rounds, "sample_versions": sorted(
                 {v for s in trained_samples for v in s.trajectory.policy_versions})})
 

@@ -44,3 +44,15 @@ def test_report_command_draws_training_curves(tmp_path: Path) -> None:
     assert result.exit_code == 0, result.output
     files = json.loads(result.output)["files"]
     assert files["plots"] == [str(tmp_path / "rep" / "training_curves.png")]
+
+
+def test_every_panel_is_a_step_metric() -> None:
+    """A panel whose key StepMetrics does not write would stay empty without a word."""
+    import dataclasses
+
+    from agentmath.report.curves import PANELS
+    from agentmath.rl.metrics import StepMetrics
+
+    names = {f.name for f in dataclasses.fields(StepMetrics)}
+    assert {key for key, _ in PANELS} <= names and ("tool_call_rate", "samples with a tool "
+                                                    "call") in PANELS
