@@ -66,10 +66,13 @@ class StageChange:
 class StageController:
     """Moves through ``stages`` when the windowed truncation rate passes ``threshold``.
 
-    ``observe(step, truncated, total)`` feeds one step's counts; once ``window`` samples have
-    been seen *in the current stage* and the fraction truncated among the last ``window`` is
-    >= ``threshold``, the next stage starts (the window restarts, so one stage change cannot
-    immediately trigger another).
+    ``observe(step, truncated, total)`` feeds one step's counts. The window is the newest whole
+    steps that hold at least ``window`` samples of the current stage; once it is full and the
+    fraction truncated in it is >= ``threshold``, the next stage starts (the window restarts,
+    so one stage change cannot immediately trigger another). Whole steps, not the last
+    ``window`` samples: a step's samples have no meaningful order, and a step larger than the
+    window must count with its real mix (appending its truncated samples first and keeping
+    the last ``window`` flags saw none of them, so no run ever moved on).
     """
 
     def __init__(self, stages: list[Stage], *, threshold: float = 0.1, window: int = 256,
@@ -80,34 +83,49 @@ class StageController:
         self.threshold = threshold
         self.window = window
         self.index = stage
-        self._recent: deque[bool] = deque(maxlen=window)
+        self._steps: deque[tuple[int, int]] = deque()  # (truncated, total) per step
 
     @property
     def stage(self) -> Stage:
         return self.stages[self.index]
 
     @property
+    def seen(self) -> int:
+        """Samples in the window."""
+        return sum(n for _, n in self._steps)
+
+    @property
     def rate(self) -> float:
         """Truncated fraction over the window so far (0 when empty)."""
-        return sum(self._recent) / len(self._recent) if self._recent else 0.0
+        seen = self.seen
+        return sum(t for t, _ in self._steps) / seen if seen else 0.0
 
     def observe(self, step: int, truncated: int, total: int) -> StageChange | None:
         """Record a step's samples; return the transition if one happens now."""
         if truncated < 0 or total < truncated:
             raise ValueError(f"bad counts: {truncated} truncated of {total}")
-        self._recent.extend([True] * truncated + [False] * (total - truncated))
+        if total:
+            self._steps.append((truncated, total))
+        while len(self._steps) > 1 and self.seen - self._steps[0][1] >= self.window:
+            self._steps.popleft()  # the newer steps fill the window without it
         last = self.index == len(self.stages) - 1
-        if last or len(self._recent) < self.window or self.rate < self.threshold:
+        if last or self.seen < self.window or self.rate < self.threshold:
             return None
         change = StageChange(step, self.index, self.index + 1, self.rate)
         self.index += 1
-        self._recent.clear()
+        self._steps.clear()
         return change
 
     def state_dict(self) -> dict[str, object]:
-        return {"index": self.index, "recent": [int(x) for x in self._recent]}
+        return {"index": self.index, "steps": [list(s) for s in self._steps]}
 
     def load_state_dict(self, state: dict[str, object]) -> None:
+        """Also reads a checkpoint written before steps were kept whole (``recent``: one flag
+        per sample), as one step."""
         self.index = int(state["index"])  # type: ignore[call-overload]
-        self._recent = deque((bool(x) for x in state["recent"]),  # type: ignore[attr-defined]
-                             maxlen=self.window)
+        if "steps" in state:
+            self._steps = deque((int(t), int(n))
+                                for t, n in state["steps"])  # type: ignore[attr-defined]
+        else:
+            flags = [bool(x) for x in state.get("recent", [])]  # type: ignore[attr-defined]
+            self._steps = deque([(sum(flags), len(flags))] if flags else [])

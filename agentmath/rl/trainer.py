@@ -34,6 +34,7 @@ from typing import Any
 from agentmath._lazy import require
 from agentmath.config import LoopConfig, RolloutConfig
 from agentmath.rl.config import RLConfig
+from agentmath.rl.filters import FilterPlan
 from agentmath.rl.metrics import MetricsWriter, StepMetrics, advantage_stats, sample_stats
 from agentmath.rl.rewards import RewardModel
 from agentmath.rl.rollouts import (
@@ -143,7 +144,8 @@ class _Run:
         self.unwrapped.eval()
         collected = await collect_groups(self.rollout, self.rewards, cfg.prompts_per_step,
                                          dynamic_sampling=cfg.dynamic_sampling,
-                                         max_rounds=cfg.max_sampling_rounds)
+                                         max_rounds=cfg.max_sampling_rounds,
+                                         filters=FilterPlan.of(cfg, self.step))
         rolled = time.monotonic()
         events: list[dict[str, Any]] = []
         upd = UpdateStats()
@@ -255,7 +257,8 @@ def _model_and_optimizer(run: _Run, resume: bool) -> None:
         run.controller.load_state_dict(state["stage"])
     run.stream = RequestStream(tasks, cfg.group_size, seed=cfg.seed,
                                shuffle=cfg.data.shuffle, cursor=int(state.get("cursor", 0)),
-                               requeue=list(state.get("requeue", [])))
+                               requeue=list(state.get("requeue", [])),
+                               oversample=cfg.filters.oversample)
 
 
 def _tasks(cfg: RLConfig) -> list[Any]:

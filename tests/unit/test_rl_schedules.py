@@ -46,9 +46,9 @@ def test_stage_moves_when_windowed_truncation_rate_passes_threshold() -> None:
     assert ctl.observe(1, 5, 50) is None  # window not full yet
     assert ctl.observe(2, 4, 50) is None  # 9 of 100: below 10%
     change = ctl.observe(3, 2, 50)
-    # window holds the last 100 samples: 4 of step 2 and 2 of step 3 -> 6% : no change
+    # window holds the newest whole steps with 100 samples: steps 2 and 3 -> 6% : no change
     assert change is None and ctl.index == 0
-    change = ctl.observe(4, 10, 50)  # last 100: 2 + 10 = 12%
+    change = ctl.observe(4, 10, 50)  # steps 3 and 4: 2 + 10 = 12%
     assert change is not None and (change.old, change.new, change.step) == (0, 1, 4)
     assert change.rate == pytest.approx(0.12)
     assert ctl.stage.max_tool_calls == 72
@@ -154,3 +154,18 @@ def test_importing_the_rl_config_does_not_import_torch() -> None:
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True)
     assert out.stdout.strip() == "False"
+
+
+def test_stage_controller_counts_a_step_larger_than_the_window_whole() -> None:
+    """16 of 112 samples truncated in one step, window 64: the rate is 16/112 and the stage
+    moves on (the window once kept only the step's last 64 flags, all untruncated)."""
+    ctl = StageController(STAGES, threshold=0.05, window=64)
+    change = ctl.observe(1, 16, 112)
+    assert change is not None and ctl.index == 1 and abs(change.rate - 16 / 112) < 1e-12
+
+
+def test_stage_controller_reads_a_checkpoint_of_per_sample_flags() -> None:
+    ctl = StageController(STAGES, threshold=0.5, window=10)
+    ctl.load_state_dict({"index": 0, "recent": [1, 0, 1, 1, 0, 0]})  # written before steps
+    assert ctl.seen == 6 and ctl.rate == 0.5
+    assert ctl.observe(2, 4, 4) is not None
