@@ -8,6 +8,10 @@
   by agentmath's chat loop (``run_chat_episode``) over a small adapter that renders the
   conversation with the chat template and parses calls with TRL's response template (the parser
   TRL's loop uses); greedy, graded by the same grader, the same bootstrap interval.
+
+Both take ``samples`` and ``temperature`` too (the start's headroom: ``samples`` = k episodes
+a problem at the RL temperature); then ``accuracy`` is the mean over every sample and
+``pass@k`` (k = ``samples``) the share of problems with at least one correct sample.
 """
 
 from __future__ import annotations
@@ -59,13 +63,15 @@ class HFChat:
 
 
 async def eval_text(model_dir: str, data: Path, out: Path, *, limit: int, max_tokens: int,
-                    max_tool_calls: int, seed: int) -> dict[str, Any]:
+                    max_tool_calls: int, seed: int, samples: int = 1,
+                    temperature: float = 0.0) -> dict[str, Any]:
     """``run_eval`` in the openai_tools format; accuracy, its CI and the tool figures."""
     from agentmath.backends.hf import HFBackend
     from agentmath.eval.runner import run_eval
 
-    cfg = EvalConfig(dataset=str(data), model=model_dir, backend="hf", samples=1, limit=limit,
-                     format="openai_tools", temperature=0.0, seed=seed, concurrency=64,
+    cfg = EvalConfig(dataset=str(data), model=model_dir, backend="hf", samples=samples,
+                     limit=limit, format="openai_tools", temperature=temperature, seed=seed,
+                     concurrency=64,
                      loop=LoopConfig(max_model_tokens=max_tokens, max_tool_calls=max_tool_calls))
     backend = HFBackend(model_dir, max_batch=64)
     try:
@@ -73,15 +79,21 @@ async def eval_text(model_dir: str, data: Path, out: Path, *, limit: int, max_to
     finally:
         await backend.aclose()
     tools = metrics["tools"]
-    return {"accuracy": metrics["avg"]["value"], "ci95": metrics["avg"]["ci95"],
-            "n": metrics["n_samples"], "tool_calls_per_sample": tools["calls_per_sample"],
-            "tool_error_rate": tools["error_rate"],
-            "model_tokens_mean": metrics["tokens"]["model_mean"]}
+    result = {"accuracy": metrics["avg"]["value"], "ci95": metrics["avg"]["ci95"],
+              "n": metrics["n_samples"], "tool_calls_per_sample": tools["calls_per_sample"],
+              "tool_error_rate": tools["error_rate"],
+              "model_tokens_mean": metrics["tokens"]["model_mean"]}
+    if samples > 1:
+        result.update({"problems": metrics["n_problems"], "temperature": temperature,
+                       f"pass@{samples}": metrics["pass"][str(samples)]})
+    return result
 
 
 async def eval_native(model_dir: str, rows: list[dict[str, Any]], *, limit: int,
-                      max_tokens: int, max_tool_calls: int, seed: int) -> dict[str, Any]:
-    """The chat loop with native tool calls, greedy, on the first ``limit`` rows."""
+                      max_tokens: int, max_tool_calls: int, seed: int, samples: int = 1,
+                      temperature: float = 0.0) -> dict[str, Any]:
+    """The chat loop with native tool calls on the first ``limit`` rows, ``samples`` episodes
+    each (greedy by default; sampled episodes are seeded one by one)."""
     from agentmath import grading
     from agentmath.agent.loop import run_chat_episode
     from agentmath.backends.hf import HFBackend
@@ -92,20 +104,27 @@ async def eval_native(model_dir: str, rows: list[dict[str, Any]], *, limit: int,
     chat = HFChat(backend)
     loop = LoopConfig(max_model_tokens=max_tokens, max_tool_calls=max_tool_calls)
     rows = rows[:limit]
+    jobs = [(i, j) for i in range(len(rows)) for j in range(samples)]
     try:
         async with SandboxPool(SandboxConfig()) as pool:
             trajs = await asyncio.gather(*(
-                run_chat_episode(r["problem"], chat, pool, loop,
-                                 SamplingParams(temperature=0.0, seed=seed)) for r in rows))
+                run_chat_episode(rows[i]["problem"], chat, pool, loop, SamplingParams(
+                    temperature=temperature, seed=seed if samples == 1
+                    else seed * 100_003 + i * samples + j)) for i, j in jobs))
     finally:
         await backend.aclose()
-    scores = []
-    for row, traj in zip(rows, trajs, strict=True):
-        result = await grading.agrade(str(row["answer"]), traj.model_text)
-        scores.append(1.0 if result.correct else 0.0)
-    summary = score_summary(scores, seed=seed)
+    correct = [0] * len(rows)
+    for (i, _), traj in zip(jobs, trajs, strict=True):
+        result = await grading.agrade(str(rows[i]["answer"]), traj.model_text)
+        correct[i] += bool(result.correct)
+    summary = score_summary([c / samples for c in correct], seed=seed)
     calls = sum(len(t.tool_calls) for t in trajs)
-    return {"accuracy": summary["value"], "ci95": summary["ci95"], "n": len(rows),
-            "tool_calls_per_sample": calls / max(1, len(rows)),
-            "tool_error_rate": sum(t.num_tool_errors for t in trajs) / calls if calls else 0.0,
-            "model_tokens_mean": sum(t.model_tokens for t in trajs) / max(1, len(rows))}
+    n = max(1, len(trajs))
+    result = {"accuracy": summary["value"], "ci95": summary["ci95"], "n": len(trajs),
+              "tool_calls_per_sample": calls / n,
+              "tool_error_rate": sum(t.num_tool_errors for t in trajs) / calls if calls else 0.0,
+              "model_tokens_mean": sum(t.model_tokens for t in trajs) / n}
+    if samples > 1:
+        result.update({"problems": len(rows), "temperature": temperature,
+                       f"pass@{samples}": sum(c > 0 for c in correct) / max(1, len(rows))})
+    return result

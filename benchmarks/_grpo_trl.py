@@ -16,6 +16,15 @@ What TRL needs from a model, and how this file gives it (TRL 1.16, transformers 
   schema is exactly ``agentmath.formats.openai_tools.tool_spec()``, the schema of the model's
   native-tool-calling training records (no return annotation: it would add a non-OpenAI
   ``"return"`` key); :func:`check_trl_template` renders a prompt both ways and compares them.
+* The start model is trained on a text/tool mixture: a native text record is the same prompt
+  (same system prompt and tools schema) with an assistant turn that answers in text. TRL must
+  read such a turn as "no tool call" (the episode ends there and is graded):
+  :func:`check_trl_template` renders a text record's assistant turn with the template and
+  parses it with TRL's own ``parse_response``.
+
+Checkpoints for the accuracy-against-time curve: a callback saves the model (weights and
+tokenizer only) at the steps asked for, after it has stopped that step's clock; the time the
+saves take is left out of the run's cumulative wall time.
 
 Per-trajectory state: the model's code uses variables from its earlier calls (the sandbox session
 is persistent). A plain ``tools=[fn]`` callable has no per-trajectory state in TRL's loop, so each
@@ -31,6 +40,7 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Collection
 from pathlib import Path
 from typing import Any
 
@@ -132,15 +142,24 @@ def prepare_tokenizer(model_dir: str) -> Any:
     return tokenizer
 
 
-def check_trl_template(tokenizer: Any, problem: str) -> dict[str, Any]:
+def check_trl_template(tokenizer: Any, problem: str,
+                       solution: str | None = None) -> dict[str, Any]:
     """Assert what TRL's tool loop relies on; returns what was checked.
 
     * the tool schema TRL renders from :meth:`PythonEnv.python` (and :func:`python`) gives the
       same prompt, character for character, as the schema the model was trained with;
     * the template is prefix-preserving (TRL keeps it instead of swapping in its own);
-    * a tool call written as the model writes it parses to the ``python`` tool.
+    * a tool call written as the model writes it parses to the ``python`` tool;
+    * with ``solution`` (the problem's text solution): the native text record the mixed
+      model is trained on (``agentmath.recipes.tool_model.text_record``) has the prompt TRL
+      renders, and its assistant turn, rendered by the template and parsed by TRL's
+      ``parse_response``, is plain content with no tool call (TRL's loop ends the episode).
     """
-    from trl.chat_template_utils import is_chat_template_prefix_preserving, supports_tool_calling
+    from trl.chat_template_utils import (
+        is_chat_template_prefix_preserving,
+        parse_response,
+        supports_tool_calling,
+    )
 
     messages = trl_prompt(problem)
     trained = tokenizer.apply_chat_template(messages, tools=[tool_spec()], tokenize=False,
@@ -162,16 +181,55 @@ def check_trl_template(tokenizer: Any, problem: str) -> dict[str, Any]:
     if not calls or calls[0]["function"]["name"] != "python" \
             or calls[0]["function"]["arguments"] != {"code": "x = 2 * 3\nprint(x)"}:
         raise RuntimeError(f"TRL's response template does not parse a python call: {parsed}")
-    return {"schema_identical": True, "prefix_preserving": True, "call_parses": True,
-            "prompt_chars": len(trained)}
+    checks = {"schema_identical": True, "prefix_preserving": True, "call_parses": True,
+              "prompt_chars": len(trained)}
+    if solution is not None:
+        from agentmath.datasets import Task
+        from agentmath.recipes.tool_model import NATIVE, text_record
+
+        record = text_record(Task("check", problem, "", {"solution": solution}), NATIVE)
+        if record["messages"][:-1] != messages or record["tools"] != [tool_spec()]:
+            raise RuntimeError("a native text record's prompt is not the one TRL renders: "
+                               f"{record['messages'][:-1]} / {messages}")
+        checks["text_answer_ends_episode"] = check_text_answer(
+            tokenizer, messages, record["messages"][-1]["content"], parse_response)
+    return checks
+
+
+def check_text_answer(tokenizer: Any, messages: list[dict[str, str]], answer: str,
+                      parse: Any) -> bool:
+    """The ids a native text record trains the model to write after ``messages`` (up to its
+    end-of-turn token) parse, with TRL's parser, to ``answer`` as content and no tool call."""
+    tools = [tool_spec()]
+    prompt_ids = tokenizer.apply_chat_template(messages, tools=tools, tokenize=True,
+                                               add_generation_prompt=True, return_dict=False)
+    full_ids = tokenizer.apply_chat_template(
+        [*messages, {"role": "assistant", "content": answer}], tools=tools, tokenize=True,
+        return_dict=False)
+    if list(full_ids[:len(prompt_ids)]) != list(prompt_ids):
+        raise RuntimeError("a text answer's record does not start with the prompt TRL renders")
+    completion = list(full_ids[len(prompt_ids):])
+    eos = tokenizer.eos_token_id
+    if eos in completion:  # generation stops at the end-of-turn token; the template's "\n"
+        completion = completion[:completion.index(eos) + 1]
+    parsed = parse(tokenizer, completion, prefix=list(prompt_ids), tools=tools)
+    if parsed.get("tool_calls") or (parsed.get("content") or "").strip() != answer.strip():
+        raise RuntimeError(f"TRL does not read a text answer as a turn without tool calls: "
+                           f"{parsed}")
+    return True
 
 
 def run_trl(model_dir: str, train_rows: list[dict[str, Any]], out: Path, *, steps: int,
             group_size: int, prompts_per_step: int, learning_rate: float, temperature: float,
             max_completion_length: int, max_tool_calls: int, seed: int,
             stateful: bool = True, tool_timeout_s: float = 10.0,
-            max_output_chars: int = 2000) -> dict[str, Any]:
-    """Train with TRL's GRPOTrainer; per-step wall times and logs, and the saved model."""
+            max_output_chars: int = 2000,
+            save_steps: Collection[int] = ()) -> dict[str, Any]:
+    """Train with TRL's GRPOTrainer; per-step wall times and logs, and the saved models.
+
+    The model is saved to ``out/step-N`` after each step N in ``save_steps`` and after the
+    last (``final_dir``); ``checkpoints`` lists them with the cumulative training wall time
+    at each (from the first step's start, the saves left out) and the sum of step times."""
     global _SANDBOX
     os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
     import datasets
@@ -182,7 +240,8 @@ def run_trl(model_dir: str, train_rows: list[dict[str, Any]], out: Path, *, step
 
     started = time.monotonic()
     tokenizer = prepare_tokenizer(model_dir)
-    checks = check_trl_template(tokenizer, train_rows[0]["problem"])
+    checks = check_trl_template(tokenizer, train_rows[0]["problem"],
+                                train_rows[0].get("solution"))
     model = AutoModelForCausalLM.from_pretrained(model_dir)
     data = datasets.Dataset.from_list([{"prompt": trl_prompt(r["problem"]),
                                         "answer": str(r["answer"])} for r in train_rows])
@@ -201,17 +260,36 @@ def run_trl(model_dir: str, train_rows: list[dict[str, Any]], out: Path, *, step
         logging_steps=1, report_to=[], save_strategy="no", disable_tqdm=True,
         dataloader_num_workers=0, log_completions=False)
 
+    save_at = {int(s) for s in save_steps} | {steps}
+
     class Timer(TrainerCallback):
+        """Per-step times; the model saved at ``save_at`` steps, out of the clock."""
+
         def __init__(self) -> None:
             self.step_s: list[float] = []
             self.logs: list[dict[str, Any]] = []
-            self._t = 0.0
+            self.checkpoints: list[dict[str, Any]] = []
+            self.saving_s = 0.0
+            self._t = self._t0 = 0.0
 
         def on_step_begin(self, *a: Any, **k: Any) -> None:
             self._t = time.monotonic()
+            if not self.step_s:
+                self._t0 = self._t
 
-        def on_step_end(self, *a: Any, **k: Any) -> None:
-            self.step_s.append(time.monotonic() - self._t)
+        def on_step_end(self, _args: Any, state: Any, _control: Any, model: Any = None,
+                        **k: Any) -> None:
+            now = time.monotonic()
+            self.step_s.append(now - self._t)
+            if state.global_step in save_at:
+                target = out / f"step-{state.global_step}"
+                model.save_pretrained(str(target))
+                tokenizer.save_pretrained(str(target))
+                self.checkpoints.append({
+                    "step": state.global_step, "dir": str(target),
+                    "wall_s": now - self._t0 - self.saving_s,
+                    "step_s_sum": sum(self.step_s)})
+                self.saving_s += time.monotonic() - now
 
         def on_log(self, _args: Any, state: Any, _control: Any, logs: Any = None,
                    **k: Any) -> None:
@@ -230,9 +308,6 @@ def run_trl(model_dir: str, train_rows: list[dict[str, Any]], out: Path, *, step
                               callbacks=[timer], **tool_kwargs)
         setup_s = time.monotonic() - started
         trainer.train()
-        final = out / "final"
-        trainer.save_model(str(final))
-        tokenizer.save_pretrained(str(final))
     finally:
         for envs in (getattr(trainer, "_environment_pool", None) or {}).values():
             for env in envs:
@@ -240,6 +315,7 @@ def run_trl(model_dir: str, train_rows: list[dict[str, Any]], out: Path, *, step
         _SANDBOX.close()
         _SANDBOX = None
     step_logs = [log for log in timer.logs if "reward" in log]
-    return {"final_dir": str(final), "step_s": timer.step_s, "logs": step_logs,
-            "setup_s": setup_s, "wall_s": time.monotonic() - started, "checks": checks,
+    return {"final_dir": timer.checkpoints[-1]["dir"], "step_s": timer.step_s,
+            "checkpoints": timer.checkpoints, "logs": step_logs, "setup_s": setup_s,
+            "saving_s": timer.saving_s, "wall_s": time.monotonic() - started, "checks": checks,
             "tool_mode": "environment_factory" if stateful else "tools"}

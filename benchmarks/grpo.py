@@ -1,33 +1,68 @@
-"""Agentic GRPO: ``agentmath rl`` beside TRL's ``GRPOTrainer`` with its own tool loop, in one run.
+"""Agentic GRPO: ``agentmath rl`` beside TRL's ``GRPOTrainer`` (its own tool loop) on the demo's
+task, where GRPO learns: held-out accuracy against training wall time, over a learning-rate sweep.
 
-    python benchmarks/grpo.py                     # defaults: a few minutes on 2 CPU cores
-    python benchmarks/grpo.py --steps 20 --json   # one JSON object
-    python benchmarks/grpo.py --skip-trl          # agentmath only
+    python benchmarks/grpo.py                       # defaults (see "Cost" below)
+    python benchmarks/grpo.py --lrs 1e-4,3e-4 --json
+    python benchmarks/grpo.py --quick               # a smoke run: tiny sizes, 2 lrs, 2 steps
 
-The first run grows and caches the model (600 SFT steps: about 10 minutes on two idle cores,
-much longer on a loaded machine); after that a default run takes a few minutes.
+The task (the project demo's, ``agentmath/recipes/demo.py``). The start model is SFT'd on a
+**mixture**: a ``text_share`` (0.7) of its training problems do the arithmetic in text (the
+problem's chain-of-thought ending in ``\\boxed{answer}``), the rest in code (verified tool
+trajectories), with 3-digit operands. It then answers in text most of the time (greedy accuracy
+near 0: a tiny model cannot multiply 3-digit numbers in its head) and samples the tool about a
+third of the time at temperature 1 (high pass@8): GRPO with an accuracy reward can lift greedy
+accuracy a long way by teaching it to choose the tool. Before training, the start's headroom is
+measured and printed: greedy pass@1, and pass@k (k = 8) at the RL temperature, on the held-out
+problems, in both protocols.
 
-Both trainers start from ONE tiny model and get the same task, training prompts (in the same
-order), group size G, prompts per step, step budget, learning rate (constant), sampling
-temperature, completion budget, tool-call budget, objective (token-level DAPO aggregation,
-group-normalised advantages, clip 0.2/0.28, no KL) and accuracy reward (agentmath's grader).
-Reported: wall seconds per step and samples/s (prompts x G / step time) from each trainer's
-own per-step timing, and held-out accuracy of each final model, measured the same way for both.
-agentmath runs twice by default, with rollout mode ``async`` (the issue's configuration, on
-which the goal is judged) and ``sync`` (lockstep turns, like TRL's loop).
+What is compared. For each trainer, a learning-rate sweep (``--lrs``, the same list for both,
+constant schedule) from the same start model, on the same training prompts in the same order,
+group size G = 8, 8 prompts a step, the same step budget (16), temperature 1.0, completion and
+tool-call budgets, objective (token-level DAPO aggregation, group-normalised advantages, clip
+0.2/0.28, no KL) and accuracy reward (agentmath's grader). agentmath runs with async rollouts
+(``--agentmath-mode``). The runs alternate (agentmath at lr 1, TRL at lr 1, agentmath at lr 2,
+...) so that a change in the machine's load hits both. Each run saves its model every
+``--eval-every`` steps (4) and at its last; after all the training, every saved model is
+evaluated on the held-out problems (greedy, both protocols): accuracy against the cumulative
+training wall time at which it was saved. Evaluation is not in the training time.
 
-The model. ``build_tool_model`` grows a ``micro`` Qwen3 on synthetic word problems with two
-formats (``native`` tool-calling chat records and ``openai_tools``, the same ``<tool_call>``
-JSON protocol as text), cached under ``--out`` by a hash of its config (a rerun skips it). It
-must serve both sides because the two loops speak the protocol differently:
+Reported: a table (trainer, lr, step, training wall seconds, held-out accuracy with its 95% CI
+in each protocol), then the summary: TRL's best final accuracy over its lrs (and that run's
+wall time), for each agentmath run the wall time at which it first reaches that accuracy (at a
+saved step; or never) and its ratio to TRL's time; the goal is met when some agentmath run
+reaches it in at most half of TRL's time AND agentmath's best final accuracy is at least TRL's
+best final. Accuracy is judged in each trainer's own protocol by default (``--goal-protocol``:
+agentmath's text protocol, TRL's native chat protocol); both are always reported. A PNG plot of
+accuracy against wall time for every run goes to the run directory under ``--out``.
+
+The model. ``build_tool_model`` grows a ``micro`` Qwen3 (800 SFT steps of batch 16, as the
+demo) on synthetic word problems with two formats (``native`` tool-calling chat records and
+``openai_tools``, the same ``<tool_call>`` JSON protocol as text), ``text_share`` of each
+format's problems as text records in that format's protocol (for ``native``: the same system
+prompt and tools schema, an assistant turn in text, so TRL renders the same prompt whichever
+path a record takes); cached under ``--out`` by a hash of its config (a rerun skips it). It
+serves both sides because the two loops speak the protocol differently:
 
 * TRL's ``tools=`` loop is native tool calling: a ``<tool_call>`` ends the assistant turn, the
   result comes back as a ``tool`` turn rendered by the chat template. It needs the tool schema it
   renders from a Python function to be the one the model was trained with, a prefix-preserving
-  template, and a response template to parse calls; ``_grpo_trl.py`` checks all three before it
-  trains (the prompt TRL renders is compared character for character with the training one).
+  template, and a response template to parse calls; ``_grpo_trl.py`` checks all of them before
+  it trains (the prompt TRL renders is compared character for character with the training one,
+  and a text answer, as the native text records train it, must parse as a turn without a tool
+  call, which ends TRL's episode).
 * agentmath's GRPO drives ``openai_tools`` token-exactly through its own loop with the ``hf``
   backend (the model's sampled ids are the ids trained on; no re-tokenization).
+
+Timing. The cumulative training wall time at step k runs from the start of the first step to
+the end of step k, as each trainer's hooks see it (agentmath: ``train_rl``'s ``on_step`` and
+the first step's ``step_s``; TRL: a callback's ``on_step_begin`` of step 1 -> ``on_step_end`` of
+step k); model loading and set-up are not in it (recorded apart, ``setup_s``). TRL's saves for
+the curve are timed and taken out; agentmath's checkpoints are written inside ``train_rl``
+between steps and stay in (they are small, and with async rollouts generation may go on while
+one is written, so taking them out could flatter agentmath). The sums of per-step times
+(``step_s_sum``) are recorded too. The machine is shared: the 1-minute load average before and
+after each run and the process CPU seconds of each run are recorded; compare times only within
+one run of this script.
 
 Deviations from the issue's sketch, forced by the facts:
 
@@ -37,20 +72,25 @@ Deviations from the issue's sketch, forced by the facts:
   session per call makes every second call fail with NameError; one shared session lets
   rollouts overwrite each other's variables). It is the same ``_tool_call_loop``, schema
   rendering and parsing as ``tools=``. ``--trl-tools plain`` runs the bare function anyway.
-* Held-out accuracy is measured in both protocols for every model (``_grpo_eval.py``): the
-  ``openai_tools`` text protocol through ``run_eval`` (agentmath trains in it) and the native
-  chat protocol through agentmath's chat loop (TRL trains in it), both greedy, both graded by
-  the same grader on the same problems, so neither side is scored only in the other's protocol.
-* Dynamic sampling is off for agentmath (TRL has none), so both train on exactly
-  prompts x G samples a step; ``--dynamic-sampling`` turns it on.
+* The two trainers train in different protocols (text vs native chat), so held-out accuracy is
+  measured in both for every model (``_grpo_eval.py``): the ``openai_tools`` text protocol
+  through ``run_eval`` and the native chat protocol through agentmath's chat loop, both greedy,
+  graded by the same grader on the same problems.
+* The demo's GRPO uses void-turn filtering and a tool-call budget that grows in stages; here
+  neither (TRL has no equivalent): one budget (6 tool calls) and no filters for both. Dynamic
+  sampling is off for agentmath (TRL has none); ``--dynamic-sampling`` turns it on.
 * Budgets cannot be made identical: TRL's ``max_completion_length`` counts model AND tool tokens
   after the prompt; agentmath counts model tokens (``max_model_tokens`` = the same number) and a
   context budget (``max_total_tokens`` = the longest training prompt + the same number).
+* "First reaches" is read at the saved steps only (every ``--eval-every`` steps), so it is an
+  upper bound on the true time; the start (step 0) does not count as reaching.
 
-Timing is per step as each trainer reports it (agentmath's metrics.jsonl ``step_s``: rollout,
-update and weight sync; TRL: ``on_step_begin`` -> ``on_step_end`` of a callback, which spans its
-generation, tool loop, reward and update); set-up and model saving are not in it. The machine is
-shared: the load average before each half is recorded.
+Cost (2 idle CPU cores, defaults; an estimate, not yet measured): growing the model once, about
+10 minutes (cached); the start's greedy accuracy and pass@8 (1,600 episodes a protocol; cached),
+about 5 minutes; 3 lrs x 2 trainers x 16 steps of 64 episodes, roughly 2-4 minutes a run for
+agentmath and 3-7 for TRL; then 24 saved models x 2 protocols x 100 held-out problems, about
+10-15 minutes. About an hour for a first run, 40-50 minutes after. ``--lrs``, ``--eval-every``
+and ``--eval-problems`` trade coverage for time.
 """
 
 from __future__ import annotations
@@ -75,12 +115,21 @@ from _common import print_table  # noqa: E402
 from agentmath.recipes.tool_model import NATIVE, ToolModelConfig  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
+HELD_OUT = 200  # held-out problems of the model (--eval-problems reads the first ones)
+PROTOCOLS = ("text", "native")
+OWN_PROTOCOL = {"agentmath": "text", "trl": "native"}
+
+# --quick: every size tiny (the smoke test); an option given explicitly still wins
+QUICK = {"steps": 2, "group_size": 2, "prompts": 1, "lrs": [1e-4, 3e-4], "eval_every": 1,
+         "max_completion": 48, "max_tool_calls": 1, "eval_problems": 2, "headroom_k": 2,
+         "headroom_problems": 2, "model_size": "nano", "sft_steps": 4, "sft_problems": 16}
 
 
 def model_config(ns: argparse.Namespace) -> ToolModelConfig:
-    return ToolModelConfig(seed=ns.seed, train_problems=ns.sft_problems, test_problems=100,
+    return ToolModelConfig(seed=ns.seed, train_problems=ns.sft_problems, test_problems=HELD_OUT,
                            max_digits=3, formats=["openai_tools", NATIVE],
-                           model_size=ns.model_size, steps=ns.sft_steps)
+                           model_size=ns.model_size, steps=ns.sft_steps, batch_size=16,
+                           text_share=ns.text_share)
 
 
 def _key(obj: Any) -> str:
@@ -119,9 +168,14 @@ def load_avg() -> float:
     return round(os.getloadavg()[0], 2)
 
 
+def save_steps(ns: argparse.Namespace) -> list[int]:
+    """The steps whose models are evaluated: every ``eval_every`` steps, and the last."""
+    return sorted({*range(ns.eval_every, ns.steps + 1, ns.eval_every), ns.steps})
+
+
 # ----------------------------------------------------------------------------- the two trainers
-def run_agentmath(ns: argparse.Namespace, model_dir: str, data: Path, out: Path,
-                  max_prompt_tokens: int, mode: str = "async") -> dict[str, Any]:
+def run_agentmath(ns: argparse.Namespace, lr: float, model_dir: str, data: Path, out: Path,
+                  max_prompt_tokens: int) -> dict[str, Any]:
     from agentmath.config import LoopConfig, RolloutConfig
     from agentmath.rl.config import (
         GeneratorConfig,
@@ -141,32 +195,46 @@ def run_agentmath(ns: argparse.Namespace, model_dir: str, data: Path, out: Path,
         dynamic_sampling=ns.dynamic_sampling, seed=ns.seed, device="cpu",
         loss=LossConfig(clip_low=0.2, clip_high=0.28, aggregation="token", kl_coef=0.0,
                         micro_batch_size=max(16, ns.group_size * ns.prompts)),
-        optim=OptimConfig(learning_rate=ns.lr, decay="constant", max_grad_norm=1.0),
+        optim=OptimConfig(learning_rate=lr, decay="constant", max_grad_norm=1.0),
         temperature=TemperatureSchedule(start=ns.temperature),
         loop=LoopConfig(max_model_tokens=ns.max_completion, max_tool_calls=ns.max_tool_calls,
                         max_total_tokens=max_prompt_tokens + ns.max_completion),
-        rollout=RolloutConfig(mode=mode),
+        rollout=RolloutConfig(mode=ns.agentmath_mode),
         generator=GeneratorConfig(backend="hf", max_batch=64),
-        checkpoint_every=0, tensorboard=False)
-    result = train_rl(cfg, out, progress=False, resume=False)
+        # a checkpoint (model + tokenizer, loadable for evaluation) every eval_every steps and
+        # at the last; all kept
+        checkpoint_every=ns.eval_every, keep_checkpoints=0, tensorboard=False)
+    seen: list[tuple[int, float, float]] = []  # (step, monotonic time at on_step, step_s)
+    started = time.monotonic()
+    result = train_rl(cfg, out, progress=False, resume=False,
+                      on_step=lambda m: seen.append((m.step, time.monotonic(), m.step_s)))
     rows = read_metrics(result.metrics)
-    return {"final_dir": result.final_dir, "step_s": [r["step_s"] for r in rows],
-            "rollout_s": [r["rollout_s"] for r in rows],
+    t0 = seen[0][1] - seen[0][2]  # the first step's start
+    step_s = [r["step_s"] for r in rows]
+    checkpoints = []
+    for step in save_steps(ns):
+        at = next(t for s, t, _ in seen if s == step)
+        path = out / f"checkpoint-{step}"
+        if not (path / "config.json").exists():
+            raise RuntimeError(f"agentmath wrote no checkpoint at step {step}: {path}")
+        checkpoints.append({"step": step, "dir": str(path), "wall_s": at - t0,
+                            "step_s_sum": sum(step_s[:step])})
+    return {"final_dir": result.final_dir, "checkpoints": checkpoints, "step_s": step_s,
+            "setup_s": t0 - started,
             "reward_mean": [r["reward_mean"] for r in rows],
-            "tool_calls_mean": [r["tool_calls_mean"] for r in rows],
-            "truncation_rate": [r["truncation_rate"] for r in rows],
-            "wall_s": result.wall_time_s}
+            "tool_calls_mean": [r.get("tool_calls_mean") for r in rows],
+            "truncation_rate": [r["truncation_rate"] for r in rows]}
 
 
-def run_trl_side(ns: argparse.Namespace, model_dir: str, rows: list[dict[str, Any]],
+def run_trl_side(ns: argparse.Namespace, lr: float, model_dir: str, rows: list[dict[str, Any]],
                  out: Path) -> dict[str, Any]:
     from _grpo_trl import run_trl
 
     res = run_trl(model_dir, rows, out, steps=ns.steps, group_size=ns.group_size,
-                  prompts_per_step=ns.prompts, learning_rate=ns.lr,
+                  prompts_per_step=ns.prompts, learning_rate=lr,
                   temperature=ns.temperature, max_completion_length=ns.max_completion,
                   max_tool_calls=ns.max_tool_calls, seed=ns.seed,
-                  stateful=ns.trl_tools == "env")
+                  stateful=ns.trl_tools == "env", save_steps=save_steps(ns))
     logs = res["logs"]
     res["reward_mean"] = [log.get("reward") for log in logs]
     res["tool_calls_mean"] = [log.get("tools/call_frequency") for log in logs]
@@ -174,45 +242,127 @@ def run_trl_side(ns: argparse.Namespace, model_dir: str, rows: list[dict[str, An
     return res
 
 
+def train_run(ns: argparse.Namespace, trainer: str, lr: float, model_dir: Path, data: Path,
+              rows: list[dict[str, Any]], run_dir: Path, max_prompt: int) -> dict[str, Any]:
+    """One training run and what was measured around it (load, CPU seconds)."""
+    name = f"{trainer}-lr{lr:g}"
+    log(f"{name}: {ns.steps} steps of {ns.prompts} x {ns.group_size}")
+    load_before, cpu0 = load_avg(), time.process_time()
+    if trainer == "agentmath":
+        res = run_agentmath(ns, lr, str(model_dir), data, run_dir / name, max_prompt)
+    else:
+        res = run_trl_side(ns, lr, str(model_dir), rows, run_dir / name)
+    steps = res["step_s"]
+    run = {"trainer": trainer, "lr": lr, "name": name,
+           "mode": ns.agentmath_mode if trainer == "agentmath" else res["tool_mode"],
+           "steps": len(steps), "step_s": steps,
+           "wall_s_per_step": statistics.fmean(steps) if steps else float("nan"),
+           "samples_per_s": (ns.prompts * ns.group_size * len(steps) / sum(steps)
+                             if steps else float("nan")),
+           "setup_s": res["setup_s"], "cpu_s": time.process_time() - cpu0,
+           "load_before": load_before, "load_after": load_avg(),
+           "reward_mean": res.get("reward_mean"), "tool_calls_mean": res.get("tool_calls_mean"),
+           "truncation_rate": res.get("truncation_rate"), "final_dir": res["final_dir"],
+           "points": res["checkpoints"]}
+    if trainer == "trl":
+        run["trl_checks"] = res["checks"]
+        run["saving_s"] = res["saving_s"]
+    return run
+
+
 # ----------------------------------------------------------------------------- evaluation
-def evaluate(ns: argparse.Namespace, model_dir: str, test: Path, out: Path) -> dict[str, Any]:
+def evaluate(ns: argparse.Namespace, model_dir: str, test: Path, out: Path, *,
+             samples: int = 1, temperature: float = 0.0,
+             limit: int | None = None) -> dict[str, Any]:
+    """Held-out accuracy of ``model_dir`` in both protocols (``samples`` each, greedy by
+    default) on the first ``limit`` (default ``--eval-problems``) problems."""
     from _grpo_eval import eval_native, eval_text
 
     rows = [json.loads(line) for line in test.read_text().splitlines() if line.strip()]
-    kw = {"limit": ns.eval_problems, "max_tokens": ns.max_completion,
-          "max_tool_calls": ns.max_tool_calls, "seed": ns.seed}
+    kw = {"limit": limit or ns.eval_problems, "max_tokens": ns.max_completion,
+          "max_tool_calls": ns.max_tool_calls, "seed": ns.seed, "samples": samples,
+          "temperature": temperature}
     result = {"text": asyncio.run(eval_text(model_dir, test, out / "eval-text", **kw))}
     if not ns.no_native_eval:
         result["native"] = asyncio.run(eval_native(model_dir, rows, **kw))
     return result
 
 
-def cached_eval(ns: argparse.Namespace, model_dir: Path, test: Path) -> dict[str, Any]:
-    """Evaluation of the starting model, cached next to it."""
+def cached_start(ns: argparse.Namespace, model_dir: Path, test: Path) -> dict[str, Any]:
+    """The start model's greedy accuracy and headroom (pass@k at the RL temperature), cached
+    next to it."""
     key = _key({"n": ns.eval_problems, "t": ns.max_completion, "c": ns.max_tool_calls,
-                "s": ns.seed, "native": not ns.no_native_eval})
-    path = model_dir.parent / f"eval-{key}.json"
+                "s": ns.seed, "native": not ns.no_native_eval, "k": ns.headroom_k,
+                "temp": ns.temperature, "hp": ns.headroom_problems})
+    path = model_dir.parent / f"start-{key}.json"
     if path.exists():
         return json.loads(path.read_text())
     with tempfile.TemporaryDirectory(dir=model_dir.parent) as d:
-        result = evaluate(ns, str(model_dir), test, Path(d))
+        log(f"the start's greedy accuracy on {ns.eval_problems} held-out problems")
+        greedy = evaluate(ns, str(model_dir), test, Path(d) / "greedy")
+        log(f"the start's headroom: {ns.headroom_k} samples at temperature {ns.temperature} "
+            f"on {ns.headroom_problems} held-out problems")
+        sampled = evaluate(ns, str(model_dir), test, Path(d) / "sampled",
+                           samples=ns.headroom_k, temperature=ns.temperature,
+                           limit=ns.headroom_problems)
+    result = {"greedy": greedy, "sampled": sampled}
     path.write_text(json.dumps(result, indent=2) + "\n")
     return result
 
 
+def headroom(start: dict[str, Any], k: int) -> dict[str, Any]:
+    """Per protocol: greedy pass@1, pass@k and sampled pass@1 at the RL temperature."""
+    return {p: {"greedy_pass@1": start["greedy"][p]["accuracy"],
+                f"pass@{k}": start["sampled"][p][f"pass@{k}"] if k > 1
+                else start["sampled"][p]["accuracy"],
+                "sampled_pass@1": start["sampled"][p]["accuracy"],
+                "sampled_tool_calls_per_sample": start["sampled"][p]["tool_calls_per_sample"],
+                "problems": start["sampled"][p].get("problems", start["sampled"][p]["n"])}
+            for p in start["greedy"]}
+
+
+# ----------------------------------------------------------------------------- the goal
+def goal_protocol(ns: argparse.Namespace, trainer: str) -> str:
+    protocol = OWN_PROTOCOL[trainer] if ns.goal_protocol == "own" else ns.goal_protocol
+    return "text" if ns.no_native_eval else protocol
+
+
+def goal_summary(ns: argparse.Namespace, runs: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """TRL's best final accuracy; when each agentmath run first reaches it; the goal."""
+    trl = [r for r in runs if r["trainer"] == "trl"]
+    ours = [r for r in runs if r["trainer"] == "agentmath"]
+    if not trl or not ours:
+        return None
+
+    def acc(run: dict[str, Any], point: dict[str, Any]) -> float:
+        return point["eval"][goal_protocol(ns, run["trainer"])]["accuracy"]
+
+    best = max(trl, key=lambda r: (acc(r, r["points"][-1]), -r["points"][-1]["wall_s"]))
+    target, trl_s = acc(best, best["points"][-1]), best["points"][-1]["wall_s"]
+    per_run = []
+    for run in ours:
+        hit = next((p for p in run["points"] if acc(run, p) >= target), None)
+        per_run.append({"lr": run["lr"], "final_accuracy": acc(run, run["points"][-1]),
+                        "final_wall_s": run["points"][-1]["wall_s"],
+                        "reaches_at_step": hit["step"] if hit else None,
+                        "reaches_at_s": hit["wall_s"] if hit else None,
+                        "ratio": hit["wall_s"] / trl_s if hit and trl_s > 0 else None})
+    ratios = [r["ratio"] for r in per_run if r["ratio"] is not None]
+    best_ours = max(r["final_accuracy"] for r in per_run)
+    fastest = min(ratios) if ratios else None
+    return {"protocol": {"agentmath": goal_protocol(ns, "agentmath"),
+                         "trl": goal_protocol(ns, "trl")},
+            "trl_best": {"lr": best["lr"], "final_accuracy": target, "wall_s": trl_s,
+                         "final_accuracy_by_lr": {f"{r['lr']:g}": acc(r, r["points"][-1])
+                                                  for r in trl}},
+            "agentmath": per_run, "agentmath_best_final": best_ours,
+            "fastest_ratio": fastest,
+            "met": fastest is not None and fastest <= 0.5 and best_ours >= target,
+            "met_by_one_run": any(r["ratio"] is not None and r["ratio"] <= 0.5
+                                  and r["final_accuracy"] >= target for r in per_run)}
+
+
 # ----------------------------------------------------------------------------- report
-def summarise(name: str, ns: argparse.Namespace, run: dict[str, Any]) -> dict[str, Any]:
-    steps = run["step_s"]
-    per_step = statistics.fmean(steps) if steps else float("nan")
-    return {"system": name, "steps": len(steps), "group_size": ns.group_size,
-            "prompts_per_step": ns.prompts, "wall_s_per_step": per_step,
-            "wall_s_per_step_median": statistics.median(steps) if steps else float("nan"),
-            "samples_per_s": ns.prompts * ns.group_size / per_step if steps else float("nan"),
-            "step_s": steps, "train_wall_s": run["wall_s"],
-            "reward_mean": run.get("reward_mean"), "tool_calls_mean": run.get("tool_calls_mean"),
-            "truncation_rate": run.get("truncation_rate"), "final_dir": run["final_dir"]}
-
-
 def _acc(ev: dict[str, Any] | None) -> str:
     if not ev:
         return "-"
@@ -225,56 +375,128 @@ def _num(x: Any, fmt: str) -> str:
 
 
 def print_report(result: dict[str, Any]) -> None:
-    rows = []
-    base = result["start"]
-    rows.append(["start (SFT model, no RL)", "0", "-", "-", "-", "-",
-                 _acc(base.get("text")), _acc(base.get("native")), "-"])
-    for r in result["rows"]:
-        ev = r.get("eval", {})
-        rows.append([r["system"], str(r["steps"]), str(r["group_size"]),
-                     str(r["prompts_per_step"]),
-                     f"{_num(r['wall_s_per_step'], '.2f')} / "
-                     f"{_num(r['wall_s_per_step_median'], '.2f')}",
-                     _num(r["samples_per_s"], ".2f"), _acc(ev.get("text")),
-                     _acc(ev.get("native")), _num(r.get("speedup"), ".2f") + "x"
-                     if r.get("speedup") is not None else "-"])
-    n = result["config"]["eval_problems"]
-    print_table(f"agentic GRPO on {result['model']['size']} tool model, CPU "
-                f"({result['config']['steps']} steps)",
-                ["system", "steps", "G", "prompts/step", "wall s/step (mean / median)",
-                 "samples/s",
-                 f"held-out acc, openai_tools text (n={n}, 95% CI)",
-                 f"held-out acc, native chat (n={n}, 95% CI)", "speedup vs TRL"], rows)
+    c = result["config"]
+    start = result["start"]["greedy"]
+    rows = [["start (SFT model)", "-", "0", "0.0", _acc(start.get("text")),
+             _acc(start.get("native"))]]
+    for run in result["runs"]:
+        for p in run["points"]:
+            rows.append([f"{run['trainer']} ({run['mode']})", f"{run['lr']:g}", str(p["step"]),
+                         f"{p['wall_s']:.1f}", _acc(p["eval"].get("text")),
+                         _acc(p["eval"].get("native"))])
+    n = c["eval_problems"]
+    print_table(f"agentic GRPO on the demo's task ({result['model']['size']} tool model, "
+                f"text share {c['text_share']}, CPU): held-out accuracy against training wall time",
+                ["trainer", "lr", "step", "training wall s",
+                 f"acc, openai_tools text (n={n}, 95% CI)",
+                 f"acc, native chat (n={n}, 95% CI)"], rows)
+    print_table("runs", ["run", "s/step (mean)", "samples/s", "set-up s", "CPU s",
+                         "load before / after", "reward (first -> last step)"],
+                [[r["name"], _num(r["wall_s_per_step"], ".2f"), _num(r["samples_per_s"], ".2f"),
+                  _num(r["setup_s"], ".1f"), _num(r["cpu_s"], ".0f"),
+                  f"{r['load_before']} / {r['load_after']}", _reward_trend(r)]
+                 for r in result["runs"]])
     for note in result["notes"]:
         print(f"* {note}")
 
 
+def _reward_trend(run: dict[str, Any]) -> str:
+    rewards = [x for x in run.get("reward_mean") or [] if x is not None]
+    return f"{rewards[0]:.2f} -> {rewards[-1]:.2f}" if rewards else "-"
+
+
 def notes(result: dict[str, Any]) -> list[str]:
     c = result["config"]
-    out = [
+    k = c["headroom_k"]
+    out = []
+    for protocol, h in result["headroom"].items():
+        out.append(f"start headroom ({protocol}): greedy pass@1 {h['greedy_pass@1']:.1%}, "
+                   f"pass@{k} {h[f'pass@{k}']:.1%} and sampled pass@1 "
+                   f"{h['sampled_pass@1']:.1%} at temperature {c['temperature']} "
+                   f"({h['problems']} problems; {h['sampled_tool_calls_per_sample']:.2f} tool "
+                   "calls a sample).")
+    out += [
         f"same for both: {c['steps']} steps x {c['prompts']} prompts x G={c['group_size']}, "
-        f"lr {c['lr']:g} constant, temperature {c['temperature']}, completion budget "
-        f"{c['max_completion']} tokens, {c['max_tool_calls']} tool calls, accuracy reward, "
-        "token-level loss, clip 0.2/0.28, no KL; the same training prompts in the same order.",
-        "agentmath: `train_rl`, format openai_tools (token-exact text protocol), hf backend in "
-        f"process, rollout mode(s) {', '.join(c['agentmath_modes'])}, dynamic sampling "
+        f"lrs {', '.join(f'{lr:g}' for lr in c['lrs'])} (constant), temperature "
+        f"{c['temperature']}, completion budget {c['max_completion']} tokens, "
+        f"{c['max_tool_calls']} tool calls, accuracy reward, token-level loss, clip 0.2/0.28, "
+        "no KL, no filters; the same training prompts in the same order; models saved every "
+        f"{c['eval_every']} steps and at the last.",
+        f"agentmath: `train_rl`, format openai_tools (token-exact text protocol), hf backend in "
+        f"process, rollout mode {c['agentmath_mode']}, dynamic sampling "
         f"{'on' if c['dynamic_sampling'] else 'off'}.",
-        f"TRL {result['versions'].get('trl', '?')}: GRPOTrainer(use_vllm=False) on CPU, its "
-        f"multi-turn tool loop via {result.get('trl_tool_mode', '-')}, native chat protocol; "
-        "tool calls run in agentmath's sandbox.",
-        "samples/s = prompts x G / mean wall s per step (all steps, the first one's warm-up "
-        "included); held-out accuracy is greedy, one "
-        "sample per problem, bootstrap 95% CI.",
-        f"load average (1 min) before each half: {result['load']}; torch threads "
+        (f"TRL {result['versions'].get('trl', '?')}: GRPOTrainer(use_vllm=False) on CPU, its "
+         f"multi-turn tool loop via {result['trl_tool_mode']}, native chat protocol; tool calls "
+         "run in agentmath's sandbox." if result.get("trl_tool_mode") else "TRL: not run."),
+        "training wall s: from the first step's start to the end of that step (set-up and "
+        "evaluation not in it; TRL's saves taken out, agentmath's checkpoints left in); "
+        "accuracy greedy, one sample per problem, bootstrap 95% CI.",
+        f"load average (1 min) before / after each run in the runs table; torch threads "
         f"{result['torch_threads']}; the machine is shared, so timings are noisy.",
     ]
-    if result.get("goal") is not None:
-        g = result["goal"]
-        out.append(f"goal (>= TRL accuracy at >= 1.5x throughput), {g['system']}: throughput "
-                   f"{g['speedup']:.2f}x, accuracy {g['agentmath_accuracy']:.1%} vs "
-                   f"{g['trl_accuracy']:.1%} (openai_tools text) -> "
-                   f"{'met' if g['met'] else 'not met'}.")
+    g = result.get("goal")
+    if g:
+        tb = g["trl_best"]
+        proto = g["protocol"]
+        out.append(f"TRL's best final accuracy ({proto['trl']} protocol): "
+                   f"{tb['final_accuracy']:.1%} at lr {tb['lr']:g}, {tb['wall_s']:.1f} s of "
+                   "training (by lr: "
+                   + ", ".join(f"{lr} {a:.1%}" for lr, a in tb["final_accuracy_by_lr"].items())
+                   + ").")
+        start_acc = result["start"]["greedy"].get(proto["trl"], {}).get("accuracy")
+        if start_acc is not None and tb["final_accuracy"] <= start_acc:
+            out.append("TRL did not improve on the start in that protocol: the time comparison "
+                       "says little.")
+        for r in g["agentmath"]:
+            reach = (f"reaches it at step {r['reaches_at_step']}, {r['reaches_at_s']:.1f} s "
+                     f"({r['ratio']:.2f}x TRL's time)" if r["reaches_at_s"] is not None
+                     else "never reaches it")
+            out.append(f"agentmath lr {r['lr']:g} ({proto['agentmath']} protocol): {reach}; "
+                       f"final {r['final_accuracy']:.1%} at {r['final_wall_s']:.1f} s.")
+        ratio = "-" if g["fastest_ratio"] is None else f"{g['fastest_ratio']:.2f}x"
+        out.append(f"goal (reach TRL's best final accuracy in <= 0.5x its wall time, and end at "
+                   f"least as accurate): fastest {ratio}, agentmath's best final "
+                   f"{g['agentmath_best_final']:.1%} vs TRL's {tb['final_accuracy']:.1%} -> "
+                   f"{'met' if g['met'] else 'not met'}"
+                   f" (by a single run: {'yes' if g['met_by_one_run'] else 'no'}).")
+    if result.get("plot"):
+        out.append(f"plot: {result['plot']}")
     return out
+
+
+def write_plot(result: dict[str, Any], path: Path) -> Path:
+    """Accuracy against training wall time, one panel per protocol, one line per run."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    protocols = list(result["start"]["greedy"])
+    fig, axes = plt.subplots(1, len(protocols), figsize=(6.5 * len(protocols), 4.8),
+                             squeeze=False)
+    lrs = sorted({r["lr"] for r in result["runs"]})
+    colors = {lr: plt.get_cmap("viridis")(i / max(1, len(lrs) - 1) * 0.85)
+              for i, lr in enumerate(lrs)}
+    for ax, protocol in zip(axes[0], protocols, strict=True):
+        start = result["start"]["greedy"][protocol]["accuracy"]
+        for run in result["runs"]:
+            xs = [0.0] + [p["wall_s"] for p in run["points"]]
+            ys = [start] + [p["eval"][protocol]["accuracy"] for p in run["points"]]
+            ax.plot(xs, ys, "-o" if run["trainer"] == "agentmath" else "--s",
+                    color=colors[run["lr"]], label=f"{run['trainer']} lr {run['lr']:g}",
+                    markersize=4)
+        g = result.get("goal")
+        if g and protocol in g["protocol"].values():  # the target, where it is compared
+            ax.axhline(g["trl_best"]["final_accuracy"], color="grey", linestyle=":",
+                       label=f"TRL's best final ({g['protocol']['trl']} protocol)")
+        ax.set(title=f"held-out accuracy, {protocol} protocol", xlabel="training wall s",
+               ylabel="accuracy (greedy)", ylim=(-0.02, 1.02))
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
 
 
 def _torch_threads() -> int:
@@ -294,33 +516,52 @@ def versions() -> dict[str, str]:
 
 
 # ----------------------------------------------------------------------------- main
+def _lrs(value: str) -> list[float]:
+    lrs = [float(v) for v in value.split(",") if v.strip()]
+    if not lrs or any(lr <= 0 for lr in lrs) or len(set(lrs)) != len(lrs):
+        raise argparse.ArgumentTypeError(f"distinct positive learning rates, not {value!r}")
+    return lrs
+
+
 def parse(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--steps", type=int, default=16, help="GRPO steps for each trainer")
-    p.add_argument("--group-size", type=int, default=4, help="G: samples per prompt")
-    p.add_argument("--prompts", type=int, default=2, help="prompts per step")
-    p.add_argument("--lr", type=float, default=2e-5, help="learning rate (constant)")
+    p.add_argument("--quick", action="store_true",
+                   help="a smoke run: every size tiny, 2 lrs, 2 steps (explicit options win)")
+    p.add_argument("--steps", type=int, default=16, help="GRPO steps of every run")
+    p.add_argument("--group-size", type=int, default=8, help="G: samples per prompt")
+    p.add_argument("--prompts", type=int, default=8, help="prompts per step")
+    p.add_argument("--lrs", type=_lrs, default=[3e-5, 1e-4, 3e-4],
+                   help="learning rates (constant), comma-separated: each trainer runs each")
+    p.add_argument("--eval-every", type=int, default=4,
+                   help="save and evaluate the model every N steps (and at the last)")
     p.add_argument("--temperature", type=float, default=1.0, help="sampling temperature")
     p.add_argument("--max-completion", type=int, default=320,
                    help="completion budget in tokens (TRL max_completion_length)")
     p.add_argument("--max-tool-calls", type=int, default=6, help="tool calls per episode")
-    p.add_argument("--eval-problems", type=int, default=50, help="held-out problems")
+    p.add_argument("--eval-problems", type=int, default=100,
+                   help=f"held-out problems for accuracy (at most {HELD_OUT})")
+    p.add_argument("--headroom-k", type=int, default=8,
+                   help="the start's pass@k: k samples per problem at the RL temperature")
+    p.add_argument("--headroom-problems", type=int, default=100,
+                   help="held-out problems for the start's pass@k")
     p.add_argument("--model-size", default="micro", help="tiny model size")
-    p.add_argument("--sft-steps", type=int, default=600, help="SFT steps of the model")
+    p.add_argument("--sft-steps", type=int, default=800, help="SFT steps of the model")
     p.add_argument("--sft-problems", type=int, default=1500, help="SFT training problems")
+    p.add_argument("--text-share", type=float, default=0.7,
+                   help="share of the SFT problems trained as text records (the demo's mixture)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out", type=Path, default=ROOT / "runs" / "bench-grpo",
-                   help="where the cached model and the runs go")
+                   help="where the cached model, the runs and the plot go")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.add_argument("--skip-trl", action="store_true", help="agentmath only")
     p.add_argument("--trl-tools", choices=["env", "plain"], default="env",
                    help="TRL tool wiring: env = environment_factory (a session per rollout), "
                         "plain = tools=[python] (a fresh session per call)")
-    p.add_argument("--agentmath-modes", type=lambda v: [m for m in v.split(",") if m],
-                   default=["async", "sync"],
-                   help="agentmath rollout modes to run, comma-separated (the first is the one "
-                        "the goal is judged on)")
+    p.add_argument("--agentmath-mode", choices=["async", "sync"], default="async",
+                   help="agentmath's rollout mode")
+    p.add_argument("--goal-protocol", choices=["own", "text", "native"], default="own",
+                   help="protocol the goal's accuracies are read in (own: each trainer's)")
     p.add_argument("--dynamic-sampling", action="store_true",
                    help="agentmath's dynamic sampling on (TRL has none)")
     p.add_argument("--threads", type=int, default=None,
@@ -328,8 +569,13 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--no-native-eval", action="store_true",
                    help="skip the native-protocol evaluation")
     ns = p.parse_args(argv)
-    if not ns.agentmath_modes or set(ns.agentmath_modes) - {"async", "sync"}:
-        p.error(f"--agentmath-modes: async and/or sync, not {ns.agentmath_modes}")
+    if ns.quick:
+        p.set_defaults(**QUICK)
+        ns = p.parse_args(argv)
+    if not 1 <= ns.eval_problems <= HELD_OUT or not 1 <= ns.headroom_problems <= HELD_OUT:
+        p.error(f"--eval-problems and --headroom-problems: 1..{HELD_OUT}")
+    if ns.steps < 1 or ns.eval_every < 1 or ns.headroom_k < 1:
+        p.error("--steps, --eval-every and --headroom-k must be at least 1")
     return ns
 
 
@@ -348,7 +594,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def run(ns: argparse.Namespace) -> dict[str, Any]:
-    """Everything: the model, both trainers, the evaluations; the result object."""
+    """Everything: the model, its headroom, the sweeps, the evaluations; the result object."""
     started = time.monotonic()
     cfg = model_config(ns)
     mdir = build_model(cfg, ns.out, log)
@@ -368,47 +614,36 @@ def run(ns: argparse.Namespace) -> dict[str, Any]:
         [{"role": "system", "content": instr}, {"role": "user", "content": r["problem"]}],
         tokenize=True, add_generation_prompt=True, return_dict=False)) for r in rows)
 
-    log("evaluating the starting model")
-    start = cached_eval(ns, model_dir, test)
-    load: dict[str, float] = {}
-    results: list[dict[str, Any]] = []
-    for mode in ns.agentmath_modes:
-        log(f"agentmath rl ({mode}): {ns.steps} steps")
-        load[f"agentmath-{mode}"] = load_avg()
-        am = run_agentmath(ns, str(model_dir), data, run_dir / f"agentmath-{mode}", max_prompt,
-                           mode)
-        results.append(summarise(f"agentmath rl ({mode}, openai_tools)", ns, am))
-    trl_mode = None
-    if not ns.skip_trl:
-        log(f"TRL GRPOTrainer: {ns.steps} steps")
-        load["trl"] = load_avg()
-        tr = run_trl_side(ns, str(model_dir), rows, run_dir / "trl")
-        trl_mode = tr["tool_mode"]
-        row = summarise(f"TRL GRPOTrainer ({trl_mode}, native)", ns, tr)
-        row["trl_checks"] = tr["checks"]
-        results.append(row)
-    for r in results:
-        log(f"evaluating {r['system']}")
-        r["eval"] = evaluate(ns, r["final_dir"], test, Path(r["final_dir"]).parent)
-    goal = None
-    if not ns.skip_trl:
-        trl_row = results[-1]
-        for row in results:
-            row["speedup"] = row["samples_per_s"] / trl_row["samples_per_s"]
-        am_row = results[0]  # the first mode given (default async: the issue's configuration)
-        a, t = am_row["eval"]["text"]["accuracy"], trl_row["eval"]["text"]["accuracy"]
-        goal = {"system": am_row["system"], "speedup": am_row["speedup"],
-                "agentmath_accuracy": a, "trl_accuracy": t,
-                "met": am_row["speedup"] >= 1.5 and a >= t}
+    start = cached_start(ns, model_dir, test)
+    room = headroom(start, ns.headroom_k)
+    for protocol, h in room.items():
+        log(f"start ({protocol}): greedy pass@1 {h['greedy_pass@1']:.1%}, pass@{ns.headroom_k} "
+            f"{h[f'pass@{ns.headroom_k}']:.1%} at temperature {ns.temperature}")
+
+    trainers = ["agentmath"] + ([] if ns.skip_trl else ["trl"])
+    runs = [train_run(ns, trainer, lr, model_dir, data, rows, run_dir, max_prompt)
+            for lr in ns.lrs for trainer in trainers]  # alternating: load changes hit both
+    eval_started = time.monotonic()
+    for r in runs:
+        for p in r["points"]:
+            log(f"evaluating {r['name']} at step {p['step']}")
+            p["eval"] = evaluate(ns, p["dir"], test, run_dir / "eval" / f"{r['name']}-{p['step']}")
+        r["final"] = r["points"][-1]["eval"]
     summary = json.loads((mdir / "tool_model.json").read_text())
+    trl_runs = [r for r in runs if r["trainer"] == "trl"]
     result: dict[str, Any] = {
         "config": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(ns).items()},
         "model": {"dir": str(model_dir), "size": ns.model_size, "sft_steps": ns.sft_steps,
-                  "formats": cfg.formats, "sft_final_loss": summary.get("final_loss")},
-        "start": start, "rows": results, "goal": goal, "load": load,
-        "versions": versions(), "torch_threads": _torch_threads(), "trl_tool_mode": trl_mode,
-        "run_dir": str(run_dir),
-        "wall_s": time.monotonic() - started}
+                  "formats": cfg.formats, "text_share": cfg.text_share,
+                  "sft_final_loss": summary.get("final_loss"),
+                  "conversion": summary.get("conversion")},
+        "start": start, "headroom": room, "runs": runs, "goal": goal_summary(ns, runs),
+        "versions": versions(), "torch_threads": _torch_threads(),
+        "trl_tool_mode": trl_runs[0]["mode"] if trl_runs else None,
+        "trl_checks": trl_runs[0]["trl_checks"] if trl_runs else None,
+        "run_dir": str(run_dir), "eval_s": time.monotonic() - eval_started}
+    result["plot"] = str(write_plot(result, run_dir / "accuracy_vs_wall.png"))
+    result["wall_s"] = time.monotonic() - started
     result["notes"] = notes(result)
     (run_dir / "result.json").write_text(json.dumps(result, indent=2) + "\n")
     return result

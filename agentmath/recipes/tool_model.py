@@ -8,7 +8,10 @@ agent-loop and evaluation tests serve through vLLM).
 
 1. seeded synthetic word problems (``agentmath.data.synthetic``), split train / held-out;
 2. code injection in each format, every snippet executed and checked in the sandbox
-   (``agentmath.synth.inject.inject``); problems are dealt round-robin to the formats;
+   (``agentmath.synth.inject.inject``); problems are dealt round-robin to the formats; with
+   ``text_share`` > 0 a seeded share of them are text records instead (the arithmetic done in
+   the problem's text chain-of-thought, in the protocol of the format they were dealt to), so
+   the model learns to choose between text and the tool (the demo's mixture);
 3. a byte-level BPE tokenizer on the training text and a tiny Qwen3 model;
 4. SFT with tool output masked (``agentmath.train.sft``); the model + tokenizer are saved.
 """
@@ -17,8 +20,9 @@ from __future__ import annotations
 
 import asyncio
 import json
+import random
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -50,6 +54,11 @@ class ToolModelConfig(StrictModel):
     learning_rate: float = Field(3e-3, gt=0, le=1, description="SFT peak learning rate.")
     max_length: int = Field(512, ge=64, le=8192, description="Tokens per training example.")
     vocab_size: int = Field(1024, ge=300, le=65536, description="Tokenizer vocabulary size.")
+    text_share: float = Field(0.0, ge=0, le=1, description=(
+        "Share of the training problems (seeded per problem) trained as text records instead "
+        "of tool trajectories: the text chain-of-thought ending in \\boxed{answer}, under the "
+        "same prompt as that format's tool records (for 'native' a chat record with the same "
+        "tools schema and system prompt). 0 (the default): every record uses the tool."))
 
     @field_validator("formats")
     @classmethod
@@ -98,12 +107,45 @@ def make_problems(seed: int, train: int, test: int, max_digits: int) -> tuple[li
     return split(problems, test, seed)
 
 
+def text_problem_ids(problems: Sequence[Any], share: float, seed: int) -> set[str]:
+    """The ids of a seeded ``share`` of ``problems`` (one draw per problem, in order) that
+    are trained as text records; none when ``share`` is 0."""
+    if share <= 0:
+        return set()
+    rng = random.Random(f"agentmath-tool-model-text-{seed}")
+    return {p.id for p in problems if rng.random() < share}
+
+
+def text_record(task: Any, fmt_name: str, system_prompt: str | None = None) -> dict[str, Any]:
+    """``task``'s text solution as an SFT record in the protocol of ``fmt_name``, under the
+    prompt its tool records get: for ``native`` a chat record (the same system prompt and
+    tools schema as a native tool record; the assistant answers in text, no tool call), for a
+    text format a completion record (:func:`agentmath.synth.inject.text_only_example` with
+    the format's system prompt)."""
+    from agentmath.agent.prompts import CHAT_SYSTEM_PROMPT, build_messages
+    from agentmath.formats import get_format
+    from agentmath.formats.openai_tools import OPENAI_TOOLS, tool_spec
+    from agentmath.synth.inject import text_only_example
+
+    if not task.solution:
+        raise ValueError(f"task {task.id!r} has no text solution")
+    if fmt_name == NATIVE:
+        messages = build_messages(task.problem, OPENAI_TOOLS, system_prompt or CHAT_SYSTEM_PROMPT)
+        return {"id": task.id,
+                "messages": [*messages, {"role": "assistant", "content": task.solution}],
+                "tools": [tool_spec()], "answer": task.answer}
+    return text_only_example(task, system_prompt or get_format(fmt_name).instructions())
+
+
 async def tool_records(problems: Sequence[Any], formats: Sequence[str], *,
                        system_prompts: Mapping[str, str] | None = None,
-                       concurrency: int = 16) -> tuple[list[dict], dict[str, Any]]:
+                       concurrency: int = 16,
+                       text_ids: Collection[str] = ()) -> tuple[list[dict], dict[str, Any]]:
     """Verified SFT records, problem i in ``formats[i % len(formats)]``; and conversion stats
     (kept, dropped by reason, seconds) per format. ``native`` makes chat records.
-    ``system_prompts``: per format (see :class:`ToolModelConfig`)."""
+    ``system_prompts``: per format (see :class:`ToolModelConfig`). Problems whose id is in
+    ``text_ids`` get :func:`text_record` s in the protocol of their format instead (counted as
+    ``text`` in the stats); records stay in problem order within each format."""
     from agentmath.formats import get_format
     from agentmath.sandbox import SandboxPool
     from agentmath.synth.converters import RuleBasedConverter
@@ -111,17 +153,27 @@ async def tool_records(problems: Sequence[Any], formats: Sequence[str], *,
 
     records: list[dict] = []
     stats: dict[str, Any] = {}
+    text_ids = set(text_ids)
     async with SandboxPool(SandboxConfig(spare_workers=4)) as pool:
         for k, name in enumerate(formats):
             native = name == NATIVE
             fmt = get_format("openai_tools" if native else name)
-            report = await inject(problems[k::len(formats)], RuleBasedConverter(), fmt, pool,
-                                  concurrency=concurrency,
-                                  system_prompt=(system_prompts or {}).get(name),
-                                  native=native)
-            records += report.records
+            prompt = (system_prompts or {}).get(name)
+            dealt = problems[k::len(formats)]
+            report = await inject([p for p in dealt if p.id not in text_ids],
+                                  RuleBasedConverter(), fmt, pool, concurrency=concurrency,
+                                  system_prompt=prompt, native=native)
+            if text_ids:
+                by_id = {r["id"]: r for r in report.records}
+                by_id.update({p.id: text_record(p, name, prompt) for p in dealt
+                              if p.id in text_ids})
+                records += [by_id[p.id] for p in dealt if p.id in by_id]
+            else:
+                records += report.records
             stats[name] = {"kept": report.kept, "dropped": dict(report.dropped),
                            "seconds": round(report.seconds, 1)}
+            if text_ids:
+                stats[name]["text"] = sum(p.id in text_ids for p in dealt)
     return records, stats
 
 
@@ -168,9 +220,13 @@ def build_tool_model(cfg: ToolModelConfig, out: Path, stage: Stage = print,
     train, test = make_problems(cfg.seed, cfg.train_problems, cfg.test_problems,
                                 cfg.max_digits)
     write_jsonl(to_task_rows(test), out / "test.jsonl")
-    stage(f"code injection in {', '.join(cfg.formats)}: {len(train)} trajectories")
+    text_ids = text_problem_ids(train, cfg.text_share, cfg.seed)
+    stage(f"code injection in {', '.join(cfg.formats)}: {len(train) - len(text_ids)} "
+          f"trajectories" + (f" ({len(text_ids)} more problems as text records)"
+                             if text_ids else ""))
     records, conversion = asyncio.run(tool_records(train, cfg.formats,
-                                                   system_prompts=cfg.system_prompts))
+                                                   system_prompts=cfg.system_prompts,
+                                                   text_ids=text_ids))
     stage(f"tokenizer and a {cfg.model_size} model; SFT for {cfg.steps} steps")
     tokenizer = build_tokenizer(corpus_texts(records), vocab_size=cfg.vocab_size)
     result = train_model(records, tokenizer, out, size=cfg.model_size, steps=cfg.steps,
@@ -184,6 +240,12 @@ def build_tool_model(cfg: ToolModelConfig, out: Path, stage: Stage = print,
     return summary
 
 
+def config_key_data(cfg: ToolModelConfig) -> dict[str, Any]:
+    """What the cache key hashes: the config, less ``text_share`` when it is 0 (so every
+    model grown before the field existed keeps its key)."""
+    return cfg.model_dump(mode="json", exclude={"text_share"} if not cfg.text_share else None)
+
+
 def cached_tool_model(cfg: ToolModelConfig, root: Path, stage: Stage = print) -> Path:
     """The directory of a model grown with ``cfg`` under ``root`` (``final/``, ``test.jsonl``,
     ``tool_model.json``), grown once and reused: the key is a hash of the config, and a
@@ -192,7 +254,7 @@ def cached_tool_model(cfg: ToolModelConfig, root: Path, stage: Stage = print) ->
     import shutil
     import tempfile
 
-    key = hashlib.sha256(json.dumps(cfg.model_dump(mode="json"), sort_keys=True)
+    key = hashlib.sha256(json.dumps(config_key_data(cfg), sort_keys=True)
                          .encode()).hexdigest()[:12]
     target = root / f"model-{key}"
     if (target / "tool_model.json").exists():

@@ -1,7 +1,8 @@
-"""``benchmarks/grpo.py`` runs end to end with minimal sizes: agentmath's GRPO and TRL's
-GRPOTrainer (with its tool loop) each train a step on a freshly grown nano model, both final
-models are evaluated in both protocols, and ``--json`` prints one well-formed object (figures
-are not asserted)."""
+"""``benchmarks/grpo.py --quick`` runs end to end with minimal sizes: a nano model grown on the
+text/tool mixture, its headroom, agentmath's GRPO and TRL's GRPOTrainer (with its tool loop)
+each over two learning rates for two steps with a model saved after each, every saved model
+evaluated in both protocols, the goal summary and the plot; ``--json`` prints one well-formed
+object with every key (figures are not asserted)."""
 
 from __future__ import annotations
 
@@ -16,36 +17,82 @@ import pytest
 
 pytest.importorskip("torch")
 pytest.importorskip("trl")
+pytest.importorskip("matplotlib")
 
 ROOT = Path(__file__).resolve().parents[2]
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
+EVAL_KEYS = {"accuracy", "ci95", "n", "tool_calls_per_sample", "tool_error_rate",
+             "model_tokens_mean"}
+RUN_KEYS = {"trainer", "lr", "name", "mode", "steps", "step_s", "wall_s_per_step",
+            "samples_per_s", "setup_s", "cpu_s", "load_before", "load_after", "reward_mean",
+            "tool_calls_mean", "truncation_rate", "final_dir", "points", "final"}
 
-def test_grpo_benchmark_json_shape(tmp_path: Path) -> None:
-    cmd = [sys.executable, str(ROOT / "benchmarks" / "grpo.py"), "--json",
-           "--out", str(tmp_path), "--steps", "1", "--group-size", "2", "--prompts", "1",
-           "--max-completion", "48", "--max-tool-calls", "1", "--eval-problems", "2",
-           "--model-size", "nano", "--sft-steps", "4", "--sft-problems", "16"]
+
+def _check_eval(ev: dict, n: int) -> None:
+    assert EVAL_KEYS <= set(ev)
+    assert ev["n"] == n and 0.0 <= ev["accuracy"] <= 1.0
+    assert ev["ci95"][0] <= ev["accuracy"] <= ev["ci95"][1]
+
+
+def test_grpo_benchmark_quick_json_shape(tmp_path: Path) -> None:
+    cmd = [sys.executable, str(ROOT / "benchmarks" / "grpo.py"), "--quick", "--json",
+           "--out", str(tmp_path)]
     env = {**os.environ, "COLUMNS": "200"}
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600, cwd=str(ROOT),
                           env=env)
     assert proc.returncode == 0, proc.stderr[-3000:]
     data = json.loads(proc.stdout)
 
-    assert [r["system"].split(" (")[0] for r in data["rows"]] == [
-        "agentmath rl", "agentmath rl", "TRL GRPOTrainer"]
-    for row in data["rows"]:
-        assert row["steps"] == 1 and row["group_size"] == 2 and row["prompts_per_step"] == 1
-        assert row["wall_s_per_step"] > 0 and math.isfinite(row["samples_per_s"])
-        assert len(row["step_s"]) == 1
-        assert Path(row["final_dir"], "config.json").exists()
-        for protocol in ("text", "native"):
-            ev = row["eval"][protocol]
-            assert ev["n"] == 2 and 0.0 <= ev["accuracy"] <= 1.0
-            assert ev["ci95"][0] <= ev["accuracy"] <= ev["ci95"][1]
-    assert data["rows"][-1]["trl_checks"]["schema_identical"] is True
+    assert {"config", "model", "start", "headroom", "runs", "goal", "versions",
+            "torch_threads", "trl_tool_mode", "trl_checks", "run_dir", "eval_s", "plot",
+            "wall_s", "notes"} <= set(data)
+    c = data["config"]
+    assert (c["steps"], c["group_size"], c["prompts"], c["lrs"]) == (2, 2, 1, [1e-4, 3e-4])
+    assert data["model"]["text_share"] == 0.7 and data["model"]["formats"] == [
+        "openai_tools", "native"]
+    conversion = data["model"]["conversion"]
+    assert sum(f["text"] for f in conversion.values()) > 0  # the mixture has text records
+
+    # the start: greedy in both protocols and the headroom (pass@k at the RL temperature)
+    k = c["headroom_k"]
+    for protocol in ("text", "native"):
+        _check_eval(data["start"]["greedy"][protocol], 2)
+        _check_eval(data["start"]["sampled"][protocol], 2 * k)
+        h = data["headroom"][protocol]
+        assert {"greedy_pass@1", f"pass@{k}", "sampled_pass@1", "problems"} <= set(h)
+        assert h["greedy_pass@1"] <= 1.0 and h["sampled_pass@1"] <= h[f"pass@{k}"] + 1e-9
+
+    # the sweep: each lr for each trainer, alternating, a point after each step
+    assert [(r["trainer"], r["lr"]) for r in data["runs"]] == [
+        ("agentmath", 1e-4), ("trl", 1e-4), ("agentmath", 3e-4), ("trl", 3e-4)]
+    for run in data["runs"]:
+        assert RUN_KEYS <= set(run)
+        assert run["steps"] == 2 and len(run["step_s"]) == 2
+        assert run["wall_s_per_step"] > 0 and math.isfinite(run["samples_per_s"])
+        assert [p["step"] for p in run["points"]] == [1, 2]
+        walls = [p["wall_s"] for p in run["points"]]
+        assert 0 < walls[0] < walls[1]
+        for point in run["points"]:
+            assert {"step", "dir", "wall_s", "step_s_sum", "eval"} <= set(point)
+            assert Path(point["dir"], "config.json").exists()
+            for protocol in ("text", "native"):
+                _check_eval(point["eval"][protocol], 2)
+        assert run["final"] == run["points"][-1]["eval"]
+    assert data["runs"][0]["mode"] == "async"
     assert data["trl_tool_mode"] == "environment_factory"
-    assert set(data["start"]) == {"text", "native"}
-    assert data["rows"][-1]["speedup"] == pytest.approx(1.0)
-    assert data["goal"]["speedup"] == pytest.approx(data["rows"][0]["speedup"])
-    assert isinstance(data["goal"]["met"], bool) and data["notes"]
+    assert data["trl_checks"]["schema_identical"] is True
+    assert data["trl_checks"]["text_answer_ends_episode"] is True
+
+    g = data["goal"]
+    assert {"protocol", "trl_best", "agentmath", "agentmath_best_final", "fastest_ratio", "met",
+            "met_by_one_run"} <= set(g)
+    assert g["protocol"] == {"agentmath": "text", "trl": "native"}
+    assert set(g["trl_best"]["final_accuracy_by_lr"]) == {"0.0001", "0.0003"}
+    assert [r["lr"] for r in g["agentmath"]] == [1e-4, 3e-4]
+    for r in g["agentmath"]:
+        assert {"final_accuracy", "final_wall_s", "reaches_at_step", "reaches_at_s",
+                "ratio"} <= set(r)
+    assert isinstance(g["met"], bool) and isinstance(g["met_by_one_run"], bool)
+    assert Path(data["plot"]).stat().st_size > 0 and data["notes"]
+    assert Path(data["run_dir"], "result.json").exists()
