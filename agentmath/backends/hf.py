@@ -1,8 +1,15 @@
 """A local transformers model as a backend (CPU here, GPU where there is one).
 
-Concurrent requests are gathered into batches (left-padded) and generated together on a
-worker thread, which is what makes a small model fast enough on a CPU to evaluate hundreds of
-samples. Each row is cut at its own stop string or end-of-turn token; the ids returned are the
+Concurrent requests share the model on one worker thread, which is what makes a small model fast
+enough on a CPU to evaluate hundreds of samples. Two ways:
+
+* ``continuous=True`` (the default): continuous batching, :mod:`~agentmath.backends.hf_continuous`:
+  one running decode batch that a request joins at the next step and leaves as soon as it ends,
+  whatever turn of its episode it is in; sampling is seeded per request.
+* ``continuous=False``: queued requests of the same shape are gathered (a short window, see
+  ``_gather``) into one left-padded ``model.generate`` call that runs to its longest row.
+
+Either way each row is cut at its own stop string or end-of-turn token; the ids returned are the
 ids sampled, including a last token that may run past the stop string.
 """
 
@@ -16,6 +23,7 @@ from typing import Any, TypeVar
 
 from agentmath._lazy import require
 from agentmath.backends.base import Generation, SamplingParams, chat_prompt_ids
+from agentmath.backends.hf_continuous import ContinuousBatcher
 from agentmath.errors import BackendError
 
 T = TypeVar("T")
@@ -39,13 +47,16 @@ def _batch_key(req: _Request) -> tuple[Any, ...]:
 
 
 class HFBackend:
-    """Generate with ``transformers`` from a model directory or loaded objects."""
+    """Generate with ``transformers`` from a model directory or loaded objects.
+
+    ``max_batch`` bounds the rows generated together; ``continuous`` chooses continuous
+    batching (default) or the gathered ``generate`` calls (see the module docstring)."""
 
     name = "hf"
 
     def __init__(self, model: Any, tokenizer: Any = None, *, max_batch: int = 32,
                  device: str | None = None, gather_s: float = 0.004,
-                 gather_rounds: int = 25) -> None:
+                 gather_rounds: int = 25, continuous: bool = True) -> None:
         self.torch = require("torch", "train")
         transformers = require("transformers", "train")
         if isinstance(model, str):
@@ -75,6 +86,9 @@ class HFBackend:
         # generate call 2.3x slower right after a backward pass on another thread). A trainer
         # sharing this model runs its update here too (run_on_model_thread).
         self._thread: concurrent.futures.ThreadPoolExecutor | None = None
+        self._batcher = ContinuousBatcher(
+            self.model, tokenizer, eos_ids=self.eos_ids, pad_id=self.pad_id, device=self.device,
+            max_batch=max_batch, run=self.run_on_model_thread) if continuous else None
 
     def _eos_ids(self) -> list[int]:
         ids = self.model.generation_config.eos_token_id
@@ -95,7 +109,11 @@ class HFBackend:
 
     async def generate(self, prompt_ids: Sequence[int], *, stop: Sequence[str],
                        max_tokens: int, sampling: SamplingParams) -> Generation:
-        """Queue a request; a batching worker generates it with others of the same shape."""
+        """Queue a request: it joins the running batch at its next step (continuous), or a
+        batching worker generates it with others of the same shape."""
+        if self._batcher is not None:
+            return await self._batcher.generate(prompt_ids, stop=stop, max_tokens=max_tokens,
+                                                sampling=sampling)
         if self._queue is None:
             self._queue = asyncio.Queue()
             self._worker = asyncio.create_task(self._serve())
@@ -209,6 +227,10 @@ class HFBackend:
         return await asyncio.get_running_loop().run_in_executor(self._thread, fn, *args)
 
     async def aclose(self) -> None:
+        """Stop generating and free the thread (continuous: requests in flight fail with
+        BackendError); a later call starts again."""
+        if self._batcher is not None:
+            await self._batcher.aclose()
         if self._worker is not None:
             self._worker.cancel()
             self._worker = None

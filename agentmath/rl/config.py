@@ -109,6 +109,10 @@ class GeneratorConfig(StrictModel):
     sync_dir: str | None = Field(None, description=(
         "Where pushed weights go, readable by the servers (default: OUT/weights)."))
     max_batch: int = Field(64, ge=1, le=4096, description="hf: sequences per generate batch.")
+    continuous: bool = Field(True, description=(
+        "hf: continuous batching (a request joins the running decode batch at the next step "
+        "and leaves it when it ends, whatever turn it is in); false: gathered generate calls "
+        "that run to their longest row."))
     http_timeout_s: float = Field(600.0, gt=0, le=86_400, description="openai: per request.")
 
 

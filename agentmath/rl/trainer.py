@@ -277,7 +277,8 @@ def _generators(run: _Run) -> None:
         from agentmath.backends.hf import HFBackend
         from agentmath.rl.sync import InProcessSync
 
-        run.backend = HFBackend(run.unwrapped, run.tokenizer, max_batch=cfg.generator.max_batch)
+        run.backend = HFBackend(run.unwrapped, run.tokenizer, max_batch=cfg.generator.max_batch,
+                                continuous=cfg.generator.continuous)
         run.sync = InProcessSync(run.backend.model)
         return
     from agentmath.backends import make_backend
