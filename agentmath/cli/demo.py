@@ -25,6 +25,16 @@ def _render(summary: dict[str, Any]) -> None:
         table.add_row(row["model"], f"{row['accuracy']:.1%}", f"{row['mean_model_tokens']:.0f}",
                       f"{row['tool_calls_per_sample']:.2f}", str(row["n"]))
     console.print(table)
+    head = summary["headroom"]
+    k = head["k"]
+    console.print(f"the tool model's headroom before GRPO: greedy pass@1 "
+                  f"{head['greedy_pass@1']:.1%}, pass@{k} {head[f'pass@{k}']:.1%} at "
+                  f"temperature {head['temperature']} ({head['problems']} problems)")
+    for row in summary["models"]:
+        for ev in row.get("stage_transitions", []):
+            console.print(f"{row['model']}: budget stage {ev['old']} -> {ev['new']} at step "
+                          f"{ev['step']} (truncation rate {ev['rate']:.1%}; tool calls "
+                          f"{ev['budgets']['max_tool_calls']})")
     conv = summary["conversion"]
     console.print(f"code injection: {conv['kept']} verified tool trajectories kept, dropped "
                   f"{conv['dropped'] or 'none'}; total time {summary['seconds']:.0f} s")
@@ -36,17 +46,18 @@ def _render(summary: dict[str, Any]) -> None:
 def demo(
     out: Path = OUT_OPTION,
     seed: int = typer.Option(0, min=0, help="Seed for data, models, training, sampling."),
-    steps: int = typer.Option(None, min=1, help="SFT steps per model (default 500)."),
+    steps: int = typer.Option(None, min=1, help="SFT steps per model (default: the recipe's)."),
     train_problems: int = typer.Option(None, "--train-problems", min=10,
                                        help="Training problems (default 1500)."),
     test_problems: int = typer.Option(None, "--test-problems", min=5,
-                                      help="Held-out problems (default 100)."),
+                                      help="Held-out problems (default 300)."),
     save_model: bool = typer.Option(True, "--save-model/--no-save-model",
                                     help="Save the tool model as solve's default."),
     json_out: bool = JSON_OPTION,
 ) -> None:
     """Train a text-only and a tool-using tiny model with the same budget on synthetic
-    problems, evaluate both through the agent loop and the sandbox, compare them."""
+    problems, improve the tool model with agentic GRPO, evaluate all of them through the agent
+    loop and the sandbox, compare them."""
     from agentmath.cli.solve import default_model_dir
     from agentmath.errors import AgentMathError, MissingExtraError
     from agentmath.recipes.demo import DemoConfig, run_demo

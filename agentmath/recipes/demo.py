@@ -1,6 +1,5 @@
-"""The demo recipe: grow tiny models on the CPU; show that tool use beats text alone and that
-agentic GRPO improves the tool model further, and test DeepMath's choice of training on tool
-output.
+"""The demo recipe: grow tiny models on the CPU; show that tool use beats text alone, that agentic
+GRPO measurably improves the tool model, and test DeepMath's choice of training on tool output.
 
 Read top to bottom; each stage is a call into the library:
 
@@ -8,14 +7,21 @@ Read top to bottom; each stage is a call into the library:
 2. code injection: turn each training chain-of-thought into a tool trajectory, executing every
    snippet in the sandbox and keeping only verified ones;
 3. build a tokenizer on the training text and two identical tiny Qwen3 models;
-4. SFT one on the text chain-of-thought, the other on the tool trajectories (tool output
-   masked from the loss), with the same budget (short enough that the tool model is far from
-   saturated, so that RL has room to help);
-5. agentic GRPO from the tool SFT model on the training problems (accuracy reward), twice:
-   tool output masked from the loss, and NOT masked (the ablation);
-6. evaluate all four on the held-out problems through the real agent loop, sandbox and
-   evaluation harness (with 95% CIs); write the report (comparison, plots, training curves,
-   HTML viewer) and save the best tool model for ``solve``.
+4. SFT one on the text chain-of-thought; SFT the other on a **mixture**: ``text_share`` of its
+   trajectories do the arithmetic in text, the rest run it as code (tool output masked from the
+   loss). The mixed model chooses between text and code with real probability at every step of
+   a solution, and only the code path gets 3-4 digit products right: a decision under
+   uncertainty that the accuracy reward resolves (RL teaches *when* to use the tool), far from
+   the cliff at which a pure tool model learns to copy numbers;
+5. measure the start's headroom: greedy pass@1, and pass@k at the RL temperature, on held-out
+   problems (RL sharpens what sampling can already sometimes do);
+6. agentic GRPO from the mixed model on the training problems (accuracy reward, void-turn
+   filtering, two budget stages: a tight tool-call budget first, grown automatically when the
+   truncation rate passes the threshold), twice: tool output masked from the loss, and NOT
+   masked (the ablation);
+7. evaluate all four on the held-out problems through the real agent loop, sandbox and
+   evaluation harness (with 95% CIs); write the report (comparison, plots, training curves
+   with the stage transitions, HTML viewer) and save the best tool model for ``solve``.
 """
 
 from __future__ import annotations
@@ -47,35 +53,48 @@ class DemoConfig(StrictModel):
     test_problems: int = Field(300, ge=5, le=100_000, description=(
         "Held-out problems (300: a 10-point difference is well outside the noise)."))
     model_size: str = Field("micro", description="A size from agentmath.models.tiny.SIZES.")
-    max_digits: int = Field(4, ge=3, le=6, description=(
+    max_digits: int = Field(3, ge=3, le=6, description=(
         "Largest operand size in digits (3-digit numbers and up defeat mental arithmetic)."))
-    steps: int = Field(800, ge=1, le=10**7, description=(
-        "SFT steps for each model (same); 800 leaves the tool model unsaturated (~60%)."))
+    steps: int = Field(800, ge=1, le=10**7, description="SFT steps for each model (same).")
+    text_share: float = Field(0.7, ge=0, le=1, description=(
+        "Share of the tool model's SFT trajectories that do the arithmetic in text instead of "
+        "code (seeded per problem): the decision GRPO learns to make."))
     batch_size: int = Field(16, ge=1, le=4096, description="SFT batch size.")
     learning_rate: float = Field(3e-3, gt=0, le=1, description="SFT peak learning rate.")
     max_length: int = Field(512, ge=64, le=8192, description="Tokens per training example.")
     eval_max_tokens: int = Field(320, ge=16, le=8192, description="Model tokens per episode.")
     vocab_size: int = Field(1024, ge=300, le=65536, description="Tokenizer vocabulary size.")
-    rl_steps: int = Field(8, ge=0, le=10**6, description="GRPO steps (0: no RL stage).")
+    rl_steps: int = Field(16, ge=0, le=10**6, description="GRPO steps (0: no RL stage).")
     rl_group_size: int = Field(8, ge=2, le=256, description="GRPO samples per prompt.")
     rl_prompts: int = Field(8, ge=1, le=4096, description="GRPO prompts per step.")
-    rl_learning_rate: float = Field(3e-5, gt=0, le=1, description=(
-        "GRPO learning rate (at 2e-4 and above the micro model's reward fell within steps)."))
+    rl_learning_rate: float = Field(1e-4, gt=0, le=1, description="GRPO learning rate.")
     rl_temperature: float = Field(1.0, gt=0, le=5, description="GRPO sampling temperature.")
+    rl_first_tool_calls: int = Field(2, ge=1, le=1000, description=(
+        "Tool-call budget of GRPO's first stage (the second has 6): a 3-step solution in code "
+        "is truncated there, so the truncation rate passes the threshold and the budget grows."))
+    rl_stage_threshold: float = Field(0.05, gt=0, le=1, description=(
+        "Truncation rate (over one step's samples) that moves GRPO to its next stage."))
+    headroom_problems: int = Field(100, ge=1, le=100_000, description=(
+        "Held-out problems on which the start's pass@k at the RL temperature is measured."))
+    headroom_k: int = Field(8, ge=1, le=256, description="k of that pass@k (samples each).")
 
 
 Stage = Callable[[str], None]
 
 
-async def _evaluate(cfg: DemoConfig, model_dir: str, system: str, data: Path,
-                    out: Path) -> dict[str, Any]:
+MAX_TOOL_CALLS = 6  # per episode, in evaluation and in GRPO's last stage
+
+
+async def _evaluate(cfg: DemoConfig, model_dir: str, system: str, data: Path, out: Path, *,
+                    samples: int = 1, temperature: float = 0.0,
+                    limit: int | None = None) -> dict[str, Any]:
     from agentmath.backends.hf import HFBackend
     from agentmath.eval.runner import run_eval
 
-    ecfg = EvalConfig(dataset=str(data), model=model_dir, backend="hf", samples=1,
-                      temperature=0.0, seed=cfg.seed, concurrency=64,
+    ecfg = EvalConfig(dataset=str(data), model=model_dir, backend="hf", samples=samples,
+                      temperature=temperature, seed=cfg.seed, concurrency=64, limit=limit,
                       loop=LoopConfig(system_prompt=system, max_model_tokens=cfg.eval_max_tokens,
-                                      max_tool_calls=6))
+                                      max_tool_calls=MAX_TOOL_CALLS))
     backend = HFBackend(model_dir, max_batch=64)
     try:
         return await run_eval(ecfg, out, backend)
@@ -96,9 +115,15 @@ def summary_row(name: str, metrics: dict[str, Any]) -> dict[str, Any]:
 
 
 def rl_config(cfg: DemoConfig, model_dir: str, train_file: Path, *, masked: bool) -> Any:
-    """The demo's GRPO run: accuracy reward, async rollouts on the in-process model."""
+    """The demo's GRPO run: accuracy reward, void-turn filtering, async rollouts on the
+    in-process model, two budget stages (tool calls ``rl_first_tool_calls`` -> 6) moved on by
+    the truncation rate of one step's samples."""
     from agentmath.rl.config import RLConfig
 
+    samples = cfg.rl_prompts * cfg.rl_group_size
+    stages = [{"max_total_tokens": 4096, "max_model_tokens": cfg.eval_max_tokens,
+               "max_tool_calls": calls}
+              for calls in (min(cfg.rl_first_tool_calls, MAX_TOOL_CALLS), MAX_TOOL_CALLS)]
     return RLConfig.model_validate({
         "model": model_dir, "format": FORMAT, "data": {"dataset": str(train_file)},
         "steps": cfg.rl_steps, "group_size": cfg.rl_group_size,
@@ -107,10 +132,31 @@ def rl_config(cfg: DemoConfig, model_dir: str, train_file: Path, *, masked: bool
         "optim": {"learning_rate": cfg.rl_learning_rate},
         "temperature": {"start": cfg.rl_temperature},
         "loss": {"mask_tool_tokens": masked, "micro_batch_size": 32},
+        "filters": {"drop_void_turns": True},
+        "stages": {"stages": stages, "truncation_threshold": cfg.rl_stage_threshold,
+                   "window": samples},
         "loop": {"system_prompt": TOOL_SYSTEM, "max_model_tokens": cfg.eval_max_tokens,
-                 "max_tool_calls": 6},
+                 "max_tool_calls": MAX_TOOL_CALLS},
         "rollout": {"mode": "async", "max_in_flight": 128},
         "generator": {"max_batch": 64}, "checkpoint_every": 0, "tensorboard": False})
+
+
+def mixed_examples(cfg: DemoConfig, problems: list[Any], tool_examples: list[dict],
+                   text_examples: list[dict]) -> list[dict]:
+    """The tool model's SFT data: for a seeded ``text_share`` of the problems the text
+    chain-of-thought (under the tool system prompt), for the rest the verified tool
+    trajectory (problems whose trajectory was not verified keep the text one)."""
+    import random
+
+    tools = {r["id"]: r for r in tool_examples}
+    texts = {r["id"]: r for r in text_examples}
+    rng = random.Random(f"agentmath-demo-mix-{cfg.seed}")
+    out = []
+    for p in problems:
+        text = {**texts[p.id], "messages": [{"role": "system", "content": TOOL_SYSTEM},
+                                            *texts[p.id]["messages"][1:]]}
+        out.append(text if rng.random() < cfg.text_share or p.id not in tools else tools[p.id])
+    return out
 
 
 def sft_job(cfg_data: dict[str, Any], examples: list[dict], tokenizer_dir: str,
@@ -129,21 +175,39 @@ def sft_job(cfg_data: dict[str, Any], examples: list[dict], tokenizer_dir: str,
 
 
 def grpo_job(cfg_data: dict[str, Any], start: str, train_file: str, masked: bool,
-             out: str) -> str:
-    """One GRPO run from the tool SFT model (a process of its own); its final model dir."""
+             out: str) -> tuple[str, list[dict[str, Any]]]:
+    """One GRPO run from the tool SFT model (a process of its own): its final model dir and
+    its stage transitions (the ``stage`` events of the run)."""
     from agentmath.rl.trainer import train_rl
 
     cfg = DemoConfig.model_validate(cfg_data)
     result = train_rl(rl_config(cfg, start, Path(train_file), masked=masked), out,
                       resume=False, progress=False)
-    return str(result.final_dir)
+    return str(result.final_dir), [e for e in result.events if e.get("event") == "stage"]
 
 
 def eval_job(cfg_data: dict[str, Any], model_dir: str, system: str, data: str,
-             out: str) -> dict[str, Any]:
-    """Greedy evaluation of one model on the held-out problems (a process of its own)."""
+             out: str, samples: int = 1, temperature: float = 0.0,
+             limit: int | None = None) -> dict[str, Any]:
+    """Evaluation of one model on the held-out problems (a process of its own); greedy with
+    one sample each unless told otherwise. An earlier demo's samples in ``out`` are cleared
+    first: they belong to other models (an evaluation would resume from them)."""
     cfg = DemoConfig.model_validate(cfg_data)
-    return asyncio.run(_evaluate(cfg, model_dir, system, Path(data), Path(out)))
+    if Path(out).exists():
+        shutil.rmtree(out)
+    return asyncio.run(_evaluate(cfg, model_dir, system, Path(data), Path(out),
+                                 samples=samples, temperature=temperature, limit=limit))
+
+
+def headroom_summary(cfg: DemoConfig, greedy: dict[str, Any],
+                     sampled: dict[str, Any]) -> dict[str, Any]:
+    """What GRPO can lift the start to: greedy pass@1 and pass@k at the RL temperature."""
+    k = cfg.headroom_k
+    return {"greedy_pass@1": greedy["avg"]["value"], "k": k,
+            "temperature": cfg.rl_temperature, f"pass@{k}": sampled["pass"][str(k)],
+            "sampled_pass@1": sampled["avg"]["value"],
+            "sampled_tool_calls_per_sample": sampled["tools"]["calls_per_sample"],
+            "problems": sampled["n_problems"]}
 
 
 def run_demo(cfg: DemoConfig, out: Path, save_model_to: Path | None,
@@ -165,32 +229,55 @@ def run_demo(cfg: DemoConfig, out: Path, save_model_to: Path | None,
     tool_examples, by_format = asyncio.run(tool_records(
         train, [FORMAT], system_prompts={FORMAT: TOOL_SYSTEM}))
     text_examples = [text_only_example(p, TEXT_SYSTEM) for p in train]
+    mixed = mixed_examples(cfg, train, tool_examples, text_examples)
     stage("building the tokenizer and two identical tiny models")
     tokenizer = build_tokenizer(corpus_texts(tool_examples + text_examples),
                                 vocab_size=cfg.vocab_size)
     tokenizer.save_pretrained(str(out / "tokenizer"))
     data = cfg.model_dump()
-    stage(f"SFT of the text-only and the tool model side by side ({cfg.steps} steps each)")
+    stage(f"SFT of the text-only and the tool model side by side ({cfg.steps} steps each; the "
+          f"tool model's data: {1 - cfg.text_share:.0%} code, {cfg.text_share:.0%} text)")
     text_dir, tool_dir = run_parallel(sft_job, [
         (data, text_examples, str(out / "tokenizer"), str(out / "model-text-only")),
-        (data, tool_examples, str(out / "tokenizer"), str(out / "model-tool"))])
+        (data, mixed, str(out / "tokenizer"), str(out / "model-tool"))])
     models = {"text-only": text_dir, "tool": tool_dir}
+    test_file = str(out / "test.jsonl")
+    stage(f"the tool model's headroom: greedy on {len(test)} held-out problems, pass@"
+          f"{cfg.headroom_k} at temperature {cfg.rl_temperature} on "
+          f"{min(cfg.headroom_problems, len(test))}")
+    greedy, sampled = run_parallel(eval_job, [
+        (data, tool_dir, TOOL_SYSTEM, test_file, str(out / "run-tool")),
+        (data, tool_dir, TOOL_SYSTEM, test_file, str(out / "headroom"), cfg.headroom_k,
+         cfg.rl_temperature, cfg.headroom_problems)])
+    headroom = headroom_summary(cfg, greedy, sampled)
+    stage(f"headroom: greedy pass@1 {headroom['greedy_pass@1']:.1%}, pass@{cfg.headroom_k} "
+          f"{headroom[f'pass@{cfg.headroom_k}']:.1%} at temperature {cfg.rl_temperature}")
+    transitions: dict[str, list[dict[str, Any]]] = {}
     if cfg.rl_steps:
         stage(f"GRPO from the tool model, tool output masked and NOT masked, side by side "
               f"({cfg.rl_steps} steps of {cfg.rl_prompts} x {cfg.rl_group_size} episodes)")
-        models["tool + grpo"], models["tool + grpo (unmasked)"] = run_parallel(grpo_job, [
+        (masked_dir, masked_ev), (unmasked_dir, unmasked_ev) = run_parallel(grpo_job, [
             (data, tool_dir, str(out / "train.jsonl"), True, str(out / "rl-grpo")),
             (data, tool_dir, str(out / "train.jsonl"), False, str(out / "rl-grpo-unmasked"))])
-    stage(f"evaluating {len(models)} models on {len(test)} held-out problems")
-    jobs = [(data, model_dir, TEXT_SYSTEM if name == "text-only" else TOOL_SYSTEM,
-             str(out / "test.jsonl"), str(out / f"run-{_slug(name)}"))
-            for name, model_dir in models.items()]
-    for job in jobs:  # the models were just trained: an earlier demo's samples are not theirs
-        if Path(job[-1]).exists():  # (an evaluation would resume from them)
-            shutil.rmtree(job[-1])
-    runs = {name: {"metrics": metrics, "model_dir": models[name], "run_dir": Path(job[-1])}
-            for name, metrics, job in zip(models, run_parallel(eval_job, jobs), jobs,
-                                          strict=True)}
+        models["tool + grpo"], models["tool + grpo (unmasked)"] = masked_dir, unmasked_dir
+        transitions = {"tool + grpo": masked_ev, "tool + grpo (unmasked)": unmasked_ev}
+    rest = [name for name in models if name != "tool"]
+    stage(f"evaluating {len(rest)} more models on {len(test)} held-out problems")
+    jobs = [(data, models[name], TEXT_SYSTEM if name == "text-only" else TOOL_SYSTEM,
+             test_file, str(out / f"run-{_slug(name)}")) for name in rest]
+    results = dict(zip(rest, run_parallel(eval_job, jobs), strict=True))
+    results["tool"] = greedy
+    runs = {name: {"metrics": results[name], "model_dir": models[name],
+                   "run_dir": out / f"run-{_slug(name)}"} for name in models}
+    return _finish(cfg, out, save_model_to, stage, runs, transitions, headroom,
+                   by_format[FORMAT], started)
+
+
+def _finish(cfg: DemoConfig, out: Path, save_model_to: Path | None, stage: Stage,
+            runs: dict[str, dict[str, Any]], transitions: dict[str, list[dict[str, Any]]],
+            headroom: dict[str, Any], conversion: dict[str, Any],
+            started: float) -> dict[str, Any]:
+    """Write the report, save the better tool model for ``solve``, write the summary."""
     stage("writing the report")
     from agentmath.report import write_report  # noqa: PLC0415 - heavy (matplotlib)
     from agentmath.report.bundle import report_files  # noqa: PLC0415
@@ -205,8 +292,14 @@ def run_demo(cfg: DemoConfig, out: Path, save_model_to: Path | None,
         if save_model_to.exists():
             shutil.rmtree(save_model_to)
         shutil.copytree(runs[best]["model_dir"], save_model_to)
-    summary = {"models": [summary_row(n, r["metrics"]) for n, r in runs.items()],
-               "conversion": by_format[FORMAT], "config": cfg.model_dump(),
+    rows = []
+    for name, r in runs.items():
+        row = summary_row(name, r["metrics"])
+        if name in transitions:
+            row["stage_transitions"] = transitions[name]
+        rows.append(row)
+    summary = {"models": rows, "headroom": headroom, "conversion": conversion,
+               "config": cfg.model_dump(),
                "report": {"rows": report_paths["rows"], **report_files(report_paths)},
                "tool_model": str(save_model_to) if save_model_to else runs[best]["model_dir"],
                "tool_model_is": best, "seconds": round(time.monotonic() - started, 1)}

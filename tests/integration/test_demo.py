@@ -16,7 +16,7 @@ def toy_config(seed: int = 0):
 
     return DemoConfig(seed=seed, steps=3, train_problems=20, test_problems=5,
                       eval_max_tokens=48, vocab_size=400, batch_size=4, rl_steps=2,
-                      rl_group_size=2, rl_prompts=2)
+                      rl_group_size=2, rl_prompts=2, headroom_k=2)
 
 
 def test_demo_runs_every_stage_and_is_deterministic(tmp_path: Path) -> None:
@@ -28,6 +28,14 @@ def test_demo_runs_every_stage_and_is_deterministic(tmp_path: Path) -> None:
     assert names == ["text-only", "tool", "tool + grpo", "tool + grpo (unmasked)"]
     assert "grpo" in names[2] and "unmasked" in names[3] and "unmasked" not in names[2]
     assert first["conversion"]["kept"] == 20 and not first["conversion"]["dropped"]
+    head = first["headroom"]  # measured before GRPO, on the start model
+    assert head["k"] == 2 and head["problems"] == 5 and 0 <= head["greedy_pass@1"] <= 1
+    assert head["greedy_pass@1"] == first["models"][1]["accuracy"]  # the tool row's greedy run
+    assert 0 <= head["sampled_pass@1"] <= head["pass@2"] <= 1
+    for row in first["models"]:  # GRPO rows say when their budget stage moved on
+        assert ("stage_transitions" in row) == ("grpo" in row["model"])
+        for ev in row.get("stage_transitions", []):
+            assert ev["old"] + 1 == ev["new"] and ev["rate"] >= 0.05
     assert all(m["n"] == 5 for m in first["models"])
     assert (tmp_path / "saved-model" / "config.json").exists()  # solve's default model
     assert Path(first["report"]["viewer"]).exists()

@@ -146,3 +146,22 @@ def test_rl_runs_its_rollouts_on_a_remote_sandbox(tiny_model_dir: Path, tmp_path
                  if line.startswith("agentmath_sandbox_cells_total{"))
     assert result.steps == 2 and calls > 0
     assert served >= calls  # every tool call of every rollout ran on the service
+
+
+def test_a_tight_first_stage_moves_on_in_a_real_run(tiny_model_dir: Path,
+                                                    tmp_path: Path) -> None:
+    """Stage 0 allows 16 model tokens, so most episodes are truncated; the first step's
+    truncation rate passes the threshold, the budgets grow, and the transition is in the
+    result's events and the metrics log (with the stage each step ran in)."""
+    stages = [{"max_total_tokens": 1024, "max_model_tokens": 16, "max_tool_calls": 3},
+              {"max_total_tokens": 1024, "max_model_tokens": 160, "max_tool_calls": 3}]
+    cfg = _config(tiny_model_dir, steps=2, stages={
+        "stages": stages, "truncation_threshold": 0.5, "window": 16})
+    result = train_rl(cfg, tmp_path / "run", progress=False)
+    moves = [e for e in result.events if e["event"] == "stage"]
+    assert len(moves) == 1 and (moves[0]["old"], moves[0]["new"], moves[0]["step"]) == (0, 1, 1)
+    assert moves[0]["rate"] >= 0.5 and moves[0]["budgets"]["max_model_tokens"] == 160
+    rows = read_metrics(result.metrics)
+    assert [r["stage"] for r in rows] == [1, 1]  # logged after the step's observation
+    assert rows[0]["truncation_rate"] >= 0.5 and rows[0]["events"][0]["event"] == "stage"
+    assert rows[1]["truncation_rate"] < rows[0]["truncation_rate"]
