@@ -36,8 +36,9 @@ def _render(summary: dict[str, Any]) -> None:
                           f"{ev['step']} (truncation rate {ev['rate']:.1%}; tool calls "
                           f"{ev['budgets']['max_tool_calls']})")
     conv = summary["conversion"]
-    console.print(f"code injection: {conv['kept']} verified tool trajectories kept, dropped "
-                  f"{conv['dropped'] or 'none'}; total time {summary['seconds']:.0f} s")
+    console.print(f"the tool model's SFT data: {conv['kept']} verified tool trajectories "
+                  f"(dropped {conv['dropped'] or 'none'}) and {conv.get('text', 0)} text "
+                  f"chain-of-thoughts; total time {summary['seconds']:.0f} s")
     console.print(f"report: {summary['report'].get('viewer')} (and plots beside it)")
     console.print(f"tool model saved to {summary['tool_model']} (the default for "
                   "`agentmath solve`)")

@@ -141,24 +141,6 @@ def rl_config(cfg: DemoConfig, model_dir: str, train_file: Path, *, masked: bool
         "generator": {"max_batch": 64}, "checkpoint_every": 0, "tensorboard": False})
 
 
-def mixed_examples(cfg: DemoConfig, problems: list[Any], tool_examples: list[dict],
-                   text_examples: list[dict]) -> list[dict]:
-    """The tool model's SFT data: for a seeded ``text_share`` of the problems the text
-    chain-of-thought (under the tool system prompt), for the rest the verified tool
-    trajectory (problems whose trajectory was not verified keep the text one)."""
-    import random
-
-    tools = {r["id"]: r for r in tool_examples}
-    texts = {r["id"]: r for r in text_examples}
-    rng = random.Random(f"agentmath-demo-mix-{cfg.seed}")
-    out = []
-    for p in problems:
-        text = {**texts[p.id], "messages": [{"role": "system", "content": TOOL_SYSTEM},
-                                            *texts[p.id]["messages"][1:]]}
-        out.append(text if rng.random() < cfg.text_share or p.id not in tools else tools[p.id])
-    return out
-
-
 def sft_job(cfg_data: dict[str, Any], examples: list[dict], tokenizer_dir: str,
             out: str) -> str:
     """One SFT run of a fresh tiny model (a process of its own); its final model dir."""
@@ -216,7 +198,12 @@ def run_demo(cfg: DemoConfig, out: Path, save_model_to: Path | None,
     from agentmath.data.synthetic import to_task_rows
     from agentmath.jsonl import write_jsonl
     from agentmath.models.tiny import build_tokenizer
-    from agentmath.recipes.tool_model import corpus_texts, make_problems, tool_records
+    from agentmath.recipes.tool_model import (
+        corpus_texts,
+        make_problems,
+        text_problem_ids,
+        tool_records,
+    )
     from agentmath.synth.inject import text_only_example
 
     started = time.monotonic()
@@ -225,13 +212,16 @@ def run_demo(cfg: DemoConfig, out: Path, save_model_to: Path | None,
     train, test = make_problems(cfg.seed, cfg.train_problems, cfg.test_problems, cfg.max_digits)
     write_jsonl(to_task_rows(test), out / "test.jsonl")
     write_jsonl(to_task_rows(train), out / "train.jsonl")
-    stage(f"code injection: executing {len(train)} trajectories in the sandbox")
-    tool_examples, by_format = asyncio.run(tool_records(
-        train, [FORMAT], system_prompts={FORMAT: TOOL_SYSTEM}))
+    # the tool model's data: a seeded text_share of the problems as text chain-of-thought
+    # (under the tool system prompt), the rest as verified tool trajectories
+    text_ids = text_problem_ids(train, cfg.text_share, cfg.seed)
+    stage(f"code injection: executing {len(train) - len(text_ids)} trajectories in the "
+          f"sandbox ({len(text_ids)} more problems stay text chain-of-thought)")
+    mixed, by_format = asyncio.run(tool_records(
+        train, [FORMAT], system_prompts={FORMAT: TOOL_SYSTEM}, text_ids=text_ids))
     text_examples = [text_only_example(p, TEXT_SYSTEM) for p in train]
-    mixed = mixed_examples(cfg, train, tool_examples, text_examples)
     stage("building the tokenizer and two identical tiny models")
-    tokenizer = build_tokenizer(corpus_texts(tool_examples + text_examples),
+    tokenizer = build_tokenizer(corpus_texts(mixed + text_examples),
                                 vocab_size=cfg.vocab_size)
     tokenizer.save_pretrained(str(out / "tokenizer"))
     data = cfg.model_dump()

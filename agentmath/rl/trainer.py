@@ -278,7 +278,8 @@ def _generators(run: _Run) -> None:
         from agentmath.rl.sync import InProcessSync
 
         run.backend = HFBackend(run.unwrapped, run.tokenizer, max_batch=cfg.generator.max_batch,
-                                continuous=cfg.generator.continuous)
+                                continuous=cfg.generator.continuous,
+                                gather_s=cfg.generator.gather_s)
         run.sync = InProcessSync(run.backend.model)
         return
     from agentmath.backends import make_backend

@@ -47,3 +47,22 @@ def test_ray_eval_benchmark_json(tiny_model_dir: Path) -> None:
     assert report["samples"] == 12
     assert set(report["runs"]) == {"local", "1", "3"}
     assert all(r["steady_rate"] > 0 for r in report["runs"].values())
+
+
+def test_rl_step_benchmark_json(tiny_model_dir: Path, tmp_path: Path) -> None:
+    """benchmarks/rl_step.py --quick --json: one JSON object, a row per generator, each with
+    its timed steps (the test model stands in for the demo's)."""
+    import json
+
+    env = {"PATH": "/usr/bin:/bin", "OMP_NUM_THREADS": "1"}
+    env.update({k: os.environ[k] for k in ("HOME", "AGENTMATH_TEST_CACHE") if k in os.environ})
+    proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "rl_step.py"), "--quick",
+                           "--json", "--model", str(tiny_model_dir), "--out", str(tmp_path)],
+                          capture_output=True, text=True, timeout=600, cwd=str(ROOT), env=env)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = json.loads(proc.stdout)
+    assert [r["generator"] for r in out["results"]] == [
+        "gathered, no wait", "gathered, wait", "continuous"]
+    for r in out["results"]:
+        assert r["steps"] == 2 and r["step_s"] > 0 and r["model_tokens_per_step"] > 0
+    assert out["results"][0]["speedup"] == 1.0

@@ -27,7 +27,9 @@ def test_demo_runs_every_stage_and_is_deterministic(tmp_path: Path) -> None:
     names = [m["model"] for m in first["models"]]
     assert names == ["text-only", "tool", "tool + grpo", "tool + grpo (unmasked)"]
     assert "grpo" in names[2] and "unmasked" in names[3] and "unmasked" not in names[2]
-    assert first["conversion"]["kept"] == 20 and not first["conversion"]["dropped"]
+    conversion = first["conversion"]  # the tool model's mixture: verified code, or text
+    assert conversion["kept"] + conversion["text"] == 20 and not conversion["dropped"]
+    assert conversion["text"] > 0 and conversion["kept"] > 0
     head = first["headroom"]  # measured before GRPO, on the start model
     assert head["k"] == 2 and head["problems"] == 5 and 0 <= head["greedy_pass@1"] <= 1
     assert head["greedy_pass@1"] == first["models"][1]["accuracy"]  # the tool row's greedy run
