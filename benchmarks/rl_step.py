@@ -66,7 +66,8 @@ def start_model(args: argparse.Namespace) -> tuple[Path, Path]:
                           vocab_size=demo.vocab_size, text_share=demo.text_share)
     train, _ = make_problems(cfg.seed, cfg.train_problems, cfg.test_problems, cfg.max_digits)
     args.out.mkdir(parents=True, exist_ok=True)
-    data = write_jsonl(to_task_rows(train), args.out / "train.jsonl")
+    data = args.out / "train.jsonl"
+    write_jsonl(to_task_rows(train), data)
     if args.model is not None:
         return args.model, data
     root = cached_tool_model(cfg, args.out / "models",

@@ -21,6 +21,7 @@ import json
 import random
 import shutil
 import time
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -77,6 +78,10 @@ class SFTConfig(StrictModel):
     log_every: int = Field(1, ge=1, le=10**8, description="Steps per loss.jsonl record.")
     device: str = Field("auto", min_length=1, description="'auto' (cuda if any), 'cpu', ...")
     bf16: bool = Field(False, description="bfloat16 autocast (weights, optimizer stay fp32).")
+    group_by_length: int = Field(0, ge=0, le=4096, description=(
+        "Batches of similar length: each epoch's shuffled order is cut into windows of this "
+        "many batches, sorted by length inside a window, and the window's batches shuffled "
+        "(less padding: faster steps on mixed lengths); 0: off."))
 
 
 @dataclass
@@ -211,19 +216,39 @@ def masked_lm_loss(logits: Any, labels: Any, loss_mask: Any = None,
     return total if reduction == "sum" else total / count
 
 
-def _step_indices(step: int, n: int, config: SFTConfig, orders: dict[int, list[int]]
-                  ) -> list[list[int]]:
+def epoch_order(n: int, epoch: int, config: SFTConfig,
+                lengths: Sequence[int] | None = None) -> list[int]:
+    """The example order of one epoch: a permutation seeded by (seed, epoch); with
+    ``group_by_length`` windows of that many batches are sorted by length and their batches
+    shuffled (seeded too), so that a batch pads little (HF Trainer's group_by_length)."""
+    order = random.Random(f"{config.seed}:{epoch}").sample(range(n), n)
+    window = config.group_by_length * config.batch_size
+    if not window or lengths is None:
+        return order
+    rng = random.Random(f"{config.seed}:{epoch}:lengths")
+    grouped: list[int] = []
+    for start in range(0, n, window):
+        chunk = sorted(order[start:start + window], key=lambda i: lengths[i])
+        batches = [chunk[i:i + config.batch_size]
+                   for i in range(0, len(chunk), config.batch_size)]
+        rng.shuffle(batches)
+        grouped += [i for batch in batches for i in batch]
+    return grouped
+
+
+def _step_indices(step: int, n: int, config: SFTConfig, orders: dict[int, list[int]],
+                  lengths: Sequence[int] | None = None) -> list[list[int]]:
     """Example indices of each micro-batch of optimizer step ``step`` (1-based).
 
-    The data is a stream of epochs, each a permutation seeded by (seed, epoch): the indices
-    of a step depend on nothing but the step, which is what makes resume exact.
+    The data is a stream of epochs, each in :func:`epoch_order`: the indices of a step depend
+    on nothing but the step, which is what makes resume exact.
     """
     per_step, picked = config.batch_size * config.grad_accum, []
     for pos in range((step - 1) * per_step, step * per_step):
         epoch = pos // n
         if epoch not in orders:
             orders.clear()  # keep one epoch's order in memory
-            orders[epoch] = random.Random(f"{config.seed}:{epoch}").sample(range(n), n)
+            orders[epoch] = epoch_order(n, epoch, config, lengths)
         picked.append(orders[epoch][pos % n])
     return [picked[i:i + config.batch_size] for i in range(0, per_step, config.batch_size)]
 
@@ -308,13 +333,15 @@ def train_sft(config: SFTConfig, data: str | Path | list[dict[str, Any]], model:
     pad_id = run["tokenizer"].eos_token_id if pad_id is None else pad_id  # masked anyway
     step, tokens, last_loss = state["step"], state["tokens"], state["loss"]
     orders: dict[int, list[int]] = {}
+    lengths = [len(ids) for ids, _ in run["encoded"]]
     log, window = out_dir / "loss.jsonl", [0.0, 0]  # token-weighted loss since last record
     bar, task = progress_bar("sft", progress, config.max_steps, step)
     with bar, log.open("a", encoding="utf-8", buffering=1) as log_file:
         while step < config.max_steps and (stop_after is None or step < stop_after):
             step += 1
             batches = [collate([run["encoded"][i] for i in idx], pad_id)
-                       for idx in _step_indices(step, len(run["encoded"]), config, orders)]
+                       for idx in _step_indices(step, len(run["encoded"]), config, orders,
+                                                lengths)]
             last_loss, n, lr = _train_step(model, batches, run["optimizer"], run["scheduler"],
                                            config, device)
             tokens += n
