@@ -141,9 +141,12 @@ def rl_config(cfg: DemoConfig, model_dir: str, train_file: Path, *, masked: bool
         "generator": {"max_batch": 64}, "checkpoint_every": 0, "tensorboard": False})
 
 
-def sft_job(cfg_data: dict[str, Any], examples: list[dict], tokenizer_dir: str,
-            out: str) -> str:
-    """One SFT run of a fresh tiny model (a process of its own); its final model dir."""
+def sft_job(cfg_data: dict[str, Any], examples: list[dict], tokenizer_dir: str, out: str,
+            evaluate: tuple[str, str, str] | None = None) -> tuple[str, dict[str, Any] | None]:
+    """One SFT run of a fresh tiny model (a process of its own): its final model dir, and,
+    with ``evaluate`` = (system prompt, data, run dir), its greedy evaluation right after
+    training (the text-only model's: it trains faster than the tool model, so its evaluation
+    uses the core that would otherwise wait)."""
     import transformers
 
     from agentmath.recipes.tool_model import train_model
@@ -153,7 +156,11 @@ def sft_job(cfg_data: dict[str, Any], examples: list[dict], tokenizer_dir: str,
     result = train_model(examples, tokenizer, Path(out), size=cfg.model_size, steps=cfg.steps,
                          batch_size=cfg.batch_size, learning_rate=cfg.learning_rate,
                          max_length=cfg.max_length, seed=cfg.seed, progress=False)
-    return str(result.final_dir)
+    metrics = None
+    if evaluate is not None:
+        system, data, run_dir = evaluate
+        metrics = eval_job(cfg_data, str(result.final_dir), system, data, run_dir)
+    return str(result.final_dir), metrics
 
 
 def grpo_job(cfg_data: dict[str, Any], start: str, train_file: str, masked: bool,
@@ -227,11 +234,12 @@ def run_demo(cfg: DemoConfig, out: Path, save_model_to: Path | None,
     data = cfg.model_dump()
     stage(f"SFT of the text-only and the tool model side by side ({cfg.steps} steps each; the "
           f"tool model's data: {1 - cfg.text_share:.0%} code, {cfg.text_share:.0%} text)")
-    text_dir, tool_dir = run_parallel(sft_job, [
-        (data, text_examples, str(out / "tokenizer"), str(out / "model-text-only")),
+    test_file = str(out / "test.jsonl")
+    (text_dir, text_metrics), (tool_dir, _) = run_parallel(sft_job, [
+        (data, text_examples, str(out / "tokenizer"), str(out / "model-text-only"),
+         (TEXT_SYSTEM, test_file, str(out / "run-text-only"))),
         (data, mixed, str(out / "tokenizer"), str(out / "model-tool"))])
     models = {"text-only": text_dir, "tool": tool_dir}
-    test_file = str(out / "test.jsonl")
     stage(f"the tool model's headroom: greedy on {len(test)} held-out problems, pass@"
           f"{cfg.headroom_k} at temperature {cfg.rl_temperature} on "
           f"{min(cfg.headroom_problems, len(test))}")
@@ -251,12 +259,13 @@ def run_demo(cfg: DemoConfig, out: Path, save_model_to: Path | None,
             (data, tool_dir, str(out / "train.jsonl"), False, str(out / "rl-grpo-unmasked"))])
         models["tool + grpo"], models["tool + grpo (unmasked)"] = masked_dir, unmasked_dir
         transitions = {"tool + grpo": masked_ev, "tool + grpo (unmasked)": unmasked_ev}
-    rest = [name for name in models if name != "tool"]
-    stage(f"evaluating {len(rest)} more models on {len(test)} held-out problems")
-    jobs = [(data, models[name], TEXT_SYSTEM if name == "text-only" else TOOL_SYSTEM,
-             test_file, str(out / f"run-{_slug(name)}")) for name in rest]
-    results = dict(zip(rest, run_parallel(eval_job, jobs), strict=True))
-    results["tool"] = greedy
+    rest = [name for name in models if name not in ("tool", "text-only")]
+    results = {"text-only": text_metrics, "tool": greedy}
+    if rest:
+        stage(f"evaluating {len(rest)} more models on {len(test)} held-out problems")
+        jobs = [(data, models[name], TOOL_SYSTEM, test_file, str(out / f"run-{_slug(name)}"))
+                for name in rest]
+        results.update(zip(rest, run_parallel(eval_job, jobs), strict=True))
     runs = {name: {"metrics": results[name], "model_dir": models[name],
                    "run_dir": out / f"run-{_slug(name)}"} for name in models}
     return _finish(cfg, out, save_model_to, stage, runs, transitions, headroom,
