@@ -163,5 +163,6 @@ def test_a_tight_first_stage_moves_on_in_a_real_run(tiny_model_dir: Path,
     assert moves[0]["rate"] >= 0.5 and moves[0]["budgets"]["max_model_tokens"] == 160
     rows = read_metrics(result.metrics)
     assert [r["stage"] for r in rows] == [1, 1]  # logged after the step's observation
-    assert rows[0]["truncation_rate"] >= 0.5 and rows[0]["events"][0]["event"] == "stage"
+    assert rows[0]["truncation_rate"] >= 0.5  # (all truncated: its groups may carry no signal)
+    assert [e["event"] for e in rows[0]["events"] if e["event"] == "stage"] == ["stage"]
     assert rows[1]["truncation_rate"] < rows[0]["truncation_rate"]
