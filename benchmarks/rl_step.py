@@ -9,9 +9,8 @@ tokens, up to 6 tool calls, async rollouts on the in-process model, one CPU thre
 ``--steps`` steps from the same start model once per generator, one after the other in this
 process:
 
-* ``gathered, no wait``: the generator before continuous batching, as it was (a batch takes
-  what is queued when its first request arrives, and runs to its longest row);
-* ``gathered, wait``: the same with the gather window (a batch waits while requests arrive);
+* ``gathered``: the generator before continuous batching (a batch takes what is queued when
+  its first request arrives, and runs to its longest row);
 * ``continuous``: continuous batching (``agentmath/backends/hf_continuous.py``): episodes
   waiting for the model share one decode batch whatever turn they are in.
 
@@ -43,8 +42,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import print_table  # noqa: E402
 
 GENERATORS = {  # name -> GeneratorConfig overrides
-    "gathered, no wait": {"continuous": False, "gather_s": 0.0},
-    "gathered, wait": {"continuous": False},
+    "gathered": {"continuous": False},
     "continuous": {"continuous": True},
 }
 
@@ -88,7 +86,7 @@ def run_generator(name: str, model: Path, data: Path, args: argparse.Namespace) 
         cfg = cfg.model_copy(update={"prompts_per_step": 2, "group_size": 4})
     rows: list[Any] = []
     started = time.monotonic()
-    train_rl(cfg, args.out / f"run-{name.replace(', ', '-').replace(' ', '-')}",
+    train_rl(cfg, args.out / f"run-{name}",
              progress=False, resume=False, on_step=rows.append)
     timed = rows[1:] or rows
     # every sample generated in the step (trained, dropped or filtered): samples_per_s is

@@ -6,8 +6,8 @@ enough on a CPU to evaluate hundreds of samples. Two ways:
 * ``continuous=True`` (the default): continuous batching, :mod:`~agentmath.backends.hf_continuous`:
   one running decode batch that a request joins at the next step and leaves as soon as it ends,
   whatever turn of its episode it is in; sampling is seeded per request.
-* ``continuous=False``: queued requests of the same shape are gathered (a short window, see
-  ``_gather``) into one left-padded ``model.generate`` call that runs to its longest row.
+* ``continuous=False``: the requests queued when a call starts that have the same shape are
+  generated together in one left-padded ``model.generate`` call that runs to its longest row.
 
 Either way each row is cut at its own stop string or end-of-turn token; the ids returned are the
 ids sampled, including a last token that may run past the stop string.
@@ -55,8 +55,7 @@ class HFBackend:
     name = "hf"
 
     def __init__(self, model: Any, tokenizer: Any = None, *, max_batch: int = 32,
-                 device: str | None = None, gather_s: float = 0.004,
-                 gather_rounds: int = 25, continuous: bool = True) -> None:
+                 device: str | None = None, continuous: bool = True) -> None:
         self.torch = require("torch", "train")
         transformers = require("transformers", "train")
         if isinstance(model, str):
@@ -72,10 +71,6 @@ class HFBackend:
         self.model = model.to(self.device).eval()
         self.tokenizer = tokenizer
         self.max_batch = max_batch
-        # A batch waits for more requests while they keep coming, in steps of gather_s, at most
-        # gather_rounds steps (see _gather); 0 takes what is queued at the first arrival.
-        self.gather_s = gather_s
-        self.gather_rounds = gather_rounds
         self.eos_ids = self._eos_ids()
         self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None \
             else self.eos_ids[0]
@@ -125,7 +120,7 @@ class HFBackend:
         assert self._queue is not None
         while True:
             first = await self._queue.get()
-            await self._gather()
+            await asyncio.sleep(0)  # let concurrent callers enqueue, then batch them
             batch, rest = [first], []
             while not self._queue.empty() and len(batch) < self.max_batch:
                 req = self._queue.get_nowait()
@@ -142,26 +137,6 @@ class HFBackend:
             for req, out in zip(batch, outs, strict=True):
                 if not req.future.done():
                     req.future.set_result(out)
-
-    async def _gather(self) -> None:
-        """Wait while requests keep arriving, so that one call generates them all.
-
-        Episodes that leave a batch together run their tool calls at once and come back within
-        milliseconds of each other, whatever turn each is in; taking only what was queued at
-        the first arrival split them into many small ``generate`` calls, each paying the
-        per-token cost of the whole model (measured: a GRPO step of the demo 18-46 s for ~17k
-        tokens that one batched call generates at ~3,800 tokens/s). The wait ends after
-        ``gather_s`` with no new arrival, or when the batch is full."""
-        assert self._queue is not None
-        await asyncio.sleep(0)  # callers already scheduled enqueue first
-        if self.gather_s <= 0:
-            return
-        seen = -1
-        for _ in range(self.gather_rounds):
-            if self._queue.qsize() + 1 >= self.max_batch or self._queue.qsize() == seen:
-                return
-            seen = self._queue.qsize()
-            await asyncio.sleep(self.gather_s)
 
     def _generate_batch(self, batch: list[_Request]) -> list[Generation]:
         torch = self.torch

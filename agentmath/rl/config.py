@@ -113,9 +113,6 @@ class GeneratorConfig(StrictModel):
         "hf: continuous batching (a request joins the running decode batch at the next step "
         "and leaves it when it ends, whatever turn it is in); false: gathered generate calls "
         "that run to their longest row."))
-    gather_s: float = Field(0.004, ge=0, le=1, description=(
-        "hf, continuous false: a gathered call waits while requests keep arriving, in steps "
-        "of this many seconds (0: it takes what is queued at the first arrival)."))
     http_timeout_s: float = Field(600.0, gt=0, le=86_400, description="openai: per request.")
 
 

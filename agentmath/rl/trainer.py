@@ -278,8 +278,7 @@ def _generators(run: _Run) -> None:
         from agentmath.rl.sync import InProcessSync
 
         run.backend = HFBackend(run.unwrapped, run.tokenizer, max_batch=cfg.generator.max_batch,
-                                continuous=cfg.generator.continuous,
-                                gather_s=cfg.generator.gather_s)
+                                continuous=cfg.generator.continuous)
         run.sync = InProcessSync(run.backend.model)
         return
     from agentmath.backends import make_backend

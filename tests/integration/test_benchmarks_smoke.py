@@ -61,8 +61,7 @@ def test_rl_step_benchmark_json(tiny_model_dir: Path, tmp_path: Path) -> None:
                           capture_output=True, text=True, timeout=600, cwd=str(ROOT), env=env)
     assert proc.returncode == 0, proc.stderr[-3000:]
     out = json.loads(proc.stdout)
-    assert [r["generator"] for r in out["results"]] == [
-        "gathered, no wait", "gathered, wait", "continuous"]
+    assert [r["generator"] for r in out["results"]] == ["gathered", "continuous"]
     for r in out["results"]:
         assert r["steps"] == 2 and r["step_s"] > 0 and r["model_tokens_per_step"] > 0
     assert out["results"][0]["speedup"] == 1.0
