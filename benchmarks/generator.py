@@ -9,12 +9,14 @@ temperature 1 with logprobs, as GRPO does. Rows:
 
 * ``model.generate``: all requests in one call (left-padded), run to the longest row: what
   the CPU can do when every request arrives at once and nothing waits for a tool.
-* ``HFBackend continuous=False`` / ``continuous=True``: the same requests sent concurrently.
+* ``HFBackend, gathered`` / ``continuous``: the same requests sent concurrently.
 * ``multi-turn``: each request is an episode of 3 turns with a 2-20 ms pause after each (a
   simulated tool call); a turn's budget is drawn between a quarter and 1.75x of a third of
   ``--max-tokens`` (turns end at their own stop strings); the next turn's prompt is the last
   one, the sampled ids and 16 "tool output" ids. Episodes come back at different times, so a
-  gathered call runs to its longest row while the others wait.
+  gathered call runs to its longest row while the others wait. Three generators: gathered
+  calls, continuous batching that prefills each turn's whole prompt, and continuous batching
+  with the prefix cache (the default: a turn prefills only the tool output).
 
 Each row is the best of ``--repeats`` runs (the CPU may be shared); tokens/s counts the tokens
 generated up to each row's end (an end-of-turn token can come early from random weights).
@@ -106,16 +108,23 @@ def plain_generate(s: Setup) -> Result:
     return Result("model.generate (one call)", tokens, seconds)
 
 
-def _backend(s: Setup, continuous: bool) -> Any:
+MODES = {  # row name -> HFBackend settings
+    "gathered": {"continuous": False},
+    "continuous": {"continuous": True, "prefix_cache_rows": 0},
+    "continuous + prefix cache": {"continuous": True},  # the default
+}
+
+
+def _backend(s: Setup, mode: str) -> Any:
     from agentmath.backends.hf import HFBackend
 
     return HFBackend(s.model, s.tokenizer, max_batch=len(s.prompts), device="cpu",
-                     continuous=continuous)
+                     **MODES[mode])
 
 
-async def _timed(s: Setup, continuous: bool,
+async def _timed(s: Setup, mode: str,
                  episode: Callable[[Any, int], Awaitable[int]]) -> tuple[int, float]:
-    backend = _backend(s, continuous)
+    backend = _backend(s, mode)
     try:
         await backend.generate(s.prompts[0][:8], stop=(), max_tokens=2,
                                sampling=_sampling(0))  # starts the model thread
@@ -126,18 +135,18 @@ async def _timed(s: Setup, continuous: bool,
         await backend.aclose()
 
 
-def one_turn(s: Setup, continuous: bool) -> Result:
+def one_turn(s: Setup, mode: str) -> Result:
     """Every prompt sent at once, one generate call each."""
     async def episode(backend: Any, i: int) -> int:
         out = await backend.generate(s.prompts[i], stop=("</code>",),
                                      max_tokens=s.max_tokens, sampling=_sampling(i))
         return len(out.token_ids)
 
-    tokens, seconds = asyncio.run(_timed(s, continuous, episode))
-    return Result(f"HFBackend continuous={continuous}", tokens, seconds)
+    tokens, seconds = asyncio.run(_timed(s, mode, episode))
+    return Result(f"HFBackend, {mode}", tokens, seconds)
 
 
-def multi_turn(s: Setup, continuous: bool) -> Result:
+def multi_turn(s: Setup, mode: str) -> Result:
     """Episodes of ``s.turns`` turns of varied length, a 2-20 ms simulated tool call after
     each (the same budgets and pauses for either backend)."""
     per_turn = max(1, s.max_tokens // s.turns)
@@ -153,8 +162,8 @@ def multi_turn(s: Setup, continuous: bool) -> Result:
             prompt += out.token_ids + s.tool_ids
         return tokens
 
-    tokens, seconds = asyncio.run(_timed(s, continuous, episode))
-    return Result(f"multi-turn x{s.turns}, continuous={continuous}", tokens, seconds)
+    tokens, seconds = asyncio.run(_timed(s, mode, episode))
+    return Result(f"multi-turn x{s.turns}, {mode}", tokens, seconds)
 
 
 def best(repeats: int, runs: list[Callable[[], Result]]) -> list[Result]:
@@ -187,8 +196,9 @@ def main(argv: list[str] | None = None) -> int:
     torch.set_num_threads(1)
     s = build(args.requests, args.prompt_len, args.max_tokens)
     rows = best(args.repeats, [
-        lambda: plain_generate(s), lambda: one_turn(s, False), lambda: one_turn(s, True),
-        lambda: multi_turn(s, False), lambda: multi_turn(s, True)])
+        lambda: plain_generate(s), lambda: one_turn(s, "gathered"),
+        lambda: one_turn(s, "continuous"),
+        *(lambda m=m: multi_turn(s, m) for m in MODES)])
     base = rows[0].tokens / rows[0].seconds
     print_table(
         f"{args.requests} requests, {args.prompt_len}-token prompts, {args.max_tokens} new "

@@ -12,7 +12,11 @@ process:
 * ``gathered``: the generator before continuous batching (a batch takes what is queued when
   its first request arrives, and runs to its longest row);
 * ``continuous``: continuous batching (``agentmath/backends/hf_continuous.py``): episodes
-  waiting for the model share one decode batch whatever turn they are in.
+  waiting for the model share one decode batch whatever turn they are in; every turn's prompt
+  prefilled whole;
+* ``continuous + prefix cache`` (the default): a finished turn's KV cache is kept for the
+  episode's next turn, which prefills only the tool output and the next turn's header
+  (``agentmath/backends/hf_prefix.py``).
 
 Reported per generator: mean seconds per step over the steps after the first (the first also
 warms caches), its rollout and update parts, model tokens generated per step and per second
@@ -43,7 +47,8 @@ from _common import print_table  # noqa: E402
 
 GENERATORS = {  # name -> GeneratorConfig overrides
     "gathered": {"continuous": False},
-    "continuous": {"continuous": True},
+    "continuous": {"continuous": True, "prefix_cache_rows": 0},
+    "continuous + prefix cache": {"continuous": True, "prefix_cache_rows": 64},
 }
 
 
@@ -86,7 +91,7 @@ def run_generator(name: str, model: Path, data: Path, args: argparse.Namespace) 
         cfg = cfg.model_copy(update={"prompts_per_step": 2, "group_size": 4})
     rows: list[Any] = []
     started = time.monotonic()
-    train_rl(cfg, args.out / f"run-{name}",
+    train_rl(cfg, args.out / f"run-{name.replace(' + ', '-').replace(' ', '-')}",
              progress=False, resume=False, on_step=rows.append)
     timed = rows[1:] or rows
     # every sample generated in the step (trained, dropped or filtered): samples_per_s is

@@ -50,12 +50,15 @@ class HFBackend:
     """Generate with ``transformers`` from a model directory or loaded objects.
 
     ``max_batch`` bounds the rows generated together; ``continuous`` chooses continuous
-    batching (default) or the gathered ``generate`` calls (see the module docstring)."""
+    batching (default) or the gathered ``generate`` calls (see the module docstring);
+    ``prefix_cache_rows`` (continuous only) finished generations keep their KV cache for the
+    next turn of their episode (0: off)."""
 
     name = "hf"
 
     def __init__(self, model: Any, tokenizer: Any = None, *, max_batch: int = 32,
-                 device: str | None = None, continuous: bool = True) -> None:
+                 device: str | None = None, continuous: bool = True,
+                 prefix_cache_rows: int = 64) -> None:
         self.torch = require("torch", "train")
         transformers = require("transformers", "train")
         if isinstance(model, str):
@@ -83,7 +86,8 @@ class HFBackend:
         self._thread: concurrent.futures.ThreadPoolExecutor | None = None
         self._batcher = ContinuousBatcher(
             self.model, tokenizer, eos_ids=self.eos_ids, pad_id=self.pad_id, device=self.device,
-            max_batch=max_batch, run=self.run_on_model_thread) if continuous else None
+            max_batch=max_batch, run=self.run_on_model_thread,
+            prefix_rows=prefix_cache_rows) if continuous else None
 
     def _eos_ids(self) -> list[int]:
         ids = self.model.generation_config.eos_token_id

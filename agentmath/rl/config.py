@@ -113,6 +113,10 @@ class GeneratorConfig(StrictModel):
         "hf: continuous batching (a request joins the running decode batch at the next step "
         "and leaves it when it ends, whatever turn it is in); false: gathered generate calls "
         "that run to their longest row."))
+    prefix_cache_rows: int = Field(64, ge=0, le=65_536, description=(
+        "hf, continuous: finished generations whose KV cache is kept for the next turn of "
+        "their episode, which then prefills only the tool output and the new turn's header "
+        "(0: off; emptied after every weight update)."))
     http_timeout_s: float = Field(600.0, gt=0, le=86_400, description="openai: per request.")
 
 

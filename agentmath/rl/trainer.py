@@ -278,7 +278,8 @@ def _generators(run: _Run) -> None:
         from agentmath.rl.sync import InProcessSync
 
         run.backend = HFBackend(run.unwrapped, run.tokenizer, max_batch=cfg.generator.max_batch,
-                                continuous=cfg.generator.continuous)
+                                continuous=cfg.generator.continuous,
+                                prefix_cache_rows=cfg.generator.prefix_cache_rows)
         run.sync = InProcessSync(run.backend.model)
         return
     from agentmath.backends import make_backend

@@ -19,7 +19,7 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-from agentmath.backends import hf_continuous  # noqa: E402
+from agentmath.backends import hf_decode  # noqa: E402
 from agentmath.backends.base import Generation, SamplingParams  # noqa: E402
 from agentmath.backends.hf import HFBackend, _Request  # noqa: E402
 from agentmath.backends.hf_sampling import BatchSampling, RowRandom, sample  # noqa: E402
@@ -86,13 +86,13 @@ async def _staggered(backend: HFBackend, requests: Sequence[Request],
 def admissions(monkeypatch: pytest.MonkeyPatch) -> list[tuple[int, int]]:
     """(rows running, rows admitted) at every call into the decode batch."""
     seen: list[tuple[int, int]] = []
-    advance = hf_continuous._DecodeBatch.advance
+    advance = hf_decode.DecodeBatch.advance
 
     def spy(self: Any, admit: list[Any], drop: list[Any], steps: int) -> Any:
         seen.append((len(self.rows), len(admit)))
         return advance(self, admit, drop, steps)
 
-    monkeypatch.setattr(hf_continuous._DecodeBatch, "advance", spy)
+    monkeypatch.setattr(hf_decode.DecodeBatch, "advance", spy)
     return seen
 
 
@@ -198,14 +198,14 @@ def test_sampling_cuts_to_top_k_and_top_p() -> None:
 def test_a_failing_request_fails_alone(tok: Any, model: Any, prompts: list[list[int]],
                                        monkeypatch: pytest.MonkeyPatch) -> None:
     bad = [7] * 9
-    prefill = hf_continuous._DecodeBatch._prefill
+    prefill = hf_decode.DecodeBatch._prefill
 
-    def failing(self: Any, rows: list[Any]) -> Any:
+    def failing(self: Any, rows: list[Any], hits: Any) -> Any:
         if any(r.prompt == bad for r in rows):
             raise RuntimeError("injected prefill failure")
-        return prefill(self, rows)
+        return prefill(self, rows, hits)
 
-    monkeypatch.setattr(hf_continuous._DecodeBatch, "_prefill", failing)
+    monkeypatch.setattr(hf_decode.DecodeBatch, "_prefill", failing)
     good = [(p, (), 15, GREEDY) for p in prompts[:3]]
     want = asyncio.run(_one_at_a_time(HFBackend(model, tok, max_batch=1, continuous=False),
                                       good))
@@ -229,7 +229,7 @@ def test_a_failing_request_fails_alone(tok: Any, model: Any, prompts: list[list[
 def test_a_failing_step_fails_its_rows_and_the_loop_goes_on(
         tok: Any, model: Any, prompts: list[list[int]],
         monkeypatch: pytest.MonkeyPatch) -> None:
-    step = hf_continuous._DecodeBatch._step
+    step = hf_decode.DecodeBatch._step
     calls = {"n": 0}
 
     def failing(self: Any) -> Any:
@@ -247,7 +247,7 @@ def test_a_failing_step_fails_its_rows_and_the_loop_goes_on(
                 self.model.forward = raise_in
         return step(self)
 
-    monkeypatch.setattr(hf_continuous._DecodeBatch, "_step", failing)
+    monkeypatch.setattr(hf_decode.DecodeBatch, "_step", failing)
 
     async def run() -> tuple[list[Any], Generation]:
         backend = HFBackend(model, tok, max_batch=8)
@@ -300,3 +300,113 @@ def test_a_lora_model_decodes_as_generate_does(tok: Any, prompts: list[list[int]
     want = _cut_alone(lora, tok, requests)
     got = asyncio.run(_staggered(HFBackend(lora, tok, max_batch=4), requests))
     assert [g.token_ids for g in got] == [w.token_ids for w in want]
+
+
+async def _two_turns(backend: HFBackend, first: Sequence[Request], tails: Sequence[list[int]],
+                     between: Any = None) -> tuple[list[Generation], list[Generation]]:
+    """Each episode's second request extends its first prompt with the ids it generated and
+    a tail (a tool's output), as the agent loop does; ``between`` runs before the second
+    turns (on the model thread)."""
+    try:
+        one = await _staggered_open(backend, first)
+        if between is not None:
+            await backend.run_on_model_thread(between)
+        second = [(p + g.token_ids + t, s, m, sp)
+                  for (p, s, m, sp), g, t in zip(first, one, tails, strict=True)]
+        return one, await _staggered_open(backend, second)
+    finally:
+        await backend.aclose()
+
+
+async def _staggered_open(backend: HFBackend, requests: Sequence[Request]) -> list[Generation]:
+    async def one(i: int, req: Request) -> Generation:
+        await asyncio.sleep(i * 0.004)
+        p, s, m, sp = req
+        return await backend.generate(p, stop=s, max_tokens=m, sampling=sp)
+
+    return await asyncio.gather(*(one(i, r) for i, r in enumerate(requests)))
+
+
+def test_a_next_turn_prefills_only_its_tail_and_decodes_the_same(
+        tok: Any, model: Any, prompts: list[list[int]]) -> None:
+    first: list[Request] = [(p, (), 6 + 3 * i, GREEDY) for i, p in enumerate(prompts)]
+    tails = [prompts[(i + 1) % len(prompts)][: 1 + 2 * i] for i in range(len(prompts))]
+    backend = HFBackend(model, tok, max_batch=4)
+    one, two = asyncio.run(_two_turns(backend, first, tails))
+    assert backend._batcher is not None
+    hits, reused = backend._batcher.prefix_reuse
+    # every second turn reused its first turn's KV: prompt and generation but the last token
+    assert hits == len(prompts)
+    assert reused == sum(len(p) + len(g.token_ids) - 1 for p, g in zip(prompts, one, strict=True))
+    second: list[Request] = [(p + g.token_ids + t, (), m, sp) for (p, _, m, sp), g, t
+                             in zip(first, one, tails, strict=True)]
+    want = _cut_alone(model, tok, second)
+    for w, g in zip(want, two, strict=True):
+        assert g.token_ids == w.token_ids
+        assert g.logprobs == pytest.approx(w.logprobs, abs=1e-4)
+
+
+def test_a_weight_update_empties_the_prefix_stash(tok: Any, model: Any,
+                                                  prompts: list[list[int]]) -> None:
+    changed = copy.deepcopy(model)
+    first: list[Request] = [(p, (), 8, GREEDY) for p in prompts[:4]]
+    tails = [prompts[5][:3]] * 4
+
+    def step() -> None:  # what an optimizer step does: parameters changed in place
+        with torch.no_grad():
+            for p in changed.parameters():
+                p.mul_(1.05)
+
+    backend = HFBackend(changed, tok, max_batch=8)
+    one, two = asyncio.run(_two_turns(backend, first, tails, between=step))
+    assert backend._batcher is not None and backend._batcher.prefix_reuse == (0, 0)
+    second: list[Request] = [(p + g.token_ids + t, (), m, sp) for (p, _, m, sp), g, t
+                             in zip(first, one, tails, strict=True)]
+    want = _cut_alone(changed, tok, second)
+    assert [g.token_ids for g in two] == [w.token_ids for w in want]
+
+
+def test_the_prefix_stash_keeps_the_longest_proper_prefix_and_a_bound() -> None:
+    from agentmath.backends.hf_prefix import PrefixStash
+
+    param = torch.zeros(2)
+    stash = PrefixStash(torch.nn.ParameterList([torch.nn.Parameter(param)]), rows=2)
+    stamp = stash.refresh()
+    stash.put([1, 2], [("k12", "v12")], stamp)
+    stash.put([1, 2, 3], [("k123", "v123")], stamp)
+    assert stash.take([1, 2, 3]) == (2, [("k12", "v12")])  # equal is not a proper prefix
+    assert stash.take([1, 2, 3, 4]) == (3, [("k123", "v123")])
+    assert stash.take([1, 2, 3, 4]) is None  # taken entries are gone
+    for i in range(3):
+        stash.put([9, i], [("k", "v")], stamp)
+    assert list(stash.entries) == [(9, 1), (9, 2)]  # the oldest left
+    stash.put([7], [("k", "v")], stamp - 1)  # computed under other weights: not kept
+    assert (7,) not in stash.entries
+    with torch.no_grad():
+        stash.model[0].add_(1.0)
+    stash.refresh()
+    assert not stash.entries and (stash.hits, stash.reused_tokens) == (2, 5)
+
+
+def test_a_group_of_one_prompt_is_prefilled_once(tok: Any, model: Any, prompts: list[list[int]],
+                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """GRPO's G samples of a prompt arrive together: one row of prefill, then each samples on
+    its own seed exactly as it would alone."""
+    widths: list[int] = []
+    prefill = hf_decode.DecodeBatch._prefill
+
+    def spy(self: Any, rows: list[Any], hits: Any) -> Any:
+        widths.append(len(rows))
+        return prefill(self, rows, hits)
+
+    group: list[Request] = [(prompts[4], (), 12, SamplingParams(temperature=1.0, seed=s,
+                                                                 logprobs=True))
+                            for s in range(6)] + [(prompts[2], (), 12, GREEDY)]
+    alone = [asyncio.run(_staggered(HFBackend(model, tok, max_batch=8), [r]))[0] for r in group]
+    monkeypatch.setattr(hf_decode.DecodeBatch, "_prefill", spy)
+    together = asyncio.run(_staggered(HFBackend(model, tok, max_batch=8), group, delay_s=0))
+    assert widths == [2]  # seven requests, two distinct prompts, one forward
+    for a, t in zip(alone, together, strict=True):
+        assert t.token_ids == a.token_ids
+        assert t.logprobs == pytest.approx(a.logprobs, abs=1e-4)
+    assert len({tuple(t.token_ids) for t in together[:6]}) > 1  # the seeds still differ
