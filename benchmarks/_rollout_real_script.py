@@ -1,5 +1,5 @@
 """Scripted lengths, real ids: how ``benchmarks/_rollout_real.py`` plays a simulator
-:class:`~agentmath.rollout.simulator.workload.Workload` on real vLLM servers.
+:class:`~agentmath.sim.workload.Workload` on real vLLM servers.
 
 Why: a tiny model writes whatever it writes, but a scheduling benchmark needs the workload's
 lengths (long tails, tool calls, latencies) while keeping real engines' behaviour (batching,
@@ -24,8 +24,8 @@ import numpy as np
 from agentmath.backends.base import Generation, SamplingParams, current_tag
 from agentmath.errors import BackendError
 from agentmath.formats.base import ToolFormat
-from agentmath.rollout.simulator.workload import Workload
 from agentmath.sandbox.result import ExecResult
+from agentmath.sim.workload import Workload
 
 __all__ = ["ScriptedLengths", "exact_lengths", "tool_calibration"]
 

@@ -1,7 +1,7 @@
 """The simulated half of ``benchmarks/rollout.py``: AgentMath's table at paper scale.
 
 The real scheduler (:class:`RolloutEngine`, :class:`PartialRollout`) and the real router
-(:class:`Router`) run unchanged in simulated time (:mod:`agentmath.rollout.simulator`): simpy
+(:class:`Router`) run unchanged in simulated time (:mod:`agentmath.sim`): simpy
 models continuous-batching servers (step cost, KV capacity, a block-level prefix cache keyed by
 policy version) and the sandbox (a worker pool, lognormal snippet latency). An RL run is a
 sequence of iterations, each collecting ``batch_groups`` complete groups; between iterations the
@@ -23,16 +23,16 @@ from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 from agentmath.backends.base import current_tag
+from agentmath.backends.router import Router, RouterConfig
 from agentmath.config import RolloutConfig
 from agentmath.formats import get_format
 from agentmath.rollout.partial import PartialRollout
 from agentmath.rollout.records import GroupRequest
-from agentmath.rollout.router import Router, RouterConfig
 from agentmath.rollout.scheduler import RolloutEngine
-from agentmath.rollout.simulator.costs import ServerCostModel
-from agentmath.rollout.simulator.fleet import build_fleet
-from agentmath.rollout.simulator.sandbox import SandboxModel
-from agentmath.rollout.simulator.workload import LogNormal, Workload
+from agentmath.sim.costs import ServerCostModel
+from agentmath.sim.fleet import build_fleet
+from agentmath.sim.sandbox import SandboxModel
+from agentmath.sim.workload import LogNormal, Workload
 
 
 class HitBound:

@@ -15,7 +15,7 @@ def make_backend(kind: str, model: str, *, base_url: str | Sequence[str] | None 
                  **kwargs: Any) -> Backend:
     """Build a backend by name. ``model`` is a served model name (openai) or a path (hf, vllm).
 
-    For ``openai``, several URLs give a :class:`~agentmath.rollout.router.Router` over one
+    For ``openai``, several URLs give a :class:`~agentmath.backends.router.Router` over one
     server backend per URL (a malformed or duplicate URL is a ConfigError naming it).
     """
     if kind == "openai":
@@ -23,7 +23,7 @@ def make_backend(kind: str, model: str, *, base_url: str | Sequence[str] | None 
         if not urls:
             raise ValueError("the openai backend needs --base-url (e.g. http://127.0.0.1:8000)")
         if len(urls) > 1:
-            from agentmath.rollout.router import Router
+            from agentmath.backends.router import Router
 
             return Router.from_urls(urls, model, **kwargs)
         from agentmath.backends.openai import OpenAIBackend
@@ -47,7 +47,7 @@ __all__ = ["BACKENDS", "Backend", "Generation", "RequestTag", "SamplingParams", 
 def use_model(backend: Any, name: str) -> None:
     """Make ``backend`` send ``name`` as the model of its requests: an
     :class:`~agentmath.backends.openai.OpenAIBackend` (its ``model``), or each of a
-    :class:`~agentmath.rollout.router.Router`'s servers."""
+    :class:`~agentmath.backends.router.Router`'s servers."""
     servers = getattr(backend, "_servers", None)
     targets = [s.backend for s in servers] if servers is not None else [backend]
     for target in targets:

@@ -74,7 +74,7 @@ class Backend(Protocol):
 class RequestTag:
     """Who a generate call is for, set by the episode around each call (:func:`tagged`).
 
-    A plain backend ignores it. A router (:class:`agentmath.rollout.router.Router`) keeps an
+    A plain backend ignores it. A router (:class:`agentmath.backends.router.Router`) keeps an
     episode, and the sibling samples of its group, on one server so that they share its prefix
     cache; a server backend salts its prefix cache with ``policy_version`` so that KV computed
     under older weights is never reused after a weight update.

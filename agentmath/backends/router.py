@@ -31,7 +31,7 @@ it out of rotation, drops the homes on it and re-sends the same prompt ids elsew
 episode loses nothing; a background probe brings it back. A
 :class:`~agentmath.errors.RequestRejected` (the request's own fault) is re-raised, no failover.
 Hit rates are the servers' own counters (:meth:`Router.prefix_cache_stats`), never guesses;
-the records are in :mod:`agentmath.rollout.router_stats`.
+the records are in :mod:`agentmath.backends.router_stats`.
 """
 
 from __future__ import annotations
@@ -46,9 +46,7 @@ from typing import Any, Literal, TypeVar
 from pydantic import Field
 
 from agentmath.backends.base import Backend, Generation, RequestTag, SamplingParams, current_tag
-from agentmath.config import StrictModel
-from agentmath.errors import BackendError, ConfigError, RequestRejected
-from agentmath.rollout.router_stats import (
+from agentmath.backends.router_stats import (
     PrefixCacheStats,
     RouterStats,
     ServerCacheStats,
@@ -56,6 +54,8 @@ from agentmath.rollout.router_stats import (
     imbalance,
     read_prefix_cache_stats,
 )
+from agentmath.config import StrictModel
+from agentmath.errors import BackendError, ConfigError, RequestRejected
 
 __all__ = ["PrefixCacheStats", "Router", "RouterConfig", "RouterStats", "ServerCacheStats",
            "ServerStats"]

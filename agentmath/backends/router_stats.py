@@ -1,4 +1,4 @@
-"""What a :class:`~agentmath.rollout.router.Router` reports: its own counters and the servers'
+"""What a :class:`~agentmath.backends.router.Router` reports: its own counters and the servers'
 prefix-cache counters.
 
 Why a module of its own: the router's routing path stays small, and the records here are what

@@ -7,7 +7,7 @@ episode is one call on one worker actor:
 
 * **placement**: an episode goes to the worker that already runs its group (its router then
   keeps the group's shared prompt on one model server, the prefix reuse of
-  agentmath/rollout/router.py) while that worker has room, else to the least loaded worker;
+  agentmath/backends/router.py) while that worker has room, else to the least loaded worker;
   at most ``max_in_flight`` episodes run in the cluster at once, ``ceil(max_in_flight /
   workers)`` per worker.
 * **failure**: a call that fails inside Ray (its worker process or node died, or the worker

@@ -80,7 +80,7 @@ class WeightSyncError(BackendError):
 
 def server_options(lora_rank: int | None = None,
                    keep: int = 2) -> tuple[list[str], dict[str, str]]:
-    """``(extra_args, env)`` for ``vllm serve`` (e.g. :func:`agentmath.rollout.servers.
+    """``(extra_args, env)`` for ``vllm serve`` (e.g. :func:`agentmath.sim.servers.
     start_vllm_server`) so that :class:`VLLMWeightSync` can push to it: dev mode (reload, cache
     reset) always, runtime LoRA loading with ``lora_rank`` (rounded up to a rank vLLM accepts)
     and ``keep`` adapters servable at once."""

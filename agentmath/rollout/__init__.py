@@ -5,7 +5,7 @@
   rollout across iterations with a staleness bound.
 * ``records.py``: the typed records passed between stages (group requests, samples, groups,
   iteration statistics).
-* ``router.py``: a prefix-aware, load-aware router that is itself a Backend over N servers.
-* ``simulator/``: a discrete-event simulation of servers and sandbox that drives the same
-  scheduler and router code in virtual time (``benchmarks/rollout.py --simulate``).
+
+The router over N servers is a backend (:mod:`agentmath.backends.router`); the simulator that
+drives this engine in virtual time, and the local server launchers, are :mod:`agentmath.sim`.
 """

@@ -14,7 +14,7 @@ to its consumer the moment its last sample finishes:
 Partial rollout across RL iterations (segment budgets, parking, staleness) is
 :class:`agentmath.rollout.partial.PartialRollout`, built on this engine.
 
-The engine is plain asyncio, so the simulator (:mod:`agentmath.rollout.simulator`) drives this
+The engine is plain asyncio, so the simulator (:mod:`agentmath.sim`) drives this
 same code in virtual time.
 """
 

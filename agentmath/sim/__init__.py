@@ -1,5 +1,6 @@
-"""A discrete-event simulation of inference servers and a sandbox, in which the real asyncio
-rollout scheduler, router and agent loop run unchanged, in virtual time.
+"""The rollout engine's test bench: a discrete-event simulation of inference servers and a
+sandbox, in which the real asyncio rollout scheduler, router and agent loop run unchanged, in
+virtual time, and launchers for real local vLLM servers to measure it against.
 
 * ``clock.py``: :func:`run_simulated` runs a coroutine on an event loop whose clock is a
   simpy environment (``asyncio.sleep`` and timeouts are virtual; simpy resolves futures).
@@ -12,24 +13,27 @@ rollout scheduler, router and agent loop run unchanged, in virtual time.
 * ``policy.py``: :class:`SimPolicy`, the simulated model (synthetic ids, parseable text).
 * ``ideal.py``: :func:`ideal_makespan`, a lower bound no schedule can beat.
 * ``fleet.py``: :func:`build_fleet`, N servers + backends + sandbox on one environment.
+* ``servers.py``: start ``vllm serve`` and ``vllm-router`` locally, read their counters, and
+  measure step costs for :class:`ServerCostModel` (imported on its own, not re-exported here).
+* ``bench.py``: ``python -m agentmath.sim.bench``, how fast the simulator itself runs.
 """
 
-from agentmath.rollout.simulator.backend import SimServerBackend
-from agentmath.rollout.simulator.clock import (
+from agentmath.sim.backend import SimServerBackend
+from agentmath.sim.clock import (
     SimEventLoop,
     SimulationDeadlock,
     current_env,
     run_simulated,
     wait_event,
 )
-from agentmath.rollout.simulator.costs import ServerCostModel, StepMeasurement
-from agentmath.rollout.simulator.fleet import SimFleet, build_fleet
-from agentmath.rollout.simulator.ideal import IdealMakespan, ideal_makespan
-from agentmath.rollout.simulator.kvcache import BlockHasher, KVCache
-from agentmath.rollout.simulator.policy import SimPolicy
-from agentmath.rollout.simulator.sandbox import SandboxModel, SimSandbox, SimSession
-from agentmath.rollout.simulator.server import ServerStats, SimRequest, SimServer
-from agentmath.rollout.simulator.workload import EpisodeScript, LogNormal, Turn, Workload
+from agentmath.sim.costs import ServerCostModel, StepMeasurement
+from agentmath.sim.fleet import SimFleet, build_fleet
+from agentmath.sim.ideal import IdealMakespan, ideal_makespan
+from agentmath.sim.kvcache import BlockHasher, KVCache
+from agentmath.sim.policy import SimPolicy
+from agentmath.sim.sandbox import SandboxModel, SimSandbox, SimSession
+from agentmath.sim.server import ServerStats, SimRequest, SimServer
+from agentmath.sim.workload import EpisodeScript, LogNormal, Turn, Workload
 
 __all__ = ["BlockHasher", "EpisodeScript", "IdealMakespan", "KVCache", "LogNormal",
            "SandboxModel", "ServerCostModel", "ServerStats", "SimEventLoop", "SimFleet",

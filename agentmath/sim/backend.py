@@ -19,10 +19,10 @@ from collections.abc import Sequence
 
 from agentmath.backends.base import Generation, SamplingParams, current_tag
 from agentmath.errors import BackendError
-from agentmath.rollout.simulator.clock import current_env
-from agentmath.rollout.simulator.kvcache import BlockHasher
-from agentmath.rollout.simulator.policy import SimPolicy
-from agentmath.rollout.simulator.server import SimRequest, SimServer
+from agentmath.sim.clock import current_env
+from agentmath.sim.kvcache import BlockHasher
+from agentmath.sim.policy import SimPolicy
+from agentmath.sim.server import SimRequest, SimServer
 
 __all__ = ["SimServerBackend"]
 

@@ -1,6 +1,6 @@
 """How fast the simulator itself runs: a paper-scale workload through the real agent loop.
 
-``python -m agentmath.rollout.simulator.bench [--groups 512] [--servers 8] [--per-server 32]``
+``python -m agentmath.sim.bench [--groups 512] [--servers 8] [--per-server 32]``
 
 A deliberately plain driver (no rollout engine, no router: each group sticks to server
 ``group % servers``, at most ``per_server * servers`` episodes in flight), so that the wall and
@@ -18,10 +18,10 @@ from typing import Any
 
 from agentmath.agent.episode import Episode
 from agentmath.formats import get_format
-from agentmath.rollout.simulator.costs import ServerCostModel
-from agentmath.rollout.simulator.fleet import SimFleet, build_fleet
-from agentmath.rollout.simulator.sandbox import SandboxModel
-from agentmath.rollout.simulator.workload import Workload
+from agentmath.sim.costs import ServerCostModel
+from agentmath.sim.fleet import SimFleet, build_fleet
+from agentmath.sim.sandbox import SandboxModel
+from agentmath.sim.workload import Workload
 
 __all__ = ["drive", "main"]
 

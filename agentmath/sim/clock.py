@@ -143,7 +143,7 @@ def current_env() -> simpy.Environment:
     loop = asyncio.get_running_loop()
     if not isinstance(loop, SimEventLoop):
         raise RuntimeError("not running in simulated time: drive the coroutine with "
-                           "agentmath.rollout.simulator.run_simulated(main, env)")
+                           "agentmath.sim.run_simulated(main, env)")
     return loop.env
 
 

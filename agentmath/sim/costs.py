@@ -75,7 +75,7 @@ class ServerCostModel:
     @property
     def best_decode_s_per_token(self) -> float:
         """Seconds per decoded token at the fullest batch, ignoring attention (``d``): the
-        server's best rate, used by :func:`~agentmath.rollout.simulator.ideal.ideal_makespan`."""
+        server's best rate, used by :func:`~agentmath.sim.ideal.ideal_makespan`."""
         n = min(self.max_running, self.max_batched_tokens)
         return self.a / n + self.b
 

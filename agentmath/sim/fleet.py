@@ -15,15 +15,15 @@ from typing import Any, TypeVar
 import simpy
 
 from agentmath.formats.base import ToolFormat
-from agentmath.rollout.simulator.backend import SimServerBackend
-from agentmath.rollout.simulator.clock import run_simulated
-from agentmath.rollout.simulator.costs import ServerCostModel
-from agentmath.rollout.simulator.ideal import IdealMakespan, ideal_makespan
-from agentmath.rollout.simulator.kvcache import BlockHasher
-from agentmath.rollout.simulator.policy import SimPolicy
-from agentmath.rollout.simulator.sandbox import SandboxModel, SimSandbox
-from agentmath.rollout.simulator.server import SimServer
-from agentmath.rollout.simulator.workload import Workload
+from agentmath.sim.backend import SimServerBackend
+from agentmath.sim.clock import run_simulated
+from agentmath.sim.costs import ServerCostModel
+from agentmath.sim.ideal import IdealMakespan, ideal_makespan
+from agentmath.sim.kvcache import BlockHasher
+from agentmath.sim.policy import SimPolicy
+from agentmath.sim.sandbox import SandboxModel, SimSandbox
+from agentmath.sim.server import SimServer
+from agentmath.sim.workload import Workload
 
 __all__ = ["SimFleet", "build_fleet"]
 

@@ -30,9 +30,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from agentmath.rollout.simulator.costs import ServerCostModel
-from agentmath.rollout.simulator.sandbox import SandboxModel
-from agentmath.rollout.simulator.workload import EpisodeScript, Workload
+from agentmath.sim.costs import ServerCostModel
+from agentmath.sim.sandbox import SandboxModel
+from agentmath.sim.workload import EpisodeScript, Workload
 
 __all__ = ["IdealMakespan", "ideal_makespan"]
 

@@ -34,7 +34,7 @@ import numpy as np
 from agentmath.backends.base import RequestTag
 from agentmath.formats import get_format
 from agentmath.formats.base import ToolFormat
-from agentmath.rollout.simulator.workload import EpisodeScript, Turn, Workload
+from agentmath.sim.workload import EpisodeScript, Turn, Workload
 
 __all__ = ["EOS_ID", "TOOL_END", "TOOL_MARK", "Planned", "SimPolicy"]
 

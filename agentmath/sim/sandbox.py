@@ -24,9 +24,9 @@ import numpy as np
 import simpy
 
 from agentmath.formats.base import TIMEOUT_LINE
-from agentmath.rollout.simulator.clock import current_env, wait_event
-from agentmath.rollout.simulator.workload import LogNormal
 from agentmath.sandbox.result import ExecResult
+from agentmath.sim.clock import current_env, wait_event
+from agentmath.sim.workload import LogNormal
 
 __all__ = ["SandboxModel", "SandboxStats", "SimSandbox", "SimSession"]
 

@@ -28,8 +28,8 @@ from dataclasses import dataclass
 import simpy
 
 from agentmath.errors import BackendError, RequestRejected
-from agentmath.rollout.simulator.costs import ServerCostModel
-from agentmath.rollout.simulator.kvcache import KVCache, Segment
+from agentmath.sim.costs import ServerCostModel
+from agentmath.sim.kvcache import KVCache, Segment
 
 __all__ = ["ServerStats", "SimRequest", "SimServer"]
 

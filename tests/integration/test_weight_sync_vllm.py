@@ -30,7 +30,7 @@ from agentmath.formats import get_format
 from agentmath.rl.sync_vllm import VLLMWeightSync, server_options, use_model
 from agentmath.rollout.records import GroupRequest
 from agentmath.rollout.scheduler import RolloutEngine
-from agentmath.rollout.servers import start_vllm_server, stop_server
+from agentmath.sim.servers import start_vllm_server, stop_server
 from tests.fixtures.models import cache_root
 from tests.fixtures.vllm_server import VLLM_BIN
 

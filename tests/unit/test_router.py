@@ -20,8 +20,8 @@ from agentmath.backends.base import (
     tagged,
 )
 from agentmath.backends.openai import OpenAIBackend, prometheus_sum
+from agentmath.backends.router import Router, RouterConfig
 from agentmath.errors import BackendError, ConfigError, RequestRejected
-from agentmath.rollout.router import Router, RouterConfig
 
 SAMPLING = SamplingParams(temperature=0.0)
 

@@ -196,7 +196,7 @@ async def test_staleness_bound(policy: str) -> None:
 
 
 async def test_engine_through_a_router_keeps_groups_together_and_forgets_them() -> None:
-    from agentmath.rollout.router import Router
+    from agentmath.backends.router import Router
 
     servers = [Tracing(), Tracing()]
     router = Router(servers)

@@ -12,7 +12,7 @@ import simpy
 from agentmath.backends.base import RequestTag, SamplingParams, tagged
 from agentmath.errors import RequestRejected
 from agentmath.formats import get_format
-from agentmath.rollout.simulator import (
+from agentmath.sim import (
     BlockHasher,
     LogNormal,
     SandboxModel,

@@ -13,9 +13,9 @@ import httpx
 import pytest
 
 from agentmath.backends.openai import OpenAIBackend
+from agentmath.backends.router import Router
 from agentmath.errors import BackendError, ConfigError
 from agentmath.rl.sync_vllm import VLLMWeightSync, WeightSyncError, server_options, use_model
-from agentmath.rollout.router import Router
 
 A, B = "http://a:1", "http://b:2"
 Handler = Callable[[httpx.Request], httpx.Response]
