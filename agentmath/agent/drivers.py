@@ -17,17 +17,33 @@ from __future__ import annotations
 
 import asyncio
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from agentmath.agent.prompts import CHAT_SYSTEM_PROMPT, build_messages
-from agentmath.agent.trajectory import Segment
+from agentmath.agent.trajectory import Segment, Trajectory
+from agentmath.backends.base import Backend, SamplingParams
+from agentmath.config import LoopConfig
 from agentmath.errors import BackendError
+from agentmath.formats.base import ToolFormat
 from agentmath.formats.openai_tools import OPENAI_TOOLS, parse_tool_calls, tool_message, tool_spec
 from agentmath.sandbox.result import ExecResult
 
-if TYPE_CHECKING:
-    from agentmath.agent.episode import Episode
+
+class EpisodeState(Protocol):
+    """What a driver reads of its episode (and the trajectory it appends to): the part of
+    :class:`agentmath.agent.episode.Episode` it sees, declared here so that the drivers sit
+    below the episode that owns them."""
+
+    backend: Backend
+    fmt: ToolFormat
+    config: LoopConfig
+    sampling: SamplingParams
+    trajectory: Trajectory
+    few_shot: Sequence[tuple[str, str]]
+    policy_version: int
+
 
 @dataclass(frozen=True, slots=True)
 class Call:
@@ -66,7 +82,7 @@ def failure(exc: BaseException) -> str:
     return f"{kind} (unexpected, from the backend): {exc}"
 
 
-async def _call_model(ep: Episode, coro: Any, deadline: float) -> Any:
+async def _call_model(ep: EpisodeState, coro: Any, deadline: float) -> Any:
     """Await one model call under the episode's deadline; a str is the finish reason."""
     try:
         return await asyncio.wait_for(coro, max(0.0, deadline - loop_time()))
@@ -82,7 +98,7 @@ class TextDriver:
 
     can_cut = True  # a turn cut by a token limit can be continued from its ids
 
-    def __init__(self, ep: Episode) -> None:
+    def __init__(self, ep: EpisodeState) -> None:
         self.ep = ep
         self.context: list[int] = []
         self.format_name = getattr(ep.fmt, "name", type(ep.fmt).__name__)
@@ -169,7 +185,7 @@ class ChatDriver:
 
     can_cut = False  # a chat turn cannot be continued from its ids: segments end between turns
 
-    def __init__(self, ep: Episode) -> None:
+    def __init__(self, ep: EpisodeState) -> None:
         self.ep = ep
         self.messages: list[dict[str, Any]] = []
         self.context = 0  # prompt + completion tokens of the last reply, as the server counts
