@@ -26,6 +26,7 @@ handled here once for both.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import itertools
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, Literal
@@ -67,7 +68,8 @@ class Episode:
                  sampling: SamplingParams | None = None, *,
                  few_shot: Sequence[tuple[str, str]] = (), meta: dict[str, Any] | None = None,
                  episode_id: str | None = None, group_id: str | None = None,
-                 chat: bool = False) -> None:
+                 chat: bool = False, problem_id: str | None = None,
+                 sample_index: int | None = None) -> None:
         self.backend = backend
         self.fmt = fmt
         self.sandbox = sandbox
@@ -79,8 +81,9 @@ class Episode:
         self.trajectory = Trajectory(problem=problem, meta={
             "format": self.driver.format_name,
             "backend": getattr(backend, "name", type(backend).__name__),
-            "sampling": {k: getattr(self.sampling, k) for k in self.sampling.__slots__},
-            "budgets": self.config.model_dump(exclude={"system_prompt"}), **(meta or {})})
+            "budgets": self.config.model_dump(exclude={"system_prompt"}), **(meta or {})},
+            problem_id=problem_id, sample_index=sample_index,
+            sampling=dataclasses.replace(self.sampling))
         self.few_shot = tuple(few_shot)
         self.status: Status = "new"
         self.model_used = 0  # model tokens over all segments

@@ -5,6 +5,13 @@ the truth: the ids the model sampled (never a re-tokenization of its text), the 
 prompt and of each rendered tool output, the model's logprobs where the backend gave them, and
 a loss mask that is 1 on model tokens and 0 on prompt and tool tokens. It round-trips through
 JSON without loss.
+
+What later stages read back is typed: the problem id and sample index the engine ran it as,
+the sampling settings it was generated with, and its grade (set by whoever grades it: the RL
+reward caches it there). ``meta`` is for free-form extras only (format, budgets, the chat
+messages, node names, reward errors). Trajectories written before these fields existed kept
+them in ``meta`` (``problem_id``, ``sample_index``, ``sampling``, ``correct``/``extracted``);
+:meth:`Trajectory.from_dict` reads them from there.
 """
 
 from __future__ import annotations
@@ -13,6 +20,8 @@ import json
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
+from agentmath.backends.base import SamplingParams
+from agentmath.grading.answer import Grade
 from agentmath.sandbox.result import ExecResult
 
 Source = Literal["prompt", "model", "tool"]
@@ -68,6 +77,10 @@ class Trajectory:
     error: str | None = None
     meta: dict[str, Any] = field(default_factory=dict)
     duration_ms: float = 0.0
+    problem_id: str | None = None
+    sample_index: int | None = None
+    sampling: SamplingParams | None = None
+    grade: Grade | None = None
 
     # ------------------------------------------------------------------ token views
     @property
@@ -140,7 +153,8 @@ class Trajectory:
 
     # ------------------------------------------------------------------ serialisation
     def to_dict(self) -> dict[str, Any]:
-        return {
+        """The JSON form; the typed fields are written only when set (``grade`` is rarely)."""
+        data: dict[str, Any] = {
             "problem": self.problem,
             "segments": [s.to_dict() for s in self.segments],
             "finish_reason": self.finish_reason,
@@ -149,14 +163,37 @@ class Trajectory:
             "meta": self.meta,
             "duration_ms": self.duration_ms,
         }
+        if self.problem_id is not None:
+            data["problem_id"] = self.problem_id
+        if self.sample_index is not None:
+            data["sample_index"] = self.sample_index
+        if self.sampling is not None:
+            data["sampling"] = asdict(self.sampling)
+        if self.grade is not None:
+            data["grade"] = self.grade.to_dict()
+        return data
 
     def to_json(self) -> str:
         return json.dumps(self.to_dict(), ensure_ascii=False)
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Trajectory:
+        """Inverse of :meth:`to_dict`; also reads the older form that kept the problem id,
+        sample index, sampling settings and RL's cached grade in ``meta``."""
         data = dict(data)
+        meta = dict(data.get("meta") or {})
         data["segments"] = [Segment.from_dict(s) for s in data.get("segments", [])]
+        for key in ("problem_id", "sample_index", "sampling"):
+            if key not in data and key in meta:
+                data[key] = meta.pop(key)
+        if isinstance(data.get("sampling"), dict):
+            data["sampling"] = SamplingParams(**data["sampling"])
+        if isinstance(data.get("grade"), dict):
+            data["grade"] = Grade.from_dict(data["grade"])
+        elif isinstance(meta.get("correct"), bool):  # RL's cache before grades were typed
+            data["grade"] = Grade.from_record(meta.pop("correct"), meta.pop("extracted", None),
+                                              reason=meta.pop("grade_error", None))
+        data["meta"] = meta
         return cls(**data)
 
     @classmethod

@@ -268,7 +268,7 @@ class RayRolloutEngine:
         traj = Trajectory(problem=job.request.task.problem, finish_reason="error",
                           error=f"ClusterError: the episode's Ray worker failed "
                                 f"{job.attempts} times; last: {job.errors[-1]}",
-                          meta={"problem_id": job.request.task.id, "sample_index": job.index})
+                          problem_id=job.request.task.id, sample_index=job.index)
         return Sample(job.request.group_id, job.index, traj)
 
 

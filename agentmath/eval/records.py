@@ -12,6 +12,7 @@ from typing import Any
 
 from agentmath.agent.trajectory import Trajectory
 from agentmath.datasets import Task
+from agentmath.grading.answer import Grade
 
 
 @dataclass(slots=True)
@@ -40,7 +41,7 @@ class SampleRecord:
     trajectory: dict[str, Any]
 
     @classmethod
-    def build(cls, task: Task, index: int, traj: Trajectory, grade: Any) -> SampleRecord:
+    def build(cls, task: Task, index: int, traj: Trajectory, grade: Grade) -> SampleRecord:
         """The record of ``traj`` (sample ``index`` of ``task``) graded as ``grade``."""
         results = [s.result for s in traj.tool_calls if s.result is not None]
         return cls(

@@ -23,7 +23,7 @@ import logging
 import platform
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -33,7 +33,6 @@ from agentmath.agent.trajectory import Trajectory
 from agentmath.backends.base import Backend, SamplingParams
 from agentmath.config import EvalConfig, RolloutConfig
 from agentmath.datasets import Task
-from agentmath.errors import GradingError
 from agentmath.eval.fingerprint import dataset_fingerprint
 from agentmath.eval.lock import RunLock
 from agentmath.eval.records import SampleRecord
@@ -56,6 +55,7 @@ from agentmath.sandbox.factory import open_sandbox
 if TYPE_CHECKING:
     from agentmath.distributed.engine import RayRolloutEngine
     from agentmath.distributed.worker import WorkerSpec
+    from agentmath.grading import Grade
 
 ProgressFn = Callable[[dict[str, Any]], None]
 log = logging.getLogger(__name__)
@@ -86,7 +86,7 @@ def _versions() -> dict[str, str]:
     return out
 
 
-def make_record(task: Task, index: int, traj: Trajectory, grade: Any) -> dict[str, Any]:
+def make_record(task: Task, index: int, traj: Trajectory, grade: Grade) -> dict[str, Any]:
     """One line of samples.jsonl (see :class:`~agentmath.eval.records.SampleRecord`)."""
     return SampleRecord.build(task, index, traj, grade).to_dict()
 
@@ -105,28 +105,25 @@ class _Run:
 
 
 async def _grade(run: _Run, task: Task, traj: Trajectory) -> SampleRecord:
-    """Grade a finished sample (extraction and verification under one timeout)."""
-    from agentmath.grading import GradeResult, agrade
+    """Grade a finished sample through the grading seam (extraction and verification under
+    one timeout; an ungradable row or a timeout is an error grade, recorded, never raised)."""
+    from agentmath.grading import agrade_answer
 
-    index = int(traj.meta["sample_index"])
-    try:
-        grade = await agrade(task.answer, traj.model_text, timeout=run.config.grade_timeout_s)
-    except GradingError as exc:  # an ungradable row is recorded as such, not raised
-        grade = GradeResult(traj.answer, None, error=str(exc))
-    if grade.extracted is None and grade.timed_out:  # the loop's answer still says what was
-        grade = replace(grade, extracted=traj.answer)  # answered, though it went ungraded
+    index = int(traj.sample_index)  # type: ignore[arg-type]  # None: a bug, an error record
+    grade = await agrade_answer(task.answer, traj.model_text, answer=traj.answer,
+                                timeout=run.config.grade_timeout_s)
     return SampleRecord.build(task, index, traj, grade)
 
 
 def failed_record(task: Task, index: int, exc: BaseException) -> dict[str, Any]:
     """The record of a sample that raised instead of finishing: an error, never a crash."""
-    from agentmath.grading import GradeResult
+    from agentmath.grading import Grade
 
     traj = Trajectory(problem=task.problem, finish_reason="error",
                       error=f"{type(exc).__name__} (unexpected, while running this sample): "
                             f"{exc}",
-                      meta={"problem_id": task.id, "sample_index": index})
-    return make_record(task, index, traj, GradeResult(None, False))
+                      problem_id=task.id, sample_index=index)
+    return make_record(task, index, traj, Grade.error("the sample did not finish"))
 
 
 async def _record(run: _Run, task: Task, sample: Sample) -> None:

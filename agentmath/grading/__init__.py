@@ -5,6 +5,8 @@ Public API::
     extract_answer(text, strategies=DEFAULT_STRATEGIES) -> str | None
     verify(gold, predicted, timeout=5.0) -> bool | None      # None: gold unparsable
     grade(gold, response, timeout=5.0) -> GradeResult         # extracted, correct, timed_out, error
+    grade_answer(gold, response, answer=None, timeout) -> Grade  # the seam eval and RL use:
+                                                               # correct / wrong / error + reason
     averify / agrade / acheck                                  # the same, awaitable
 
 Checking runs math-verify in spawned worker processes with a hard, kill-on-overrun timeout
@@ -12,6 +14,7 @@ Checking runs math-verify in spawned worker processes with a hard, kill-on-overr
 True (:mod:`agentmath.grading.fastpath`). Importing this package does not import sympy.
 """
 
+from agentmath.grading.answer import Grade, Verdict, agrade_answer, grade_answer
 from agentmath.grading.extract import (
     ALL_STRATEGIES,
     BOXED_ONLY,
@@ -38,9 +41,11 @@ __all__ = [
     "BOXED_ONLY",
     "DEFAULT_STRATEGIES",
     "DEFAULT_TIMEOUT_S",
+    "Grade",
     "GradeResult",
     "acheck",
     "agrade",
+    "agrade_answer",
     "averify",
     "check",
     "clean_answer",
@@ -48,6 +53,8 @@ __all__ = [
     "extract_answer",
     "get_pool",
     "grade",
+    "grade_answer",
     "shutdown_pool",
     "verify",
+    "Verdict",
 ]

@@ -38,8 +38,8 @@ class ScoredSample:
 
     @property
     def temperature(self) -> float:
-        sampling = self.trajectory.meta.get("sampling") or {}
-        return float(sampling.get("temperature") or 1.0)
+        sampling = self.trajectory.sampling
+        return float((sampling.temperature if sampling is not None else None) or 1.0)
 
 
 @dataclass(slots=True)

@@ -8,9 +8,10 @@ fails when the config is validated, naming the field.
 
 Accuracy means what ``agentmath eval`` means: the answer extracted from what the model wrote,
 checked against the gold by :func:`agentmath.grading.grade` (math-verify in workers under a hard
-timeout). Grading is the expensive part, so it runs once per (finished) trajectory: the verdict
-is cached in ``trajectory.meta["correct"]`` (the answer in ``["extracted"]``) and every term
-that depends on correctness reads it from there.
+timeout), through the grading seam eval uses (:func:`agentmath.grading.grade_answer`). Grading
+is the expensive part, so it runs once per (finished) trajectory: the typed
+:class:`~agentmath.grading.Grade` is cached in ``trajectory.grade`` and every term that depends
+on correctness reads it from there (an error grade pays as a wrong one: 0).
 
 Built-ins (``n`` is the number of tool calls; sources in each function's docstring)::
 
@@ -43,7 +44,7 @@ from agentmath import grading
 from agentmath.agent.trajectory import Trajectory
 from agentmath.config import StrictModel, field_problems
 from agentmath.datasets import Task
-from agentmath.errors import ConfigError, GradingError
+from agentmath.errors import ConfigError
 
 RewardFn = Callable[[Task, Trajectory], float]
 ParamValue = bool | int | float | str
@@ -57,34 +58,22 @@ PROPER_FINISH = frozenset({"answered", "eos"})
 
 # ---------------------------------------------------------------- correctness, graded once
 def _known(traj: Trajectory) -> bool | None:
-    """The cached verdict (an errored episode is never graded: False), or None."""
-    cached = traj.meta.get("correct")
-    if isinstance(cached, bool):
-        return cached
-    errored = traj.finish_reason == "error"
-    return _record(traj, grading.GradeResult(None, False)) if errored else None
-
-
-def _record(traj: Trajectory, result: grading.GradeResult) -> bool:
-    """Cache a grade as eval counts it: only ``correct is True`` is correct (an unparsable gold,
-    a timeout, a verifier crash is not)."""
-    traj.meta["correct"] = result.correct is True
-    traj.meta["extracted"] = result.extracted
-    if result.error or result.timed_out:
-        traj.meta["grade_error"] = result.error or "grading timed out"
-    return result.correct is True
+    """The cached verdict (an errored episode is never graded: an error grade), or None."""
+    if traj.grade is None and traj.finish_reason == "error":
+        traj.grade = grading.Grade.error("the episode ended in an error")
+    return traj.grade.is_correct if traj.grade is not None else None
 
 
 def is_correct(task: Task, trajectory: Trajectory, *, timeout: float = GRADE_TIMEOUT_S) -> bool:
-    """Whether the trajectory's final answer is right, graded as eval grades it (cached)."""
+    """Whether the trajectory's final answer is right, graded by the grading seam eval uses
+    (:func:`agentmath.grading.grade_answer`) and cached in ``trajectory.grade``: only a correct
+    verdict counts (wrong and error, e.g. a timeout or an unparsable gold, do not)."""
     known = _known(trajectory)
     if known is not None:
         return known
-    try:
-        result = grading.grade(task.answer, trajectory.model_text, timeout=timeout)
-    except GradingError as exc:  # an ungradable row is not correct (eval records it so too)
-        result = grading.GradeResult(trajectory.answer, False, error=str(exc))
-    return _record(trajectory, result)
+    trajectory.grade = grading.grade_answer(task.answer, trajectory.model_text,
+                                            answer=trajectory.answer, timeout=timeout)
+    return trajectory.grade.is_correct
 
 
 async def ais_correct(task: Task, trajectory: Trajectory, *,
@@ -93,19 +82,17 @@ async def ais_correct(task: Task, trajectory: Trajectory, *,
     known = _known(trajectory)
     if known is not None:
         return known
-    try:
-        result = await grading.agrade(task.answer, trajectory.model_text, timeout=timeout)
-    except GradingError as exc:
-        result = grading.GradeResult(trajectory.answer, False, error=str(exc))
-    return _record(trajectory, result)
+    trajectory.grade = await grading.agrade_answer(task.answer, trajectory.model_text,
+                                                   answer=trajectory.answer, timeout=timeout)
+    return trajectory.grade.is_correct
 
 
 def final_answer(trajectory: Trajectory) -> str | None:
     """The loop's extracted answer, else the grader's, else one extracted from the model text."""
     if trajectory.answer is not None:
         return trajectory.answer
-    if "extracted" in trajectory.meta:
-        return trajectory.meta["extracted"]
+    if trajectory.grade is not None:
+        return trajectory.grade.extracted
     return grading.extract_answer(trajectory.model_text)
 
 

@@ -92,7 +92,7 @@ class RolloutEngine:
         episode = Episode(request.task.problem, self.backend, self.fmt, self.sandbox, self.loop,
                           sampling or self.sampling_for(request, index), episode_id=episode_id,
                           group_id=request.group_id, chat=self.chat,
-                          meta={"problem_id": request.task.id, "sample_index": index})
+                          problem_id=request.task.id, sample_index=index)
         state.episodes[index] = episode
         return episode
 

@@ -15,6 +15,7 @@ from agentmath.agent.trajectory import Segment, Trajectory
 from agentmath.config import load_config
 from agentmath.datasets import Task
 from agentmath.errors import ConfigError
+from agentmath.grading import Grade
 from agentmath.rl.batch import ScoredGroup, ScoredSample
 from agentmath.rl.config import FilterConfig, RLConfig
 from agentmath.rl.filters import (
@@ -51,9 +52,9 @@ def tool(ok: bool = True, code: str | None = "x = 1") -> Segment:
 
 def traj(*segments: Segment, finish: str = "answered", answer: str | None = "3",
          correct: bool | None = None) -> Trajectory:
-    meta = {} if correct is None else {"correct": correct}
+    grade = None if correct is None else Grade.from_record(correct, answer)
     return Trajectory("p", [Segment("prompt", "p", [0]), *segments], finish_reason=finish,
-                      answer=answer, meta=meta)
+                      answer=answer, grade=grade)
 
 
 CLEAN = traj(model("```python\nx = 1\n```"), tool(), model(r"so \boxed{3}"))

@@ -19,6 +19,7 @@ from agentmath.agent.trajectory import Segment, Trajectory
 from agentmath.config import StrictModel, load_config
 from agentmath.datasets import Task
 from agentmath.errors import ConfigError
+from agentmath.grading import Grade, Verdict
 from agentmath.rl import rewards as R
 from agentmath.rl.rewards import RewardModel, RewardSpec
 from agentmath.sandbox.result import ExecResult
@@ -63,9 +64,9 @@ def nan_reward(task: Task, trajectory: Trajectory) -> float:
 
 @pytest.fixture
 def grade_calls(monkeypatch: pytest.MonkeyPatch) -> list[str]:
-    """Count the grader's calls (sync and async), still grading for real."""
+    """Count the grading seam's calls (sync and async), still grading for real."""
     calls: list[str] = []
-    real, areal = grading.grade, grading.agrade
+    real, areal = grading.grade_answer, grading.agrade_answer
 
     def counting(gold, response, **kw):
         calls.append(response)
@@ -75,8 +76,8 @@ def grade_calls(monkeypatch: pytest.MonkeyPatch) -> list[str]:
         calls.append(response)
         return await areal(gold, response, **kw)
 
-    monkeypatch.setattr(grading, "grade", counting)
-    monkeypatch.setattr(grading, "agrade", acounting)
+    monkeypatch.setattr(grading, "grade_answer", counting)
+    monkeypatch.setattr(grading, "agrade_answer", acounting)
     return calls
 
 
@@ -87,14 +88,14 @@ def test_accuracy_right_wrong_and_errored(grade_calls: list[str]) -> None:
     assert R.accuracy_reward(TASK, traj(None, finish="eos")) == 0.0
     errored = traj("3", finish="error")  # right answer, but the episode failed: never graded
     assert R.accuracy_reward(TASK, errored) == 0.0
-    assert errored.meta["correct"] is False
+    assert errored.grade is not None and errored.grade.verdict is Verdict.ERROR
     assert len(grade_calls) == 3
 
 
 def test_accuracy_grades_the_model_text_like_eval() -> None:
     t = traj("3", set_answer=False)  # the loop's answer is not needed: eval grades the text
     assert R.accuracy_reward(TASK, t) == 1.0
-    assert t.meta["correct"] is True and t.meta["extracted"] == "3"
+    assert t.grade == Grade(Verdict.CORRECT, "3")
 
 
 def test_tool_efficiency_agentmath_bonus() -> None:
