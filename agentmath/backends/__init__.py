@@ -6,7 +6,14 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from agentmath.backends.base import Backend, Generation, RequestTag, SamplingParams, tagged
+from agentmath.backends.base import (
+    Backend,
+    Generation,
+    ModelNamed,
+    RequestTag,
+    SamplingParams,
+    tagged,
+)
 
 BACKENDS = ("openai", "hf", "vllm")
 
@@ -45,12 +52,10 @@ __all__ = ["BACKENDS", "Backend", "Generation", "RequestTag", "SamplingParams", 
 
 
 def use_model(backend: Any, name: str) -> None:
-    """Make ``backend`` send ``name`` as the model of its requests: an
-    :class:`~agentmath.backends.openai.OpenAIBackend` (its ``model``), or each of a
-    :class:`~agentmath.backends.router.Router`'s servers."""
-    servers = getattr(backend, "_servers", None)
-    targets = [s.backend for s in servers] if servers is not None else [backend]
-    for target in targets:
-        if not hasattr(target, "model"):
-            raise TypeError(f"{type(target).__name__} has no model name to set")
-        target.model = name
+    """Make ``backend`` send ``name`` as the model of its requests (it must be
+    :class:`~agentmath.backends.base.ModelNamed`: an
+    :class:`~agentmath.backends.openai.OpenAIBackend`, or a
+    :class:`~agentmath.backends.router.Router` over such backends); TypeError otherwise."""
+    if not isinstance(backend, ModelNamed):
+        raise TypeError(f"{type(backend).__name__} has no model name to set")
+    backend.use_model(name)

@@ -4,16 +4,26 @@ The agent loop is token-exact because it only ever sends token ids to a backend 
 ids the backend sampled; text is for people and for finding code blocks. A backend also owns
 tokenization (prompt rendering through the model's chat template, tool output encoding) so the
 loop never guesses at a tokenizer the server does not use.
+
+Beyond :class:`Backend`, a backend may offer optional capabilities, each a small protocol
+declared here and checked with ``isinstance`` by whoever uses it (never found by probing
+attribute names): :class:`Addressed` (a server URL), :class:`ChatCompletion` (a chat
+endpoint), :class:`ModelThread` (an in-process model the RL update shares a thread
+with), :class:`PolicyVersioned` (told about weight updates), :class:`StickyHomes` (keeps
+episodes on one server and is told when they end), :class:`ModelNamed` (the model name its
+requests send can change: a LoRA adapter per policy version), :class:`HealthChecked` (answers
+a cheap health probe) and :class:`PrefixCacheCounted` (reports its prefix-cache counters).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, field
-from typing import Any, Literal, Protocol, runtime_checkable
+from typing import Any, Literal, Protocol, TypeVar, runtime_checkable
 
+T = TypeVar("T")
 FinishReason = Literal["stop", "eos", "length"]
 
 
@@ -67,6 +77,86 @@ class Backend(Protocol):
 
     async def aclose(self) -> None:
         """Release connections or models."""
+        ...
+
+
+# ------------------------------------------------------------------ optional capabilities
+
+
+@runtime_checkable
+class Addressed(Protocol):
+    """A backend that talks to one server at a URL: errors and stats name the server by it."""
+
+    base_url: str
+
+
+@runtime_checkable
+class ChatCompletion(Protocol):
+    """A backend with a chat endpoint (OpenAI-compatible ``/v1/chat/completions``): native
+    tool calling, and teachers that reply through the server's own chat template."""
+
+    async def chat(self, messages: Sequence[dict[str, Any]], *,
+                   tools: Sequence[dict[str, Any]] | None = None, max_tokens: int = 1024,
+                   sampling: SamplingParams | None = None, **extra: Any) -> dict[str, Any]:
+        """One assistant message (``content``, ``tool_calls``, ``finish_reason``...)."""
+        ...
+
+
+@runtime_checkable
+class ModelThread(Protocol):
+    """A backend that runs an in-process model on a thread of its own (``hf``): an RL trainer
+    runs its update there, so that training and generation share one thread pool."""
+
+    async def run_on_model_thread(self, fn: Callable[..., T], *args: Any) -> T:
+        """``fn(*args)`` on the thread that generates."""
+        ...
+
+
+@runtime_checkable
+class PolicyVersioned(Protocol):
+    """A backend that keeps state per policy version (a router's group homes): told when
+    new weights are live."""
+
+    def set_policy_version(self, version: int) -> None:
+        """Weights of ``version`` are live from now on (versions never go back)."""
+        ...
+
+
+@runtime_checkable
+class StickyHomes(Protocol):
+    """A backend that keeps an episode, and its group, on one server (a router): told when
+    an episode or a group is done, so that it can drop their homes."""
+
+    def forget(self, episode_id: str | None = None, group_id: str | None = None) -> None:
+        """Drop the home of a finished episode and/or group (unknown ids are fine)."""
+        ...
+
+
+@runtime_checkable
+class ModelNamed(Protocol):
+    """A backend whose requests name the served model (an OpenAI-compatible client, or a
+    router over such clients): the name can change, e.g. to a LoRA adapter per version."""
+
+    def use_model(self, name: str) -> None:
+        """Send ``name`` as the model of every request from now on."""
+        ...
+
+
+@runtime_checkable
+class HealthChecked(Protocol):
+    """A backend that answers a cheap health probe (a router probes a down server with it)."""
+
+    async def healthy(self) -> bool:
+        """Whether the server answers now (never raises)."""
+        ...
+
+
+@runtime_checkable
+class PrefixCacheCounted(Protocol):
+    """A backend that reports its server's prefix-cache counters (vLLM's ``/metrics``)."""
+
+    async def prefix_cache_counters(self) -> tuple[float, float]:
+        """``(hits, queries)`` in tokens since the server started (BackendError if unknown)."""
         ...
 
 

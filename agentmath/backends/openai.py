@@ -204,6 +204,10 @@ class OpenAIBackend:
 
     # ------------------------------------------------------------------------------- extras
 
+    def use_model(self, name: str) -> None:
+        """Send ``name`` as the model of every request from now on (a LoRA adapter's)."""
+        self.model = name
+
     async def healthy(self) -> bool:
         """Whether ``GET /health`` answers 2xx within a few seconds (never raises)."""
         try:

@@ -45,7 +45,16 @@ from typing import Any, Literal, TypeVar
 
 from pydantic import Field
 
-from agentmath.backends.base import Backend, Generation, RequestTag, SamplingParams, current_tag
+from agentmath.backends.base import (
+    Addressed,
+    Backend,
+    Generation,
+    HealthChecked,
+    ModelNamed,
+    RequestTag,
+    SamplingParams,
+    current_tag,
+)
 from agentmath.backends.router_stats import (
     PrefixCacheStats,
     RouterStats,
@@ -240,6 +249,16 @@ class Router:
             self._groups.clear()
         self.policy_version = version
 
+    def use_model(self, name: str) -> None:
+        """Every server sends ``name`` as the model from now on (a LoRA adapter per policy
+        version, pushed to every server by the weight sync); TypeError, before any server is
+        changed, when one of them has no model name to set."""
+        fixed = [s.backend for s in self._servers if not isinstance(s.backend, ModelNamed)]
+        if fixed:
+            raise TypeError(f"{type(fixed[0]).__name__} has no model name to set")
+        for server in self._servers:
+            server.backend.use_model(name)
+
     # ------------------------------------------------- decisions for callers that dispatch
 
     def acquire(self, tag: RequestTag | None, weight: int,
@@ -378,13 +397,14 @@ class Router:
                 server.up = True
 
     async def _probe(self, server: _Server) -> bool:
-        """Whether a down server answers: its ``healthy()`` when it has one, else a tiny
-        ``tokenize``. Any failure means still down and is kept as its last error."""
-        healthy = getattr(server.backend, "healthy", None)
+        """Whether a down server answers: its ``healthy()`` when it is
+        :class:`~agentmath.backends.base.HealthChecked`, else a tiny ``tokenize``. Any
+        failure means still down and is kept as its last error."""
+        backend = server.backend
         try:
             async with asyncio.timeout(self.config.probe_timeout_s):
-                if callable(healthy):
-                    return bool(await healthy())
+                if isinstance(backend, HealthChecked):
+                    return bool(await backend.healthy())
                 await server.backend.tokenize("ping")
                 return True
         except Exception as exc:  # noqa: BLE001 - any probe failure means "still down"
@@ -414,10 +434,11 @@ class Router:
         return await read_prefix_cache_stats([(s.server, s.backend) for s in self._servers])
 
 
-def _label(backend: Any, index: int) -> str:
+def _label(backend: Backend, index: int) -> str:
     """How errors and stats name a server: its URL when it has one."""
-    url = getattr(backend, "base_url", None)
-    return str(url) if url else f"{getattr(backend, 'name', 'server')}#{index}"
+    if isinstance(backend, Addressed) and backend.base_url:
+        return str(backend.base_url)
+    return f"{backend.name}#{index}"
 
 
 def _named(exc: BackendError, label: str) -> BackendError:

@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from agentmath.backends.base import PrefixCacheCounted
 from agentmath.errors import BackendError
 
 __all__ = ["PrefixCacheStats", "RouterStats", "ServerCacheStats", "ServerStats", "imbalance",
@@ -108,11 +109,10 @@ async def read_prefix_cache_stats(servers: Sequence[tuple[str, Any]]) -> PrefixC
     and their sums. A server that cannot say is listed with its error (which names it) and
     left out of the sums."""
     async def one(label: str, backend: Any) -> ServerCacheStats:
-        read = getattr(backend, "prefix_cache_counters", None)
-        if not callable(read):
+        if not isinstance(backend, PrefixCacheCounted):
             return ServerCacheStats(label, None, None, "no prefix_cache_counters()")
         try:
-            hits, queries = await read()
+            hits, queries = await backend.prefix_cache_counters()
         except BackendError as exc:
             message = str(exc)
             return ServerCacheStats(label, None, None,

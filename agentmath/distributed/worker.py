@@ -85,9 +85,7 @@ class RolloutWorker:
                 open_sandbox(spec.sandbox, spec.sandbox_url, spec.sandbox_token_file))
             backend = make_backend(spec.backend, spec.model, base_url=spec.base_url,
                                    **spec.backend_options)
-            closer = getattr(backend, "aclose", None)
-            if callable(closer):
-                self._stack.push_async_callback(closer)
+            self._stack.push_async_callback(backend.aclose)  # part of the Backend protocol
             self._engine = RolloutEngine(backend, sandbox, get_format(spec.format),
                                          loop=spec.loop, chat=spec.chat,
                                          config=RolloutConfig(max_in_flight=spec.in_flight))

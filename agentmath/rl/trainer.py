@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from agentmath._lazy import require
+from agentmath.backends.base import ModelThread
 from agentmath.config import LoopConfig, RolloutConfig
 from agentmath.rl.config import RLConfig
 from agentmath.rl.filters import FilterPlan
@@ -150,9 +151,9 @@ class _Run:
         events: list[dict[str, Any]] = []
         upd = UpdateStats()
         if collected.groups:
-            on_model_thread = getattr(self.backend, "run_on_model_thread", None)
-            if callable(on_model_thread):  # in-process generator: one thread, one OpenMP pool
-                upd = await on_model_thread(self.updater.update, collected.groups)
+            if isinstance(self.backend, ModelThread):  # in-process: one thread, one OpenMP pool
+                upd = await self.backend.run_on_model_thread(self.updater.update,
+                                                             collected.groups)
             else:
                 upd = self.updater.update(collected.groups)
             self.version += 1
@@ -323,9 +324,8 @@ async def _loop(run: _Run, progress: bool, stop_after: int | None,
                         on_step(m)
     finally:
         await run.sync.aclose()
-        closer = getattr(run.backend, "aclose", None)
-        if callable(closer):
-            await closer()
+        if run.backend is not None:  # none on Ray: each worker closes its own
+            await run.backend.aclose()
 
 
 def train_rl(config: RLConfig, out_dir: str | Path, *, progress: bool = True,

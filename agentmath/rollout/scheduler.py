@@ -27,7 +27,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 
 from agentmath.agent.episode import Episode
-from agentmath.backends.base import Backend, SamplingParams
+from agentmath.backends.base import Backend, PolicyVersioned, SamplingParams, StickyHomes
 from agentmath.config import LoopConfig, RolloutConfig
 from agentmath.formats.base import ToolFormat
 from agentmath.rollout.admission import Admission
@@ -115,18 +115,18 @@ class RolloutEngine:
     def collect(self, state: GroupState, index: int) -> Group | None:
         """Record a finished episode as a sample; the group once it is complete."""
         episode = state.episodes.pop(index)
-        forget = getattr(self.backend, "forget", None)  # a router's sticky home: done with
+        sticky = self.backend if isinstance(self.backend, StickyHomes) else None  # a router
         sample = Sample(state.request.group_id, index, episode.trajectory,
                         state.restarts.get(index, 0))
         state.group.samples.append(sample)
         self.stats.samples_done += 1
         self.stats.version_spans[len(sample.policy_versions)] += 1
         if not state.group.complete:
-            if callable(forget):
-                forget(episode_id=episode.id)
+            if sticky is not None:
+                sticky.forget(episode_id=episode.id)
             return None
-        if callable(forget):
-            forget(episode_id=episode.id, group_id=state.request.group_id)
+        if sticky is not None:
+            sticky.forget(episode_id=episode.id, group_id=state.request.group_id)
         state.group.samples.sort(key=lambda s: s.index)
         self.stats.groups_done += 1
         return state.group
@@ -155,9 +155,8 @@ class RolloutEngine:
         """New weights are live: later segments are sampled (and tagged) with ``version``;
         a backend that keeps prefix caches per version (the router) is told too."""
         self.version = version
-        setter = getattr(self.backend, "set_policy_version", None)
-        if callable(setter):
-            setter(version)
+        if isinstance(self.backend, PolicyVersioned):
+            self.backend.set_policy_version(version)
 
     def use_model(self, name: str) -> None:
         """Requests from now on send ``name`` as the model (a LoRA adapter per version)."""

@@ -23,9 +23,8 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
-from agentmath.backends.base import Backend, SamplingParams
+from agentmath.backends.base import Backend, ChatCompletion, SamplingParams
 from agentmath.config import read_config_file
 from agentmath.datasets import Task
 from agentmath.errors import AgentMathError, ConfigError
@@ -116,9 +115,8 @@ async def chat_text(backend: Backend, messages: Sequence[dict[str, str]], *, max
                     sampling: SamplingParams) -> tuple[str, str]:
     """One assistant reply as (text, finish reason): through the server's chat endpoint when
     the backend has one (any OpenAI-compatible teacher), else through the chat template."""
-    chat = getattr(backend, "chat", None)
-    if callable(chat):
-        message: dict[str, Any] = await chat(messages, max_tokens=max_tokens, sampling=sampling)
+    if isinstance(backend, ChatCompletion):
+        message = await backend.chat(messages, max_tokens=max_tokens, sampling=sampling)
         return str(message.get("content") or ""), str(message.get("finish_reason") or "stop")
     ids = await backend.render_prompt(messages)
     generation = await backend.generate(ids, stop=(), max_tokens=max_tokens, sampling=sampling)

@@ -32,7 +32,8 @@ class FakeServer:
 
     name = "fake"
 
-    def __init__(self, url: str, *, with_health: bool = True) -> None:
+    def __init__(self, url: str, *, with_health: bool = True,
+                 with_counters: bool = True) -> None:
         self.base_url = url
         self.calls: list[tuple[RequestTag | None, list[int]]] = []
         self.completed: list[list[int]] = []
@@ -43,6 +44,8 @@ class FakeServer:
         self.counters: tuple[float, float] | None = None
         if with_health:
             self.healthy = self._healthy
+        if with_counters:  # the optional capabilities, present or not (isinstance checks)
+            self.prefix_cache_counters = self._prefix_cache_counters
 
     async def generate(self, prompt_ids: Sequence[int], *, stop: Sequence[str],
                        max_tokens: int, sampling: SamplingParams) -> Generation:
@@ -65,7 +68,7 @@ class FakeServer:
     async def _healthy(self) -> bool:
         return self.alive
 
-    async def prefix_cache_counters(self) -> tuple[float, float]:
+    async def _prefix_cache_counters(self) -> tuple[float, float]:
         if self.counters is None:
             raise BackendError(f"{self.base_url}/metrics: no counters")
         return self.counters
@@ -301,11 +304,9 @@ async def test_sticky_maps_are_bounded_and_a_new_version_drops_group_homes() -> 
 
 
 async def test_prefix_cache_stats_come_from_the_servers() -> None:
-    fakes = servers(3)
+    fakes = servers(2) + [FakeServer("http://s2.test:8000", with_counters=False)]
     fakes[0].counters = (30.0, 100.0)
     fakes[1].counters = (10.0, 100.0)
-    del fakes[2].counters  # type: ignore[attr-defined]
-    fakes[2].prefix_cache_counters = None  # type: ignore[method-assign]
     router = Router(fakes)
     stats = await router.prefix_cache_stats()
     assert stats.hits == 40 and stats.queries == 200 and stats.hit_rate == pytest.approx(0.2)
