@@ -18,7 +18,6 @@ already finished. Only cancellation (Ctrl-C) stops it.
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import platform
 import time
@@ -51,6 +50,7 @@ from agentmath.rollout.records import GroupRequest, Sample
 from agentmath.rollout.scheduler import RolloutEngine, SamplingFn
 from agentmath.sandbox.client import SandboxClient
 from agentmath.sandbox.factory import open_sandbox
+from agentmath.seeding import eval_sample_seed
 
 if TYPE_CHECKING:
     from agentmath.distributed.engine import RayRolloutEngine
@@ -59,12 +59,6 @@ if TYPE_CHECKING:
 
 ProgressFn = Callable[[dict[str, Any]], None]
 log = logging.getLogger(__name__)
-
-
-def sample_seed(seed: int, problem_id: str, index: int) -> int:
-    """A per-sample seed that does not depend on scheduling order."""
-    digest = hashlib.sha256(f"{seed}\0{problem_id}\0{index}".encode()).digest()
-    return int.from_bytes(digest[:4], "big")
 
 
 def identity(config: EvalConfig) -> dict[str, Any]:
@@ -160,7 +154,7 @@ def make_sampling(config: EvalConfig) -> SamplingFn:
     def sampling(request: GroupRequest, index: int) -> SamplingParams:
         return SamplingParams(temperature=config.temperature, top_p=config.top_p,
                               top_k=config.top_k,
-                              seed=sample_seed(config.seed, request.task.id, index))
+                              seed=eval_sample_seed(config.seed, request.task.id, index))
 
     return sampling
 

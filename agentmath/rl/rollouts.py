@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import hashlib
 import random
 from collections import Counter
 from collections.abc import AsyncIterator, Iterator, Sequence
@@ -33,17 +32,12 @@ from agentmath.rl.filters import FilterPlan, GroupVerdict, filter_group
 from agentmath.rl.rewards import RewardModel
 from agentmath.rollout.partial import PartialRollout
 from agentmath.rollout.records import Group, GroupRequest, RolloutStats
+from agentmath.seeding import derive_seed
 
 if TYPE_CHECKING:
     from agentmath.config import LoopConfig, RolloutConfig
     from agentmath.distributed.worker import WorkerSpec
     from agentmath.rl.config import RLConfig
-
-
-def derive_seed(*parts: object) -> int:
-    """A stable 63-bit seed from any parts (Python's hash() is salted per process)."""
-    digest = hashlib.sha256(":".join(map(str, parts)).encode()).digest()
-    return int.from_bytes(digest[:8], "big") >> 1
 
 
 class RequestStream(Iterator[GroupRequest]):
