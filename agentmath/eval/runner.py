@@ -32,10 +32,13 @@ from agentmath.agent.trajectory import Trajectory
 from agentmath.backends.base import Backend, SamplingParams
 from agentmath.config import EvalConfig, RolloutConfig
 from agentmath.datasets import Task
-from agentmath.eval.fingerprint import dataset_fingerprint
-from agentmath.eval.lock import RunLock
 from agentmath.eval.records import SampleRecord
-from agentmath.eval.store import (
+from agentmath.formats import get_format
+from agentmath.rollout.records import GroupRequest, Sample
+from agentmath.rollout.scheduler import RolloutEngine, SamplingFn
+from agentmath.runs.fingerprint import dataset_fingerprint
+from agentmath.runs.lock import RunLock
+from agentmath.runs.store import (
     METRICS_FILE,
     SampleWriter,
     check_or_write_config,
@@ -45,9 +48,6 @@ from agentmath.eval.store import (
     unique_records,
     write_json_atomic,
 )
-from agentmath.formats import get_format
-from agentmath.rollout.records import GroupRequest, Sample
-from agentmath.rollout.scheduler import RolloutEngine, SamplingFn
 from agentmath.sandbox.client import SandboxClient
 from agentmath.sandbox.factory import open_sandbox
 from agentmath.seeding import eval_sample_seed
@@ -182,10 +182,9 @@ async def _run_todo(run: _Run, engine: RolloutEngine | RayRolloutEngine,
 
 
 def backend_options(config: EvalConfig) -> dict[str, Any]:
-    """The run's keyword options of :func:`~agentmath.backends.make_backend` (the HTTP retry
-    and timeout settings of the openai backend; none for the others)."""
-    if config.backend != "openai":
-        return {}
+    """The run's settings of its backend beyond the model and URL, as keyword arguments of
+    :func:`~agentmath.backends.registry.make_backend`: the HTTP retries and timeout (a backend
+    that talks to no server ignores them)."""
     return {"max_retries": config.http_retries, "timeout_s": config.http_timeout_s}
 
 
@@ -227,7 +226,7 @@ async def run_eval(config: EvalConfig, out_dir: str | Path, backend: Backend | N
     shared sandbox client (None: the services of ``config.sandbox_url``, else a local sandbox
     pool from ``config.sandbox``, for this run).
 
-    Raises :class:`~agentmath.eval.lock.RunLockedError` when another run holds the directory,
+    Raises :class:`~agentmath.runs.lock.RunLockedError` when another run holds the directory,
     :class:`~agentmath.errors.ConfigError` when the saved config or dataset differs, and
     :class:`~agentmath.errors.DataError` for a bad dataset; never for a failed sample.
     """

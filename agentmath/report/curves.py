@@ -10,13 +10,15 @@ at a glance.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from agentmath.errors import DataError
 from agentmath.report.plots import _colors, _figure, _save
+from agentmath.runs.steplog import is_training_run, read_step_log
+
+__all__ = ["PANELS", "TRAINING_CURVES", "is_training_run", "load_training",
+           "plot_training_curves"]
 
 TRAINING_CURVES = "training_curves.png"
 PANELS: tuple[tuple[str, str], ...] = (
@@ -30,27 +32,9 @@ PANELS: tuple[tuple[str, str], ...] = (
 )
 
 
-def is_training_run(path: str | Path) -> bool:
-    """A directory written by ``agentmath rl`` (metrics.jsonl, no evaluation metrics.json)."""
-    path = Path(path)
-    return (path / "metrics.jsonl").is_file() and not (path / "metrics.json").is_file()
-
-
 def load_training(path: str | Path) -> list[dict[str, Any]]:
-    """The step records of a training run; a bad line is a DataError naming file and line."""
-    file = Path(path) / "metrics.jsonl"
-    rows = []
-    for lineno, line in enumerate(file.read_text(encoding="utf-8").splitlines(), 1):
-        if not line.strip():
-            continue
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise DataError(f"{file}:{lineno}: not JSON: {exc.msg}") from exc
-        if not isinstance(row, dict) or not isinstance(row.get("step"), int):
-            raise DataError(f"{file}:{lineno}: field 'step': a step record needs an integer")
-        rows.append(row)
-    return rows
+    """The step records of a training run (see :func:`agentmath.runs.steplog.read_step_log`)."""
+    return read_step_log(path)
 
 
 def plot_training_curves(runs: dict[str, list[dict[str, Any]]], out_dir: str | Path,

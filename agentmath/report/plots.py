@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from agentmath.report.tables import Run
+from agentmath.runs.files import SAMPLES_FILE
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -101,7 +102,7 @@ def level_accuracy(run: Run) -> dict[str, float]:
             if value is not None:
                 out[str(level)] = value
         return out
-    if not (run.path / "samples.jsonl").is_file():
+    if not (run.path / SAMPLES_FILE).is_file():
         return {}
     totals: dict[str, list[int]] = defaultdict(lambda: [0, 0])
     for sample in run.iter_samples():

@@ -17,15 +17,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from agentmath.errors import DataError
-from agentmath.eval.store import RECORD_KEY
 from agentmath.jsonl import parse_line
+from agentmath.runs.files import CONFIG_FILE, METRICS_FILE, RECORD_KEY, SAMPLES_FILE
 
 if TYPE_CHECKING:
     from rich.table import Table
-
-CONFIG_FILE = "config.json"
-METRICS_FILE = "metrics.json"
-SAMPLES_FILE = "samples.jsonl"
 
 #: Metric keys a run must have; the rest of metrics.json is optional.
 _REQUIRED_METRICS: tuple[tuple[str, ...], ...] = (

@@ -16,6 +16,8 @@ from pathlib import Path
 from typing import Any
 
 from agentmath.rl.batch import ScoredGroup, ScoredSample
+from agentmath.runs.files import STEP_METRICS_FILE
+from agentmath.runs.steplog import read_step_log
 from agentmath.train.plumbing import truncate_log
 
 log = logging.getLogger(__name__)
@@ -112,7 +114,7 @@ class MetricsWriter:
     """Appends StepMetrics to ``metrics.jsonl`` and (optionally) TensorBoard."""
 
     def __init__(self, out_dir: Path, *, tensorboard: bool, resume_step: int) -> None:
-        self.path = out_dir / "metrics.jsonl"
+        self.path = out_dir / STEP_METRICS_FILE
         truncate_log(self.path, resume_step)
         self._file = self.path.open("a", encoding="utf-8", buffering=1)
         self._tb: Any = None
@@ -145,6 +147,6 @@ class MetricsWriter:
 
 
 def read_metrics(path: str | Path) -> list[dict[str, Any]]:
-    """The records of a metrics.jsonl (for reports and tests)."""
-    return [json.loads(line) for line in Path(path).read_text(encoding="utf-8").splitlines()
-            if line.strip()]
+    """The records of a metrics.jsonl, through the one reader
+    (:func:`agentmath.runs.steplog.read_step_log`)."""
+    return read_step_log(path)

@@ -47,6 +47,7 @@ from agentmath.rl.rollouts import (
 )
 from agentmath.rl.schedules import Stage, StageController, linear, lr_factor
 from agentmath.rl.update import PolicyUpdater, UpdateStats
+from agentmath.runs.files import STEP_METRICS_FILE
 from agentmath.train.plumbing import (
     build_optimizer,
     list_checkpoints,
@@ -339,7 +340,8 @@ def train_rl(config: RLConfig, out_dir: str | Path, *, progress: bool = True,
         require("ray", "ray")  # a missing extra is said before any model is loaded
     out.mkdir(parents=True, exist_ok=True)
     if not resume:
-        for stale in [*out.glob("checkpoint-*"), out / "metrics.jsonl", out / "tensorboard"]:
+        for stale in [*out.glob("checkpoint-*"), out / STEP_METRICS_FILE,
+                      out / "tensorboard"]:
             shutil.rmtree(stale) if stale.is_dir() else stale.unlink(missing_ok=True)
     (out / "rl_config.json").write_text(config.model_dump_json(indent=2) + "\n")
     run = _Run(config, out)

@@ -21,16 +21,16 @@ from typing import Any
 from agentmath.backends.base import Backend, SamplingParams
 from agentmath.datasets import Task, load_tasks
 from agentmath.errors import ConfigError, DataError
-from agentmath.eval.fingerprint import dataset_fingerprint
-from agentmath.eval.lock import RunLock
-from agentmath.eval.store import (
+from agentmath.formats import get_format
+from agentmath.runs.fingerprint import dataset_fingerprint
+from agentmath.runs.lock import RunLock
+from agentmath.runs.store import (
     SampleWriter,
     check_or_write_config,
     load_records,
     write_json_atomic,
     write_jsonl_atomic,
 )
-from agentmath.formats import get_format
 from agentmath.sandbox.factory import open_sandbox
 from agentmath.synth.config import NATIVE, EndpointConfig, SynthConfig
 from agentmath.synth.funnel import Funnel, build_funnel

@@ -22,7 +22,7 @@ import pytest
 from typer.testing import CliRunner
 
 from agentmath.cli.main import app
-from agentmath.eval.lock import RunLock
+from agentmath.runs.lock import RunLock
 from tests.fixtures.fault_server import (  # noqa: F401
     Fault,
     FaultServer,

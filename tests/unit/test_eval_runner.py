@@ -16,9 +16,9 @@ import pytest
 from agentmath.backends.base import Generation, SamplingParams
 from agentmath.backends.scripted import ScriptedBackend
 from agentmath.config import EvalConfig
-from agentmath.eval.lock import RunLock, RunLockedError
 from agentmath.eval.runner import run_eval
-from agentmath.eval.store import RETRIED_FILE, load_records
+from agentmath.runs.lock import RunLock, RunLockedError
+from agentmath.runs.store import RETRIED_FILE, load_records
 
 PROBLEMS = {"a": ("What is 1+1?", "2"), "b": ("What is 2+2?", "4"), "c": ("What is 3+3?", "6")}
 

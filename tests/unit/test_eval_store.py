@@ -17,10 +17,10 @@ from pydantic import ValidationError
 from agentmath.config import EvalConfig
 from agentmath.datasets import Task
 from agentmath.errors import ConfigError
-from agentmath.eval.fingerprint import dataset_fingerprint, describe_change
-from agentmath.eval.lock import LOCK_FILE, RunLock, RunLockedError
 from agentmath.eval.runner import identity
-from agentmath.eval.store import (
+from agentmath.runs.fingerprint import dataset_fingerprint, describe_change
+from agentmath.runs.lock import LOCK_FILE, RunLock, RunLockedError
+from agentmath.runs.store import (
     CONFIG_FILE,
     DATASET_KEY,
     RETRIED_FILE,
@@ -62,7 +62,7 @@ def test_a_lock_without_details_is_still_refused(tmp_path: Path) -> None:
 
 def test_the_lock_of_a_killed_run_is_free(tmp_path: Path) -> None:
     holder = subprocess.Popen(
-        [sys.executable, "-c", "import sys, time; from agentmath.eval.lock import RunLock; "
+        [sys.executable, "-c", "import sys, time; from agentmath.runs.lock import RunLock; "
          "RunLock(sys.argv[1]).acquire(); print('locked', flush=True); time.sleep(60)",
          str(tmp_path)], stdout=subprocess.PIPE, text=True)
     try:
@@ -163,7 +163,7 @@ def test_drop_errors_moves_them_aside_atomically(tmp_path: Path) -> None:
 
 
 def test_a_record_with_a_lone_surrogate_is_still_written(tmp_path: Path) -> None:
-    from agentmath.eval.store import SampleWriter
+    from agentmath.runs.store import SampleWriter
 
     writer = SampleWriter(tmp_path)
     writer.append({"problem_id": "a", "sample_index": 0, "extracted": "x\udc80"})

@@ -21,15 +21,20 @@ from pathlib import Path
 from typing import Any
 
 from agentmath.errors import ConfigError, DataError
-from agentmath.eval.fingerprint import describe_change
 from agentmath.jsonl import parse_line, write_jsonl
+from agentmath.runs.files import (
+    CONFIG_FILE,
+    DATASET_KEY,
+    METRICS_FILE,
+    RECORD_KEY,
+    RETRIED_FILE,
+    SAMPLES_FILE,
+)
+from agentmath.runs.fingerprint import describe_change
 
-CONFIG_FILE = "config.json"
-SAMPLES_FILE = "samples.jsonl"
-RECORD_KEY = ("problem_id", "sample_index")  # every sample record has these
-METRICS_FILE = "metrics.json"
-RETRIED_FILE = "retried_errors.jsonl"  # error records superseded by a --retry-errors run
-DATASET_KEY = "dataset_fingerprint"  # where config.json keeps the dataset's fingerprint
+__all__ = ["CONFIG_FILE", "DATASET_KEY", "METRICS_FILE", "RECORD_KEY", "RETRIED_FILE",
+           "SAMPLES_FILE", "SampleWriter", "check_or_write_config", "drop_errors", "is_error",
+           "load_records", "unique_records", "write_json_atomic", "write_jsonl_atomic"]
 
 
 def write_json_atomic(path: Path, data: Any) -> None:

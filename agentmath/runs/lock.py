@@ -22,8 +22,7 @@ from types import TracebackType
 from typing import Any
 
 from agentmath.errors import AgentMathError
-
-LOCK_FILE = ".lock"
+from agentmath.runs.files import LOCK_FILE
 
 
 class RunLockedError(AgentMathError):
