@@ -278,7 +278,8 @@ class EvalConfig(StrictModel):
         "Built-in name (math500, aime24, ...), a JSONL/JSON/Parquet file or a hub id (identity)."))
     samples: int = Field(1, ge=1, le=4096, description="Samples per problem (identity).")
     limit: int | None = Field(None, ge=1, description="Only the first N problems (identity).")
-    backend: str = Field("openai", description="openai | hf | vllm (identity).")
+    backend: str = Field("openai", description=(
+        "A backend registered in agentmath/backends/registry.py: openai | hf | vllm (identity)."))
     model: str = Field(..., min_length=1, description="Served name or model path (identity).")
     base_url: str | list[str] | None = Field(None, description=(
         "OpenAI-compatible server URL, or a list of them: samples are then spread over the "

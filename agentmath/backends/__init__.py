@@ -1,9 +1,9 @@
-"""Generation backends: ``openai`` (any OpenAI-compatible server), ``hf`` (local transformers),
-``vllm`` (vLLM's offline engine). Each is imported only when asked for."""
+"""Generation backends: ``openai`` (any OpenAI-compatible server; a router over several),
+``hf`` (local transformers), ``vllm`` (vLLM's offline engine), registered by name in
+``registry.py`` (:data:`BACKENDS`, :func:`make_backend`). Each is imported only when asked for."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import Any
 
 from agentmath.backends.base import (
@@ -14,41 +14,10 @@ from agentmath.backends.base import (
     SamplingParams,
     tagged,
 )
+from agentmath.backends.registry import BACKENDS, BackendSettings, check_backend, make_backend
 
-BACKENDS = ("openai", "hf", "vllm")
-
-
-def make_backend(kind: str, model: str, *, base_url: str | Sequence[str] | None = None,
-                 **kwargs: Any) -> Backend:
-    """Build a backend by name. ``model`` is a served model name (openai) or a path (hf, vllm).
-
-    For ``openai``, several URLs give a :class:`~agentmath.backends.router.Router` over one
-    server backend per URL (a malformed or duplicate URL is a ConfigError naming it).
-    """
-    if kind == "openai":
-        urls = [base_url] if isinstance(base_url, str) else list(base_url or [])
-        if not urls:
-            raise ValueError("the openai backend needs --base-url (e.g. http://127.0.0.1:8000)")
-        if len(urls) > 1:
-            from agentmath.backends.router import Router
-
-            return Router.from_urls(urls, model, **kwargs)
-        from agentmath.backends.openai import OpenAIBackend
-
-        return OpenAIBackend(urls[0], model, **kwargs)
-    if kind == "hf":
-        from agentmath.backends.hf import HFBackend
-
-        return HFBackend(model, **kwargs)
-    if kind == "vllm":
-        from agentmath.backends.vllm_engine import VLLMBackend
-
-        return VLLMBackend(model, **kwargs)
-    raise ValueError(f"unknown backend {kind!r}; choose one of {', '.join(BACKENDS)}")
-
-
-__all__ = ["BACKENDS", "Backend", "Generation", "RequestTag", "SamplingParams", "make_backend",
-           "tagged", "use_model"]
+__all__ = ["BACKENDS", "Backend", "BackendSettings", "Generation", "RequestTag", "SamplingParams",
+           "check_backend", "make_backend", "tagged", "use_model"]
 
 
 def use_model(backend: Any, name: str) -> None:

@@ -12,6 +12,7 @@ from typing import Literal
 
 from pydantic import Field, model_validator
 
+from agentmath.backends.registry import BackendName
 from agentmath.config import LoopConfig, SandboxConfig, StrictModel
 from agentmath.synth.checks import AstLimits
 
@@ -21,7 +22,7 @@ NATIVE = "native"  # the output "format" of chat records with native tool calls
 class EndpointConfig(StrictModel):
     """A model the pipeline talks to (the teacher, or the consistency judge)."""
 
-    backend: Literal["openai", "hf", "vllm"] = Field("openai", description=(
+    backend: BackendName = Field("openai", description=(
         "openai: any OpenAI-compatible server (its chat endpoint); hf/vllm: a local model."))
     model: str = Field("", description="Served model name (openai) or model path (hf, vllm).")
     base_url: str | None = Field(None, description="Server URL (openai backend).")

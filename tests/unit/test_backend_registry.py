@@ -1,0 +1,56 @@
+"""The backend registry (agentmath/backends/registry.py): one line makes a backend known to
+make_backend and to every config that names one; each factory reads the settings it needs."""
+
+from __future__ import annotations
+
+import pytest
+from pydantic import ValidationError
+
+from agentmath.backends import BACKENDS, BackendSettings, make_backend
+from agentmath.backends.openai import OpenAIBackend
+from agentmath.backends.router import Router
+from agentmath.backends.scripted import ScriptedBackend
+from agentmath.synth.config import EndpointConfig
+
+
+def test_a_registered_backend_is_built_by_name_and_accepted_by_configs(monkeypatch) -> None:  # noqa: ANN001
+    seen: list[BackendSettings] = []
+
+    def factory(settings: BackendSettings) -> ScriptedBackend:
+        seen.append(settings)
+        return ScriptedBackend([])
+
+    monkeypatch.setitem(BACKENDS, "scripted", factory)
+    backend = make_backend("scripted", "m", base_url="http://x:1", timeout_s=3.0)
+    assert isinstance(backend, ScriptedBackend)
+    assert seen == [BackendSettings("m", "http://x:1", timeout_s=3.0)]
+    assert EndpointConfig(backend="scripted").backend == "scripted"
+
+
+def test_an_unknown_backend_names_the_choices() -> None:
+    with pytest.raises(ValueError, match="unknown backend 'nope'; choose one of openai, hf"):
+        make_backend("nope", "m")
+    with pytest.raises(ValidationError, match="unknown backend 'nope'"):
+        EndpointConfig(backend="nope")
+    with pytest.raises(TypeError):
+        make_backend("openai", "m", base_url="http://x:1", temperature=0.5)
+
+
+async def test_openai_reads_its_http_settings_and_routes_over_several_urls() -> None:
+    one = make_backend("openai", "m", base_url="http://127.0.0.1:1", timeout_s=7.0,
+                       max_retries=2)
+    assert isinstance(one, OpenAIBackend) and (one.model, one.timeout_s, one.max_retries) == (
+        "m", 7.0, 2)
+    many = make_backend("openai", "m", base_url=["http://127.0.0.1:1", "http://127.0.0.1:2"],
+                        max_retries=2)
+    assert isinstance(many, Router)
+    for backend in (one, many):
+        await backend.aclose()
+    with pytest.raises(ValueError, match="needs --base-url"):
+        make_backend("openai", "m")
+
+
+def test_http_options_carry_only_what_was_given() -> None:
+    assert BackendSettings("m").http_options() == {}
+    assert BackendSettings("m", timeout_s=1.0, api_key="k").http_options() == {
+        "api_key": "k", "timeout_s": 1.0}
