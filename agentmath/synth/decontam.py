@@ -36,9 +36,6 @@ from agentmath.synth.detectors import (
     SemanticDetector,
 )
 
-#: The detectors, in the order they run (cheapest first).
-DETECTORS = ("ngram", "minhash", "semantic")
-
 
 @dataclass(frozen=True)
 class Item:
@@ -118,6 +115,17 @@ class DetectorSettings:
     semantic_batch_size: int = 32
 
 
+#: Detector name -> how it is built from the settings, in the order they run (cheapest first).
+DETECTORS: dict[str, Callable[[DetectorSettings], Detector]] = {
+    "ngram": lambda s: NGramDetector(n=s.ngram_n, threshold=s.ngram_threshold),
+    "minhash": lambda s: MinHashDetector(threshold=s.minhash_threshold, num_perm=s.minhash_perm,
+                                         shingle=s.minhash_shingle),
+    "semantic": lambda s: SemanticDetector(
+        threshold=s.semantic_threshold, numbers_agree=s.semantic_numbers,
+        model=s.semantic_model, device=s.semantic_device, batch_size=s.semantic_batch_size),
+}
+
+
 def parse_detectors(names: str | Iterable[str]) -> list[str]:
     """``"ngram,semantic"`` (or a list) as known detector names in running order; a
     ValueError names an unknown one."""
@@ -134,16 +142,7 @@ def make_detectors(names: str | Iterable[str],
                    settings: DetectorSettings | None = None) -> list[Detector]:
     """The named detectors, configured by ``settings``, in running order."""
     s = settings or DetectorSettings()
-    build: dict[str, Callable[[], Detector]] = {
-        "ngram": lambda: NGramDetector(n=s.ngram_n, threshold=s.ngram_threshold),
-        "minhash": lambda: MinHashDetector(threshold=s.minhash_threshold,
-                                           num_perm=s.minhash_perm, shingle=s.minhash_shingle),
-        "semantic": lambda: SemanticDetector(
-            threshold=s.semantic_threshold, numbers_agree=s.semantic_numbers,
-            model=s.semantic_model, device=s.semantic_device,
-            batch_size=s.semantic_batch_size),
-    }
-    return [build[name]() for name in parse_detectors(names)]
+    return [DETECTORS[name](s) for name in parse_detectors(names)]
 
 
 Progress = Callable[[str, int], None]
