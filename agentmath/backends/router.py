@@ -24,7 +24,8 @@ cache away. AgentMath's prefix-aware weighted load balancing keeps both:
 
 Baselines (``RouterConfig.policy``): ``round_robin`` (servers in turn) and ``least_loaded``
 (the least in-flight weight) ignore the tag and keep no sticky homes; benchmarks compare the
-prefix-aware policy against them (``benchmarks/_rollout_real.py``).
+prefix-aware policy against them (``benchmarks/_rollout_real.py``). A policy is a method of
+:class:`Router` named in :data:`POLICIES`.
 
 Failures: a :class:`~agentmath.errors.BackendError` from a server (after its own retries) takes
 it out of rotation, drops the homes on it and re-sends the same prompt ids elsewhere, so the
@@ -41,9 +42,9 @@ import urllib.parse
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field, fields
-from typing import Any, Literal, TypeVar
+from typing import Any, TypeVar
 
-from pydantic import Field
+from pydantic import Field, field_validator
 
 from agentmath.backends.base import (
     Addressed,
@@ -66,8 +67,8 @@ from agentmath.backends.router_stats import (
 from agentmath.config import StrictModel
 from agentmath.errors import BackendError, ConfigError, RequestRejected
 
-__all__ = ["PrefixCacheStats", "Router", "RouterConfig", "RouterStats", "ServerCacheStats",
-           "ServerStats"]
+__all__ = ["POLICIES", "PrefixCacheStats", "Router", "RouterConfig", "RouterStats",
+           "ServerCacheStats", "ServerStats"]
 
 T = TypeVar("T")
 
@@ -75,11 +76,11 @@ T = TypeVar("T")
 class RouterConfig(StrictModel):
     """Routing, spill and probing settings of a :class:`Router`."""
 
-    policy: Literal["prefix_aware", "round_robin", "least_loaded"] = Field(
+    policy: str = Field(
         "prefix_aware", description=(
-            "prefix_aware: sticky by episode and group with weighted spill (the module "
-            "docstring). round_robin and least_loaded (least in-flight weight) are the "
-            "baselines benchmarks compare it against: no stickiness, so siblings and later "
+            "A name in POLICIES. prefix_aware: sticky by episode and group with weighted spill "
+            "(the module docstring). round_robin and least_loaded (least in-flight weight) are "
+            "the baselines benchmarks compare it against: no stickiness, so siblings and later "
             "turns land wherever the policy sends them."))
     max_in_flight_per_server: int = Field(256, ge=1, le=1_000_000, description=(
         "In-flight requests at which a server counts as saturated: sticky requests spill to "
@@ -104,6 +105,14 @@ class RouterConfig(StrictModel):
     cache_salt_by_version: bool = Field(False, description=(
         "Servers built by Router.from_urls salt vLLM's prefix cache with the request tag's "
         "policy version (cache_salt), so KV from older weights is never reused."))
+
+    @field_validator("policy")
+    @classmethod
+    def _known_policy(cls, policy: str) -> str:
+        if policy not in POLICIES:
+            raise ValueError(f"unknown routing policy {policy!r}; choose one of "
+                             f"{', '.join(POLICIES)}")
+        return policy
 
 
 @dataclass(slots=True, eq=False)
@@ -165,9 +174,10 @@ class Router:
               exclude: frozenset[int] | set[int] = frozenset()) -> int:
         """The index of the server for a request (records the sticky homes; dispatches
         nothing). O(servers). BackendError when no server outside ``exclude`` is up."""
-        policy = self.config.policy
-        if policy != "prefix_aware":
-            return self._rotate(policy == "least_loaded", exclude).index
+        return POLICIES[self.config.policy](self, tag, weight, exclude).index
+
+    def _prefix_aware(self, tag: RequestTag | None, weight: int,
+                      exclude: frozenset[int] | set[int]) -> _Server:
         target = least = self._least(exclude)
         if tag is not None:
             home = self._home(self._episodes, tag.episode_id, exclude)
@@ -181,7 +191,15 @@ class Router:
             if tag.group_id is not None and self._home(self._groups, tag.group_id,
                                                        exclude) is None:
                 self._remember(self._groups, tag.group_id, target)
-        return target.index
+        return target
+
+    def _round_robin(self, tag: RequestTag | None, weight: int,
+                     exclude: frozenset[int] | set[int]) -> _Server:
+        return self._rotate(False, exclude)
+
+    def _least_loaded(self, tag: RequestTag | None, weight: int,
+                      exclude: frozenset[int] | set[int]) -> _Server:
+        return self._rotate(True, exclude)
 
     def _least(self, exclude: frozenset[int] | set[int]) -> _Server:
         """The least-loaded server that is up and not excluded (the first of equals)."""
@@ -432,6 +450,15 @@ class Router:
         OpenAIBackend from vLLM's ``/metrics``) and the overall hit rate; a server that cannot
         say is listed with its error and left out of the sums."""
         return await read_prefix_cache_stats([(s.server, s.backend) for s in self._servers])
+
+
+Policy = Callable[[Router, RequestTag | None, int, frozenset[int] | set[int]], _Server]
+#: Routing policy name (RouterConfig.policy) -> the method that picks a request's server.
+POLICIES: dict[str, Policy] = {
+    "prefix_aware": Router._prefix_aware,
+    "round_robin": Router._round_robin,
+    "least_loaded": Router._least_loaded,
+}
 
 
 def _label(backend: Backend, index: int) -> str:
