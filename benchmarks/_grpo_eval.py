@@ -75,7 +75,7 @@ async def eval_text(model_dir: str, data: Path, out: Path, *, limit: int, max_to
                      loop=LoopConfig(max_model_tokens=max_tokens, max_tool_calls=max_tool_calls))
     backend = HFBackend(model_dir, max_batch=64)
     try:
-        metrics = await run_eval(cfg, out, backend)
+        metrics = (await run_eval(cfg, out, backend)).metrics.to_dict()
     finally:
         await backend.aclose()
     tools = metrics["tools"]

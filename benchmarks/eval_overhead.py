@@ -66,7 +66,7 @@ async def throughput(tmp: Path, model_root: Path, concurrency: int,
     backend = HFBackend(str(model_dir))
     start = time.perf_counter()
     try:
-        metrics = await run_eval(cfg, tmp / f"run-c{concurrency}", backend)
+        metrics = (await run_eval(cfg, tmp / f"run-c{concurrency}", backend)).metrics.to_dict()
     finally:
         await backend.aclose()
     return n / (time.perf_counter() - start), metrics

@@ -28,6 +28,7 @@ from typing import Any
 from _common import print_table, tool_model_dataset
 
 from agentmath.config import EvalConfig, LoopConfig, RayConfig
+from agentmath.eval.results import EvalProgress, EvalResult
 from agentmath.eval.runner import run_eval
 
 NODE = {"num_cpus": 1, "object_store_memory": 80 * 1024 * 1024}
@@ -47,12 +48,13 @@ class Clock:
         self.first = self.last = 0.0
         self.done = 0
 
-    def __call__(self, progress: dict[str, Any]) -> None:
+    def __call__(self, progress: EvalProgress) -> None:
         now = time.perf_counter() - self.start
         self.first = self.first or now
-        self.last, self.done = now, progress["done"]
+        self.last, self.done = now, progress.done
 
-    def result(self, metrics: dict[str, Any]) -> dict[str, Any]:
+    def result(self, result: EvalResult) -> dict[str, Any]:
+        metrics = result.metrics.to_dict()
         steady = (self.done - 1) / (self.last - self.first) if self.last > self.first else 0.0
         return {"wall_s": time.perf_counter() - self.start, "first_s": self.first,
                 "steady_rate": steady, "metrics": metrics}

@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import asyncio
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import typer
+
+if TYPE_CHECKING:
+    from agentmath.eval.results import EvalProgress, EvalResult
 
 from agentmath.cli._common import (
     JSON_OPTION,
@@ -92,13 +95,13 @@ def eval_command(
         usage_error(str(exc))
     try:
         with stdout_for_json(json_out):
-            metrics = asyncio.run(_run(config, out, engine, quiet=json_out))
+            metrics = asyncio.run(_run(config, out, engine, quiet=json_out)).metrics
     except AgentMathError as exc:
         usage_error(str(exc))
     except OSError as exc:  # the run directory cannot be written: say so, no traceback
         usage_error(f"{out}: {exc.strerror or exc}", code=1)
     if json_out:
-        print_json(metrics)
+        print_json(metrics.to_dict())
         return
     from rich.table import Table
 
@@ -110,14 +113,14 @@ def eval_command(
     for name, value in metrics_table_rows(metrics):
         table.add_row(name, value)
     out_console().print(table)
-    errors = metrics.get("n_errors", 0)
+    errors = metrics.n_errors
     if errors:
         out_console().print(f"{errors} sample(s) ended in an error (see 'error' in "
                             f"samples.jsonl); run again with --retry-errors to retry them")
     out_console().print(f"run directory: {out}")
 
 
-async def _run(config: Any, out: Path, engine: Any, quiet: bool) -> dict[str, Any]:
+async def _run(config: Any, out: Path, engine: Any, quiet: bool) -> EvalResult:
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 
     from agentmath.eval.runner import run_eval
@@ -127,11 +130,10 @@ async def _run(config: Any, out: Path, engine: Any, quiet: bool) -> dict[str, An
                         disable=quiet, transient=False)
     task = progress.add_task("eval", total=None, stats="")
 
-    def update(p: dict[str, Any]) -> None:
-        acc = p["correct"] / p["fresh"] if p["fresh"] else 0.0
-        errors = f" · {p['errors']} errors" if p.get("errors") else ""
-        progress.update(task, completed=p["done"], total=p["total"],
-                        stats=f"acc {acc:.1%} · {p['rate']:.2f} samples/s{errors}")
+    def update(p: EvalProgress) -> None:
+        errors = f" · {p.errors} errors" if p.errors else ""
+        progress.update(task, completed=p.done, total=p.total,
+                        stats=f"acc {p.accuracy:.1%} · {p.rate:.2f} samples/s{errors}")
 
     try:
         with progress:

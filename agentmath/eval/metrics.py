@@ -25,11 +25,15 @@ import math
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from agentmath.errors import DataError
+
+if TYPE_CHECKING:
+    from agentmath.eval.records import SampleRecord
+    from agentmath.eval.results import GroupMetrics, RunMetrics, Score
 
 Equivalence = Callable[[str, str], bool]
 _BOOTSTRAP_CHUNK = 256  # resamples per numpy batch (bounds memory for large benchmarks)
@@ -100,7 +104,7 @@ class _Problem:
 
     problem_id: str
     gold: str | None
-    samples: tuple[dict[str, Any], ...]
+    samples: tuple[SampleRecord, ...]
     meta: dict[str, Any]
 
     @property
@@ -109,25 +113,42 @@ class _Problem:
 
     @property
     def c(self) -> int:
-        return sum(1 for s in self.samples if s.get("correct") is True)
+        return sum(1 for s in self.samples if s.correct is True)
 
 
-def _group_problems(records: Iterable[dict[str, Any]]) -> list[_Problem]:
-    """Group records by problem_id (first-seen order), each sorted by sample_index."""
-    grouped: dict[str, list[dict[str, Any]]] = {}
+def _typed(records: Iterable[SampleRecord | dict[str, Any]]) -> list[SampleRecord]:
+    """The records as :class:`SampleRecord` (JSON objects, as tests write them, are read with
+    ``from_dict``; one without ``sample_index`` takes its position among its problem's)."""
+    from agentmath.eval.records import SampleRecord
+
+    out: list[SampleRecord] = []
+    seen: Counter[str] = Counter()
     for i, record in enumerate(records):
-        if not isinstance(record, dict) or record.get("problem_id") is None:
-            raise DataError(f"sample record #{i} has no problem_id")
-        grouped.setdefault(str(record["problem_id"]), []).append(record)
+        if isinstance(record, dict):
+            if record.get("problem_id") is None:
+                raise DataError(f"sample record #{i} has no problem_id")
+            pid = str(record["problem_id"])
+            if "sample_index" not in record:
+                record = {**record, "sample_index": seen[pid]}
+            seen[pid] += 1
+            record = SampleRecord.from_dict(record)
+        out.append(record)
+    return out
+
+
+def _group_problems(records: Iterable[SampleRecord | dict[str, Any]]) -> list[_Problem]:
+    """Group records by problem_id (first-seen order), each sorted by sample_index."""
+    grouped: dict[str, list[SampleRecord]] = {}
+    for record in _typed(records):
+        grouped.setdefault(record.problem_id, []).append(record)
     problems = []
     for pid, rows in grouped.items():
-        indices = [r.get("sample_index", pos) for pos, r in enumerate(rows)]
+        indices = [r.sample_index for r in rows]
         if len(set(indices)) != len(indices):
             raise DataError(f"problem {pid!r} has duplicate sample_index values: {indices}")
         order = sorted(range(len(rows)), key=lambda j: indices[j])
         samples = tuple(rows[j] for j in order)
-        meta = samples[0].get("problem_meta") or {}
-        problems.append(_Problem(pid, samples[0].get("gold"), samples, dict(meta)))
+        problems.append(_Problem(pid, samples[0].gold, samples, dict(samples[0].problem_meta)))
     return problems
 
 
@@ -137,12 +158,12 @@ def _majority_correct(problem: _Problem, k: int, equivalent: Equivalence) -> boo
     Reuses the grade of a sample that extracted the very same string when that grade is
     known; otherwise asks ``equivalent(gold, answer)``.
     """
-    answer = majority_answer([s.get("extracted") for s in problem.samples[:k]], equivalent)
+    answer = majority_answer([s.extracted for s in problem.samples[:k]], equivalent)
     if answer is None:
         return False
     for sample in problem.samples:
-        if sample.get("extracted") == answer and sample.get("correct") is not None:
-            return bool(sample["correct"])
+        if sample.extracted == answer and sample.correct is not None:
+            return bool(sample.correct)
     if problem.gold is None:
         return False
     return bool(equivalent(problem.gold, answer))
@@ -172,13 +193,12 @@ def score_summary(scores: Sequence[float], *, bootstrap: int = 1000, seed: int =
     return {"value": mean, "stderr": stderr, "ci95": [float(lo), float(hi)]}
 
 
-def _num(record: dict[str, Any], key: str) -> float:
-    """A numeric field of a record; missing or null counts as 0."""
-    value = record.get(key)
-    return float(value) if value is not None else 0.0
+def _num(record: SampleRecord, key: str) -> float:
+    """A numeric field of a record (a missing or null one was read as 0)."""
+    return float(getattr(record, key))
 
 
-def token_stats(samples: Sequence[dict[str, Any]]) -> dict[str, float]:
+def token_stats(samples: Sequence[SampleRecord]) -> dict[str, float]:
     """Per-sample token statistics: mean/median model and total tokens, mean tool tokens."""
     if not samples:
         return dict.fromkeys(
@@ -196,7 +216,7 @@ def token_stats(samples: Sequence[dict[str, Any]]) -> dict[str, float]:
     }
 
 
-def tool_stats(samples: Sequence[dict[str, Any]]) -> dict[str, float]:
+def tool_stats(samples: Sequence[SampleRecord]) -> dict[str, float]:
     """Tool calls per sample, and error / timeout / output-truncation rates per tool call."""
     calls = sum(_num(s, "tool_calls") for s in samples)
 
@@ -262,7 +282,7 @@ def _breakdown(
 
 
 def compute_metrics(
-    records: Iterable[dict[str, Any]],
+    records: Iterable[SampleRecord | dict[str, Any]],
     *,
     equivalent: Equivalence = default_equivalent,
     bootstrap: int = 1000,
@@ -282,7 +302,7 @@ def compute_metrics(
     maj = [float(_majority_correct(p, k, equivalent)) for p in problems]
     samples = [s for p in problems for s in p.samples]
     metrics = _problem_block(problems, maj, k, bootstrap, seed)
-    reasons = Counter(str(s.get("finish_reason") or "unknown") for s in samples)
+    reasons = Counter(str(s.finish_reason or "unknown") for s in samples)
     metrics.update(
         tools=tool_stats(samples),
         finish_reasons=dict(sorted(reasons.items(), key=lambda kv: (-kv[1], kv[0]))),
@@ -299,11 +319,13 @@ def _pct(value: float) -> str:
     return f"{100 * value:.1f}%"
 
 
-def _score_row(summary: dict[str, Any]) -> str:
+def _score_row(summary: Score | None) -> str:
     """``41.3% ± 2.1 [37.2, 45.4]``: value, stderr and CI, all in percentage points."""
-    lo, hi = summary["ci95"]
+    if summary is None:
+        return "-"
+    lo, hi = summary.ci95 if summary.ci95 is not None else (summary.value, summary.value)
     return (
-        f"{_pct(summary['value'])} ± {100 * summary['stderr']:.1f} "
+        f"{_pct(summary.value)} ± {100 * summary.stderr:.1f} "
         f"[{100 * lo:.1f}, {100 * hi:.1f}]"
     )
 
@@ -314,50 +336,55 @@ def _shown_pass_keys(k: int) -> list[int]:
     return shown if shown[-1] == k else [*shown, k]
 
 
-def _group_rows(label: str, groups: dict[str, dict[str, Any]]) -> list[tuple[str, str]]:
+def _group_rows(label: str, groups: dict[str, GroupMetrics]) -> list[tuple[str, str]]:
     """One row per group: avg@k and maj@k with the group's problem count."""
     rows = []
     for key, block in groups.items():
-        k = block["k"]
-        rows.append(
-            (
-                f"{label} {key}",
-                f"avg@{k} {_pct(block['avg']['value'])} · maj@{k} {_pct(block['maj']['value'])}"
-                f" · n={block['n_problems']}",
-            )
-        )
+        k = block.k
+        avg = _pct(block.avg.value) if block.avg is not None else "-"
+        maj = _pct(block.maj.value) if block.maj is not None else "-"
+        rows.append((f"{label} {key}", f"avg@{k} {avg} · maj@{k} {maj} · n={block.n_problems}"))
     return rows
 
 
-def metrics_table_rows(metrics: dict[str, Any]) -> list[tuple[str, str]]:
-    """Human-readable ``(name, value)`` rows of a :func:`compute_metrics` result, for the CLI.
+def _num_text(value: float | None, spec: str) -> str:
+    return "-" if value is None else format(value, spec)
+
+
+def metrics_table_rows(metrics: RunMetrics | dict[str, Any]) -> list[tuple[str, str]]:
+    """Human-readable ``(name, value)`` rows of a run's metrics (typed, or the JSON form
+    :func:`compute_metrics` returns), for the CLI.
 
     Scores read like ``avg@16  41.3% ± 2.1 [37.2, 45.4]`` (stderr and CI in percentage points).
     """
-    k = metrics["k"]
-    tokens, tools = metrics["tokens"], metrics["tools"]
-    n_samples = metrics["n_samples"]
+    from agentmath.eval.results import RunMetrics
+
+    m = metrics if isinstance(metrics, RunMetrics) else RunMetrics.from_dict(metrics)
+    k, tokens, tools, n_samples = m.k, m.tokens, m.tools, m.n_samples
     rows = [
-        ("problems", str(metrics["n_problems"])),
+        ("problems", str(m.n_problems)),
         ("samples", f"{n_samples} (k={k})"),
-        (f"avg@{k}", _score_row(metrics["avg"])),
-        (f"maj@{k}", _score_row(metrics["maj"])),
+        (f"avg@{k}", _score_row(m.avg)),
+        (f"maj@{k}", _score_row(m.maj)),
     ]
-    rows += [(f"pass@{j}", _pct(metrics["pass"][str(j)])) for j in _shown_pass_keys(k)]
+    rows += [(f"pass@{j}", _pct(m.pass_at[str(j)])) for j in _shown_pass_keys(k)
+             if str(j) in m.pass_at]
     rows += [
-        ("model tokens", f"mean {tokens['model_mean']:.0f} · median {tokens['model_median']:.0f}"),
-        ("total tokens", f"mean {tokens['total_mean']:.0f} · median {tokens['total_median']:.0f}"),
-        ("tool tokens", f"mean {tokens['tool_mean']:.0f}"),
-        ("tool calls/sample", f"{tools['calls_per_sample']:.2f}"),
-        ("tool error rate", _pct(tools["error_rate"])),
-        ("tool timeout rate", _pct(tools["timeout_rate"])),
-        ("output truncation rate", _pct(tools["truncation_rate"])),
+        ("model tokens", f"mean {_num_text(tokens.model_mean, '.0f')} · "
+                         f"median {_num_text(tokens.model_median, '.0f')}"),
+        ("total tokens", f"mean {_num_text(tokens.total_mean, '.0f')} · "
+                         f"median {_num_text(tokens.total_median, '.0f')}"),
+        ("tool tokens", f"mean {_num_text(tokens.tool_mean, '.0f')}"),
+        ("tool calls/sample", _num_text(tools.calls_per_sample, ".2f")),
+        ("tool error rate", _pct(tools.error_rate or 0.0)),
+        ("tool timeout rate", _pct(tools.timeout_rate or 0.0)),
+        ("output truncation rate", _pct(tools.truncation_rate or 0.0)),
     ]
     rows += [
         (f"finish: {reason}", f"{count} ({_pct(count / n_samples if n_samples else 0.0)})")
-        for reason, count in metrics["finish_reasons"].items()
+        for reason, count in m.finish_reasons.items()
     ]
-    rows.append(("duration/sample", f"{metrics['duration_ms_mean'] / 1000:.2f} s"))
-    rows += _group_rows("level", metrics.get("by_level", {}))
-    rows += _group_rows("subject", metrics.get("by_subject", {}))
+    rows.append(("duration/sample", f"{(m.duration_ms_mean or 0.0) / 1000:.2f} s"))
+    rows += _group_rows("level", m.by_level)
+    rows += _group_rows("subject", m.by_subject)
     return rows

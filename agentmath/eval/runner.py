@@ -32,7 +32,8 @@ from agentmath.agent.trajectory import Trajectory
 from agentmath.backends.base import Backend, SamplingParams
 from agentmath.config import EvalConfig, RolloutConfig
 from agentmath.datasets import Task
-from agentmath.eval.records import SampleRecord
+from agentmath.eval.records import SampleRecord, read_samples
+from agentmath.eval.results import EvalProgress, EvalResult, RunMetrics
 from agentmath.formats import get_format
 from agentmath.rollout.records import GroupRequest, Sample
 from agentmath.rollout.scheduler import RolloutEngine, SamplingFn
@@ -43,7 +44,6 @@ from agentmath.runs.store import (
     SampleWriter,
     check_or_write_config,
     drop_errors,
-    is_error,
     load_records,
     unique_records,
     write_json_atomic,
@@ -55,9 +55,8 @@ from agentmath.seeding import eval_sample_seed
 if TYPE_CHECKING:
     from agentmath.distributed.engine import RayRolloutEngine
     from agentmath.distributed.worker import WorkerSpec
-    from agentmath.grading import Grade
 
-ProgressFn = Callable[[dict[str, Any]], None]
+ProgressFn = Callable[[EvalProgress], None]
 log = logging.getLogger(__name__)
 
 
@@ -78,11 +77,6 @@ def _versions() -> dict[str, str]:
         except metadata.PackageNotFoundError:
             continue
     return out
-
-
-def make_record(task: Task, index: int, traj: Trajectory, grade: Grade) -> dict[str, Any]:
-    """One line of samples.jsonl (see :class:`~agentmath.eval.records.SampleRecord`)."""
-    return SampleRecord.build(task, index, traj, grade).to_dict()
 
 
 @dataclass
@@ -109,7 +103,7 @@ async def _grade(run: _Run, task: Task, traj: Trajectory) -> SampleRecord:
     return SampleRecord.build(task, index, traj, grade)
 
 
-def failed_record(task: Task, index: int, exc: BaseException) -> dict[str, Any]:
+def failed_record(task: Task, index: int, exc: BaseException) -> SampleRecord:
     """The record of a sample that raised instead of finishing: an error, never a crash."""
     from agentmath.grading import Grade
 
@@ -117,26 +111,28 @@ def failed_record(task: Task, index: int, exc: BaseException) -> dict[str, Any]:
                       error=f"{type(exc).__name__} (unexpected, while running this sample): "
                             f"{exc}",
                       problem_id=task.id, sample_index=index)
-    return make_record(task, index, traj, Grade.error("the sample did not finish"))
+    return SampleRecord.build(task, index, traj, Grade.error("the sample did not finish"))
 
 
 async def _record(run: _Run, task: Task, sample: Sample) -> None:
     """Grade, record (at once, durably) and count one finished sample."""
     try:
-        record = (await _grade(run, task, sample.trajectory)).to_dict()
+        record = await _grade(run, task, sample.trajectory)
+        line = record.to_dict()
     except Exception as exc:  # noqa: BLE001 - one sample's failure is that sample's record
         log.debug("sample %s/%s failed", task.id, sample.index, exc_info=True)
         record = failed_record(task, sample.index, exc)
-    run.writer.append(record)
+        line = record.to_dict()
+    run.writer.append(line)
     run.done += 1
     run.fresh += 1
-    run.correct += bool(record["correct"])
-    run.errors += is_error(record)
+    run.correct += bool(record.correct)
+    run.errors += record.is_error
     if run.progress is not None:
         elapsed = time.monotonic() - run.started
-        run.progress({"done": run.done, "total": run.total, "fresh": run.fresh,
-                      "correct": run.correct, "errors": run.errors,
-                      "rate": run.fresh / elapsed if elapsed else 0.0})
+        run.progress(EvalProgress(done=run.done, total=run.total, fresh=run.fresh,
+                                  correct=run.correct, errors=run.errors,
+                                  rate=run.fresh / elapsed if elapsed else 0.0))
 
 
 def _load(config: EvalConfig) -> list[Any]:
@@ -218,8 +214,10 @@ async def _run_todo_ray(run: _Run, todo: list[GroupRequest]) -> None:
 
 async def run_eval(config: EvalConfig, out_dir: str | Path, backend: Backend | None,
                    progress: ProgressFn | None = None,
-                   sandbox: SandboxClient | None = None) -> dict[str, Any]:
-    """Run (or resume) an evaluation into ``out_dir``; returns the metrics.
+                   sandbox: SandboxClient | None = None) -> EvalResult:
+    """Run (or resume) an evaluation into ``out_dir``; returns its typed result (the run's
+    metrics, and how many samples this call ran); ``progress`` gets an :class:`EvalProgress`
+    after each recorded sample.
 
     ``backend`` may be one server or a router over several (None with ``config.ray``: the
     episodes run on the cluster's workers, each with its own client); ``sandbox`` is the run's
@@ -240,7 +238,7 @@ async def run_eval(config: EvalConfig, out_dir: str | Path, backend: Backend | N
         check_or_write_config(out, identity(config), full, dataset_fingerprint(tasks))
         if config.retry_errors:
             drop_errors(out)
-        done = {(r["problem_id"], r["sample_index"]) for r in load_records(out)}
+        done = {record.key for record in read_samples(out)}
         todo = [GroupRequest(t, config.samples, missing) for t in tasks
                 if (missing := tuple(i for i in range(config.samples)
                                      if (t.id, i) not in done))]
@@ -261,16 +259,17 @@ async def run_eval(config: EvalConfig, out_dir: str | Path, backend: Backend | N
         finally:
             writer.close()
         metrics = compute_run_metrics(out)
-    return metrics
+    return EvalResult(run_dir=out, metrics=metrics, ran=run.fresh)
 
 
-def compute_run_metrics(out: Path) -> dict[str, Any]:
-    """Metrics of the run directory's records (one per sample), also written to metrics.json;
-    ``n_errors`` counts the samples recorded as errors (``--retry-errors`` runs them again)."""
+def compute_run_metrics(out: Path) -> RunMetrics:
+    """Metrics of the run directory's records (one per sample), also written to metrics.json
+    (its one writer); ``n_errors`` counts the samples recorded as errors (``--retry-errors``
+    runs them again)."""
     from agentmath.eval.metrics import compute_metrics
 
-    records = unique_records(load_records(out))
-    metrics = compute_metrics(records)
-    metrics["n_errors"] = sum(1 for r in records if is_error(r))
-    write_json_atomic(out / METRICS_FILE, metrics)
-    return metrics
+    records = [SampleRecord.from_dict(r) for r in unique_records(load_records(out))]
+    document = compute_metrics(records)
+    document["n_errors"] = sum(1 for r in records if r.is_error)
+    write_json_atomic(out / METRICS_FILE, document)
+    return RunMetrics.from_dict(document)

@@ -33,12 +33,15 @@ import shutil
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import Field
 
 from agentmath.config import EvalConfig, LoopConfig, StrictModel
 from agentmath.recipes._parallel import run_parallel
+
+if TYPE_CHECKING:
+    from agentmath.eval.results import RunMetrics, Score
 
 TOOL_SYSTEM = "Solve the problem. Run Python in <code> blocks; results come back in <interpreter>."
 TEXT_SYSTEM = "Solve the problem step by step."
@@ -87,7 +90,7 @@ MAX_TOOL_CALLS = 6  # per episode, in evaluation and in GRPO's last stage
 
 async def _evaluate(cfg: DemoConfig, model_dir: str, system: str, data: Path, out: Path, *,
                     samples: int = 1, temperature: float = 0.0,
-                    limit: int | None = None) -> dict[str, Any]:
+                    limit: int | None = None) -> RunMetrics:
     from agentmath.backends.hf import HFBackend
     from agentmath.eval.runner import run_eval
 
@@ -97,21 +100,28 @@ async def _evaluate(cfg: DemoConfig, model_dir: str, system: str, data: Path, ou
                                       max_tool_calls=MAX_TOOL_CALLS))
     backend = HFBackend(model_dir, max_batch=64)
     try:
-        return await run_eval(ecfg, out, backend)
+        return (await run_eval(ecfg, out, backend)).metrics
     finally:
         await backend.aclose()
 
 
-def summary_row(name: str, metrics: dict[str, Any]) -> dict[str, Any]:
+def summary_row(name: str, metrics: RunMetrics) -> dict[str, Any]:
     """The numbers the demo compares: accuracy (with its 95% CI), mean model tokens, tool
     calls and failed tool calls per sample."""
-    tools = metrics["tools"]
-    return {"model": name, "accuracy": metrics["avg"]["value"],
-            "accuracy_ci95": list(metrics["avg"]["ci95"]),
-            "mean_model_tokens": metrics["tokens"]["model_mean"],
-            "tool_calls_per_sample": tools["calls_per_sample"],
-            "failed_tool_calls_per_sample": tools["calls_per_sample"] * tools["error_rate"],
-            "n": metrics["n_samples"]}
+    avg, tools = _avg(metrics), metrics.tools
+    calls = tools.calls_per_sample or 0.0
+    return {"model": name, "accuracy": avg.value,
+            "accuracy_ci95": list(avg.ci95 or (avg.value, avg.value)),
+            "mean_model_tokens": metrics.tokens.model_mean,
+            "tool_calls_per_sample": tools.calls_per_sample,
+            "failed_tool_calls_per_sample": calls * (tools.error_rate or 0.0),
+            "n": metrics.n_samples}
+
+
+def _avg(metrics: RunMetrics) -> Score:
+    """avg@k of a run the demo evaluated (always present: every run has samples)."""
+    assert metrics.avg is not None
+    return metrics.avg
 
 
 def rl_config(cfg: DemoConfig, model_dir: str, train_file: Path, *, masked: bool) -> Any:
@@ -177,7 +187,7 @@ def grpo_job(cfg_data: dict[str, Any], start: str, train_file: str, masked: bool
 
 def eval_job(cfg_data: dict[str, Any], model_dir: str, system: str, data: str,
              out: str, samples: int = 1, temperature: float = 0.0,
-             limit: int | None = None) -> dict[str, Any]:
+             limit: int | None = None) -> RunMetrics:
     """Evaluation of one model on the held-out problems (a process of its own); greedy with
     one sample each unless told otherwise. An earlier demo's samples in ``out`` are cleared
     first: they belong to other models (an evaluation would resume from them)."""
@@ -188,15 +198,15 @@ def eval_job(cfg_data: dict[str, Any], model_dir: str, system: str, data: str,
                                  samples=samples, temperature=temperature, limit=limit))
 
 
-def headroom_summary(cfg: DemoConfig, greedy: dict[str, Any],
-                     sampled: dict[str, Any]) -> dict[str, Any]:
+def headroom_summary(cfg: DemoConfig, greedy: RunMetrics,
+                     sampled: RunMetrics) -> dict[str, Any]:
     """What GRPO can lift the start to: greedy pass@1 and pass@k at the RL temperature."""
     k = cfg.headroom_k
-    return {"greedy_pass@1": greedy["avg"]["value"], "k": k,
-            "temperature": cfg.rl_temperature, f"pass@{k}": sampled["pass"][str(k)],
-            "sampled_pass@1": sampled["avg"]["value"],
-            "sampled_tool_calls_per_sample": sampled["tools"]["calls_per_sample"],
-            "problems": sampled["n_problems"]}
+    return {"greedy_pass@1": _avg(greedy).value, "k": k,
+            "temperature": cfg.rl_temperature, f"pass@{k}": sampled.pass_at[str(k)],
+            "sampled_pass@1": _avg(sampled).value,
+            "sampled_tool_calls_per_sample": sampled.tools.calls_per_sample,
+            "problems": sampled.n_problems}
 
 
 def run_demo(cfg: DemoConfig, out: Path, save_model_to: Path | None,
@@ -285,8 +295,8 @@ def _finish(cfg: DemoConfig, out: Path, save_model_to: Path | None, stage: Stage
     report_paths = write_report([r["run_dir"] for r in runs.values()] + rl_dirs,
                                 out / "report")
     best = "tool + grpo" if "tool + grpo" in runs and (
-        runs["tool + grpo"]["metrics"]["avg"]["value"]
-        >= runs["tool"]["metrics"]["avg"]["value"]) else "tool"
+        _avg(runs["tool + grpo"]["metrics"]).value
+        >= _avg(runs["tool"]["metrics"]).value) else "tool"
     if save_model_to is not None:
         if save_model_to.exists():
             shutil.rmtree(save_model_to)

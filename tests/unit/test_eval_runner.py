@@ -16,6 +16,7 @@ import pytest
 from agentmath.backends.base import Generation, SamplingParams
 from agentmath.backends.scripted import ScriptedBackend
 from agentmath.config import EvalConfig
+from agentmath.eval.records import SampleRecord, read_samples
 from agentmath.eval.runner import run_eval
 from agentmath.runs.lock import RunLock, RunLockedError
 from agentmath.runs.store import RETRIED_FILE, load_records
@@ -60,10 +61,10 @@ def _config(tmp_path: Path, **kwargs: Any) -> EvalConfig:
                       sandbox={"preload": [], "spare_workers": 0}, **kwargs)
 
 
-def _by_problem(out: Path) -> dict[str, list[dict[str, Any]]]:
-    grouped: dict[str, list[dict[str, Any]]] = {}
-    for record in load_records(out):
-        grouped.setdefault(record["problem_id"], []).append(record)
+def _by_problem(out: Path) -> dict[str, list[SampleRecord]]:
+    grouped: dict[str, list[SampleRecord]] = {}
+    for record in read_samples(out):
+        grouped.setdefault(record.problem_id, []).append(record)
     return grouped
 
 
@@ -73,26 +74,27 @@ async def test_any_exception_in_a_sample_is_that_samples_error(tmp_path: Path) -
     out = tmp_path / "run"
     metrics = await run_eval(_config(tmp_path), out, ProblemBackend(broken))
     records = _by_problem(out)
-    assert metrics["n_samples"] == 6 and metrics["n_errors"] == 4
-    assert all(r["finish_reason"] == "error" for r in records["a"] + records["b"])
-    assert all("TypeError (unexpected, from the backend)" in r["error"] for r in records["a"])
-    assert all("TypeError" in r["error"] and "while running this sample" in r["error"]
+    assert metrics.metrics.n_samples == 6 and metrics.metrics.n_errors == 4
+    assert all(r.finish_reason == "error" and r.is_error for r in records["a"] + records["b"])
+    assert all("TypeError (unexpected, from the backend)" in r.error for r in records["a"])
+    assert all("TypeError" in r.error and "while running this sample" in r.error
                for r in records["b"])
-    assert all(r["correct"] is True and r["error"] is None for r in records["c"])
+    assert all(r.correct is True and r.error is None for r in records["c"])
 
 
 async def test_retry_errors_supersedes_errors_exactly_once(tmp_path: Path) -> None:
     out = tmp_path / "run"
     backend = ProblemBackend({"b": ConnectionResetError("server went away")})
     first = await run_eval(_config(tmp_path), out, backend)
-    assert first["n_errors"] == 2 and first["avg"]["value"] == pytest.approx(2 / 3)
+    assert first.metrics.n_errors == 2 and first.metrics.avg.value == pytest.approx(2 / 3)
     again = await run_eval(_config(tmp_path), out, ProblemBackend())  # errors count as done
-    assert again["n_errors"] == 2 and len(load_records(out)) == 6
+    assert again.metrics.n_errors == 2 and len(load_records(out)) == 6
     final = await run_eval(_config(tmp_path, retry_errors=True), out, ProblemBackend())
     records = load_records(out)
     keys = Counter((r["problem_id"], r["sample_index"]) for r in records)
     assert len(records) == 6 and set(keys.values()) == {1}
-    assert final["n_errors"] == 0 and final["avg"]["value"] == 1.0 and final["n_samples"] == 6
+    assert final.metrics.n_errors == 0 and final.metrics.avg.value == 1.0
+    assert final.metrics.n_samples == 6 and final.ran == 2
     retried = (out / RETRIED_FILE).read_text().splitlines()
     assert len(retried) == 2 and all("server went away" in line for line in retried)
 
@@ -124,7 +126,7 @@ async def test_a_second_run_on_the_directory_is_refused(tmp_path: Path) -> None:
     for _ in range(6):
         backend.gate.release()
     metrics = await first
-    assert metrics["n_samples"] == 6 and len(load_records(out)) == 6
+    assert metrics.metrics.n_samples == 6 and len(load_records(out)) == 6
 
 
 async def test_a_directory_with_duplicates_from_two_old_runs_still_resumes(
@@ -136,5 +138,5 @@ async def test_a_directory_with_duplicates_from_two_old_runs_still_resumes(
     samples = out / "samples.jsonl"
     samples.write_text(samples.read_text() * 2)
     metrics = await run_eval(_config(tmp_path), out, ProblemBackend())
-    assert metrics["n_samples"] == 6 and metrics["avg"]["value"] == 1.0
+    assert metrics.metrics.n_samples == 6 and metrics.metrics.avg.value == 1.0
     assert len(load_records(out)) == 12  # nothing rewritten without --retry-errors

@@ -1,0 +1,181 @@
+"""What an evaluation hands to the stages after it, typed: the run's metrics (``metrics.json``),
+the result of :func:`~agentmath.eval.runner.run_eval` and its progress reports.
+
+:class:`RunMetrics` has one writer (:func:`~agentmath.eval.runner.compute_run_metrics`, which
+also writes ``metrics.json`` as :meth:`RunMetrics.to_dict`) and one reader
+(:meth:`RunMetrics.from_dict`, used by the report and by anything that loads a finished run).
+``from_dict`` is lenient where older or hand-made files may lack a block (the report reads
+those too): a missing score is None, a missing count 0. The field names of the JSON form are
+the file format (``pass`` is :attr:`RunMetrics.pass_at` here, a keyword in Python).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+
+@dataclass(frozen=True, slots=True)
+class Score:
+    """A headline score: the mean over problems, its standard error and 95% interval."""
+
+    value: float
+    stderr: float = 0.0
+    ci95: tuple[float, float] | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        ci = list(self.ci95) if self.ci95 is not None else [self.value, self.value]
+        return {"value": self.value, "stderr": self.stderr, "ci95": ci}
+
+    @classmethod
+    def from_dict(cls, data: Any) -> Score | None:
+        """None when ``data`` holds no numeric value (a block an older file lacks)."""
+        if not isinstance(data, dict) or not _is_number(data.get("value")):
+            return None
+        ci = data.get("ci95")
+        ci95 = (float(ci[0]), float(ci[1])) if (isinstance(ci, list | tuple) and len(ci) == 2
+                                                and all(_is_number(v) for v in ci)) else None
+        stderr = data.get("stderr")
+        return cls(float(data["value"]), float(stderr) if _is_number(stderr) else 0.0, ci95)
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def _floats(data: Any, keys: tuple[str, ...]) -> dict[str, float | None]:
+    data = data if isinstance(data, dict) else {}
+    return {k: float(data[k]) if _is_number(data.get(k)) else None for k in keys}
+
+
+@dataclass(frozen=True, slots=True)
+class TokenStats:
+    """Per-sample token statistics (None: not in the file)."""
+
+    model_mean: float | None = None
+    model_median: float | None = None
+    total_mean: float | None = None
+    total_median: float | None = None
+    tool_mean: float | None = None
+
+    @classmethod
+    def from_dict(cls, data: Any) -> TokenStats:
+        return cls(**_floats(data, ("model_mean", "model_median", "total_mean",
+                                    "total_median", "tool_mean")))
+
+
+@dataclass(frozen=True, slots=True)
+class ToolStats:
+    """Tool calls per sample, and error / timeout / truncation rates per call."""
+
+    calls_per_sample: float | None = None
+    error_rate: float | None = None
+    timeout_rate: float | None = None
+    truncation_rate: float | None = None
+
+    @classmethod
+    def from_dict(cls, data: Any) -> ToolStats:
+        return cls(**_floats(data, ("calls_per_sample", "error_rate", "timeout_rate",
+                                    "truncation_rate")))
+
+
+@dataclass(frozen=True, slots=True)
+class GroupMetrics:
+    """The problem-level metrics of a set of problems (a run, or one level or subject)."""
+
+    n_problems: int = 0
+    n_samples: int = 0
+    k: int = 0
+    avg: Score | None = None
+    maj: Score | None = None
+    pass_at: dict[str, float] = field(default_factory=dict)
+    tokens: TokenStats = field(default_factory=TokenStats)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> GroupMetrics:
+        return cls(**_group_fields(data))
+
+
+def _group_fields(data: dict[str, Any]) -> dict[str, Any]:
+    """The :class:`GroupMetrics` fields of a JSON block."""
+    passes = data.get("pass") if isinstance(data.get("pass"), dict) else {}
+    return {"n_problems": int(data.get("n_problems") or 0),
+            "n_samples": int(data.get("n_samples") or 0), "k": int(data.get("k") or 0),
+            "avg": Score.from_dict(data.get("avg")), "maj": Score.from_dict(data.get("maj")),
+            "pass_at": {str(j): float(v) for j, v in passes.items() if _is_number(v)},
+            "tokens": TokenStats.from_dict(data.get("tokens"))}
+
+
+def _groups(data: Any) -> dict[str, GroupMetrics]:
+    if not isinstance(data, dict):
+        return {}
+    return {str(key): GroupMetrics.from_dict(block) for key, block in data.items()
+            if isinstance(block, dict)}
+
+
+@dataclass(frozen=True, slots=True)
+class RunMetrics:
+    """The metrics of an evaluation run: ``metrics.json`` (see :mod:`agentmath.eval.metrics`
+    for every definition). ``document`` keeps the JSON form it was made from, written back
+    unchanged by :meth:`to_dict` (so a run's file never loses a key a newer version adds)."""
+
+    n_problems: int
+    n_samples: int
+    k: int
+    avg: Score | None
+    maj: Score | None
+    pass_at: dict[str, float]
+    tokens: TokenStats
+    tools: ToolStats
+    finish_reasons: dict[str, int]
+    duration_ms_mean: float | None
+    by_level: dict[str, GroupMetrics]
+    by_subject: dict[str, GroupMetrics]
+    n_errors: int
+    document: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> RunMetrics:
+        """The metrics of a ``metrics.json`` document (lenient: see the module doc)."""
+        reasons = data.get("finish_reasons") if isinstance(data.get("finish_reasons"),
+                                                           dict) else {}
+        duration = data.get("duration_ms_mean")
+        return cls(**_group_fields(data), tools=ToolStats.from_dict(data.get("tools")),
+                   finish_reasons={str(k): int(v) for k, v in reasons.items()
+                                   if _is_number(v)},
+                   duration_ms_mean=float(duration) if _is_number(duration) else None,
+                   by_level=_groups(data.get("by_level")),
+                   by_subject=_groups(data.get("by_subject")),
+                   n_errors=int(data.get("n_errors") or 0), document=dict(data))
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON form, as ``metrics.json`` holds it."""
+        return dict(self.document)
+
+
+@dataclass(frozen=True, slots=True)
+class EvalProgress:
+    """One progress report of a running evaluation (after each recorded sample)."""
+
+    done: int  # samples recorded, this run and before
+    total: int  # samples the run has in all
+    fresh: int  # samples recorded by this invocation
+    correct: int  # of the fresh ones
+    errors: int  # of the fresh ones
+    rate: float  # fresh samples per second
+
+    @property
+    def accuracy(self) -> float:
+        """The fresh samples' accuracy so far (0.0 before any)."""
+        return self.correct / self.fresh if self.fresh else 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class EvalResult:
+    """What :func:`~agentmath.eval.runner.run_eval` returns: where the run is, its metrics,
+    and how many samples this invocation ran (the rest were recorded before)."""
+
+    run_dir: Path
+    metrics: RunMetrics
+    ran: int

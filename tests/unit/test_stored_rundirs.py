@@ -1,0 +1,84 @@
+"""A run directory written before the run records were typed (tests/fixtures/rundirs/eval_v1,
+by commit b97303d's code) still loads, scores and resumes under the current code."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from agentmath.eval.metrics import compute_metrics
+from agentmath.eval.records import SampleRecord, iter_samples, read_samples
+from agentmath.eval.results import RunMetrics
+from agentmath.eval.runner import run_eval
+from agentmath.grading import Verdict
+from agentmath.runs.files import METRICS_FILE, RETRIED_FILE, SAMPLES_FILE
+from agentmath.seeding import eval_sample_seed
+from tests.fixtures.rundirs.make_eval_run import RUN, FixtureBackend, config
+
+
+@pytest.fixture
+def run_copy(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A copy of the stored run to resume (the config's dataset path is relative to it)."""
+    out = tmp_path / "eval_v1"
+    shutil.copytree(RUN, out)
+    monkeypatch.chdir(out)
+    return out
+
+
+def test_old_records_read_typed() -> None:
+    records = {r.key: r for r in read_samples(RUN)}
+    assert list(iter_samples(RUN)) == list(records.values())
+    assert sorted(records) == [(p, i) for p in "abc" for i in range(2)]
+    assert {r.grade.verdict for k, r in records.items() if k[0] == "a"} == {Verdict.CORRECT}
+    assert {r.grade.verdict for k, r in records.items() if k[0] == "b"} == {Verdict.WRONG}
+    assert all(r.is_error for k, r in records.items() if k[0] == "c")
+    a0 = records[("a", 0)]
+    assert a0.tool_calls == 1 and a0.problem_meta == {"level": 1}
+    traj = a0.trajectory
+    assert traj is not None and traj.problem_id == "a" and traj.sample_index == 0
+    assert traj.sampling is not None and traj.sampling.seed == eval_sample_seed(7, "a", 0)
+    assert "sampling" not in traj.meta and traj.meta["format"] == "code_interpreter"
+    assert traj.tool_calls[0].result is not None and traj.tool_calls[0].result.stdout == "42\n"
+
+
+def test_a_record_round_trips_to_the_same_top_level_fields() -> None:
+    line = json.loads((RUN / SAMPLES_FILE).read_text().splitlines()[0])
+    again = SampleRecord.from_dict(line).to_dict()
+    assert list(again) == list(line)
+    assert {k: v for k, v in again.items() if k != "trajectory"} == \
+        {k: v for k, v in line.items() if k != "trajectory"}
+    assert SampleRecord.from_dict(again) == SampleRecord.from_dict(line)
+
+
+def test_old_metrics_read_and_recompute_identically() -> None:
+    stored = json.loads((RUN / METRICS_FILE).read_text())
+    metrics = RunMetrics.from_dict(stored)
+    assert metrics.n_samples == 6 and metrics.n_errors == 2 and metrics.k == 2
+    assert metrics.avg is not None and metrics.avg.value == pytest.approx(1 / 3)
+    assert set(metrics.by_level) == {"1", "2"}
+    again = compute_metrics(read_samples(RUN))
+    assert {**again, "n_errors": 2} == stored
+
+
+async def test_the_old_run_resumes(run_copy: Path) -> None:
+    lines = (run_copy / SAMPLES_FILE).read_text().splitlines(keepends=True)
+    kept = [line for line in lines if '"problem_id": "a"' not in line]
+    (run_copy / SAMPLES_FILE).write_text("".join(kept))
+    result = await run_eval(config(), ".", FixtureBackend())
+    assert result.ran == 2 and result.metrics.n_samples == 6
+    assert result.metrics.to_dict() | {"duration_ms_mean": 0, "tokens": 0} == \
+        json.loads((RUN / METRICS_FILE).read_text()) | {"duration_ms_mean": 0, "tokens": 0}
+    now = (run_copy / SAMPLES_FILE).read_text().splitlines(keepends=True)
+    assert now[:len(kept)] == kept  # the old records stay as they were
+    assert {r.key for r in read_samples(run_copy)} == {(p, i) for p in "abc" for i in range(2)}
+
+
+async def test_the_old_run_retries_its_errors(run_copy: Path) -> None:
+    result = await run_eval(config().model_copy(update={"retry_errors": True}), ".",
+                            FixtureBackend())
+    assert result.ran == 2 and result.metrics.n_errors == 2  # the server still fails on c
+    retried = [json.loads(line) for line in (run_copy / RETRIED_FILE).read_text().splitlines()]
+    assert [(r["problem_id"], r["sample_index"]) for r in retried] == [("c", 0), ("c", 1)]
