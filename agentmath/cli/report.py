@@ -36,7 +36,6 @@ def report(
     """Compare runs: print a table; write comparison.md/.csv, PNG plots and viewer.html."""
     from agentmath.errors import DataError
     from agentmath.report import render_csv, render_markdown, render_rich_table, write_report
-    from agentmath.report.bundle import report_files
 
     if fmt not in FORMATS:
         usage_error(f"--format must be one of {', '.join(FORMATS)}, not {fmt!r}")
@@ -46,11 +45,9 @@ def report(
         usage_error(str(exc))
     except OSError as exc:
         usage_error(f"cannot write the report into {out}: {exc}", code=1)
-    rows, plots = written["rows"], written["plots"]
-    markdown_path, csv_path, viewer = written["markdown"], written["csv"], written["viewer"]
-    files = report_files(written)
+    rows = written.rows
     if json_out:
-        print_json({"rows": rows, "files": files})
+        print_json({"rows": rows, "files": written.files()})
         return
     console = out_console()
     if not rows:
@@ -59,6 +56,5 @@ def report(
         console.print(render_rich_table(rows, title="Run comparison"))
     else:
         typer.echo(render_markdown(rows) if fmt == "markdown" else render_csv(rows), nl=False)
-    for path in [markdown_path, csv_path, *plots, viewer]:
-        if path is not None:
-            typer.echo(f"wrote {path}")
+    for path in written.paths:
+        typer.echo(f"wrote {path}")

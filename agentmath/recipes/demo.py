@@ -289,7 +289,6 @@ def _finish(cfg: DemoConfig, out: Path, save_model_to: Path | None, stage: Stage
     """Write the report, save the better tool model for ``solve``, write the summary."""
     stage("writing the report")
     from agentmath.report import write_report  # noqa: PLC0415 - heavy (matplotlib)
-    from agentmath.report.bundle import report_files  # noqa: PLC0415
 
     rl_dirs = [p for p in (out / "rl-grpo", out / "rl-grpo-unmasked") if p.exists()]
     report_paths = write_report([r["run_dir"] for r in runs.values()] + rl_dirs,
@@ -309,7 +308,7 @@ def _finish(cfg: DemoConfig, out: Path, save_model_to: Path | None, stage: Stage
         rows.append(row)
     summary = {"models": rows, "headroom": headroom, "conversion": conversion,
                "config": cfg.model_dump(),
-               "report": {"rows": report_paths["rows"], **report_files(report_paths)},
+               "report": {"rows": report_paths.rows, **report_paths.files()},
                "tool_model": str(save_model_to) if save_model_to else runs[best]["model_dir"],
                "tool_model_is": best, "seconds": round(time.monotonic() - started, 1)}
     (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")

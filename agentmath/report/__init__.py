@@ -9,7 +9,7 @@ does from the command line.
 
 from __future__ import annotations
 
-from agentmath.report.bundle import write_report
+from agentmath.report.bundle import ReportResult, write_report
 from agentmath.report.plots import make_plots
 from agentmath.report.tables import (
     Run,
@@ -21,5 +21,5 @@ from agentmath.report.tables import (
 )
 from agentmath.report.viewer import write_viewer
 
-__all__ = ["Run", "comparison_rows", "load_run", "make_plots", "render_csv", "render_markdown",
-           "render_rich_table", "write_report", "write_viewer"]
+__all__ = ["ReportResult", "Run", "comparison_rows", "load_run", "make_plots", "render_csv",
+           "render_markdown", "render_rich_table", "write_report", "write_viewer"]

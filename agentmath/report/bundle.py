@@ -4,6 +4,7 @@ training curves of RL runs (agentmath/report/curves.py)."""
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -12,8 +13,33 @@ from agentmath.report.tables import comparison_rows, load_run, render_csv, rende
 from agentmath.report.viewer import write_viewer
 
 
+@dataclass(frozen=True, slots=True)
+class ReportResult:
+    """What :func:`write_report` wrote: the comparison rows (one per evaluation run, the
+    table's columns as keys) and the files (None: not written, e.g. no evaluation runs)."""
+
+    rows: list[dict[str, Any]] = field(default_factory=list)
+    markdown: Path | None = None
+    csv: Path | None = None
+    plots: list[Path] = field(default_factory=list)
+    viewer: Path | None = None
+
+    @property
+    def paths(self) -> list[Path]:
+        """Every file written, in the order they are listed to a user."""
+        return [p for p in (self.markdown, self.csv, *self.plots, self.viewer) if p is not None]
+
+    def files(self) -> dict[str, Any]:
+        """The paths as JSON-ready strings (``plots`` a list), for ``--json`` and summaries."""
+        def text(path: Path | None) -> str | None:
+            return None if path is None else str(path)
+
+        return {"markdown": text(self.markdown), "csv": text(self.csv),
+                "plots": [str(p) for p in self.plots], "viewer": text(self.viewer)}
+
+
 def write_report(run_dirs: Sequence[str | Path], out: str | Path,
-                 max_chars: int = 20_000) -> dict[str, Any]:
+                 max_chars: int = 20_000) -> ReportResult:
     """Load the runs and write every report file into ``out``; returns rows and paths.
 
     Raises :class:`~agentmath.errors.DataError` for a malformed run and ``OSError`` when the
@@ -26,7 +52,7 @@ def write_report(run_dirs: Sequence[str | Path], out: str | Path,
     runs = [load_run(path) for path in run_dirs if path not in training]
     curves = [curves_for_dirs(training, out)] if training else []
     if not runs:  # training runs only: their curves are the report
-        return {"rows": [], "markdown": None, "csv": None, "plots": curves, "viewer": None}
+        return ReportResult(plots=curves)
     rows = comparison_rows(runs)
     out.mkdir(parents=True, exist_ok=True)
     markdown = out / "comparison.md"
@@ -35,13 +61,4 @@ def write_report(run_dirs: Sequence[str | Path], out: str | Path,
     csv.write_text(render_csv(rows), encoding="utf-8")
     plots = make_plots(runs, out) + curves
     viewer = write_viewer(runs, out, max_chars=max_chars)
-    return {"rows": rows, "markdown": markdown, "csv": csv, "plots": plots, "viewer": viewer}
-
-
-def report_files(written: dict[str, Any]) -> dict[str, Any]:
-    """The paths of :func:`write_report`'s result as JSON-ready strings (``plots`` a list)."""
-    def text(path: Any) -> str | None:
-        return None if path is None else str(path)
-
-    return {"markdown": text(written["markdown"]), "csv": text(written["csv"]),
-            "plots": [str(p) for p in written["plots"]], "viewer": text(written["viewer"])}
+    return ReportResult(rows=rows, markdown=markdown, csv=csv, plots=plots, viewer=viewer)

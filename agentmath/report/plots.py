@@ -18,6 +18,8 @@ from agentmath.runs.files import SAMPLES_FILE
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
+    from agentmath.eval.results import Score
+
 ACCURACY_VS_TOKENS = "accuracy_vs_tokens.png"
 ACCURACY_BY_LEVEL = "accuracy_by_level.png"
 TOOL_CALLS_HIST = "tool_calls_hist.png"
@@ -39,12 +41,6 @@ def _save(fig: Figure, path: Path) -> Path:
     return path
 
 
-def _number(value: Any) -> float | None:
-    if isinstance(value, int | float) and not isinstance(value, bool):
-        return float(value)
-    return None
-
-
 def plot_accuracy_vs_tokens(runs: Sequence[Run], out_dir: Path) -> Path:
     """Scatter of avg@k and maj@k accuracy against mean model tokens, one labelled point each.
 
@@ -54,15 +50,15 @@ def plot_accuracy_vs_tokens(runs: Sequence[Run], out_dir: Path) -> Path:
     ax = fig.add_subplot()
     colors = _colors(len(runs))
     for run, color in zip(runs, colors, strict=True):
-        x = _number((run.metrics.get("tokens") or {}).get("model_mean")) or 0.0
-        avg = run.metrics["avg"]
-        maj = run.metrics["maj"]
+        x = run.metrics.tokens.model_mean or 0.0
+        avg, maj = run.metrics.avg, run.metrics.maj
+        assert avg is not None and maj is not None  # load_run checked both
         err = _interval(avg)
-        ax.errorbar([x], [100 * avg["value"]], yerr=[[100 * err[0]], [100 * err[1]]],
+        ax.errorbar([x], [100 * avg.value], yerr=[[100 * err[0]], [100 * err[1]]],
                     fmt="o", color=color, capsize=3, markersize=7)
-        ax.plot([x], [100 * maj["value"]], marker="^", linestyle="none", color=color,
+        ax.plot([x], [100 * maj.value], marker="^", linestyle="none", color=color,
                 markersize=8)
-        ax.annotate(run.name, (x, 100 * avg["value"]), textcoords="offset points",
+        ax.annotate(run.name, (x, 100 * avg.value), textcoords="offset points",
                     xytext=(6, 6), fontsize=8, color=color)
     ax.plot([], [], "o", color="gray", label="avg@k (95% CI)")
     ax.plot([], [], "^", color="gray", label="maj@k")
@@ -75,14 +71,11 @@ def plot_accuracy_vs_tokens(runs: Sequence[Run], out_dir: Path) -> Path:
     return _save(fig, out_dir / ACCURACY_VS_TOKENS)
 
 
-def _interval(stat: dict[str, Any]) -> tuple[float, float]:
+def _interval(stat: Score) -> tuple[float, float]:
     """(below, above) error-bar lengths for an accuracy statistic, as fractions."""
-    value = float(stat["value"])
-    ci = stat.get("ci95")
-    if isinstance(ci, list | tuple) and len(ci) == 2 and all(_number(v) is not None for v in ci):
-        return max(0.0, value - ci[0]), max(0.0, ci[1] - value)
-    stderr = _number(stat.get("stderr")) or 0.0
-    return 1.96 * stderr, 1.96 * stderr
+    if stat.ci95 is not None:
+        return max(0.0, stat.value - stat.ci95[0]), max(0.0, stat.ci95[1] - stat.value)
+    return 1.96 * stat.stderr, 1.96 * stat.stderr
 
 
 def _colors(n: int) -> list[Any]:
@@ -94,21 +87,16 @@ def _colors(n: int) -> list[Any]:
 
 def level_accuracy(run: Run) -> dict[str, float]:
     """avg accuracy per difficulty level: from ``metrics.by_level``, else from the samples."""
-    by_level = run.metrics.get("by_level")
-    if isinstance(by_level, dict) and by_level:
-        out = {}
-        for level, stats in by_level.items():
-            value = _number((stats or {}).get("avg", {}).get("value"))
-            if value is not None:
-                out[str(level)] = value
-        return out
+    if run.metrics.by_level:
+        return {level: stats.avg.value for level, stats in run.metrics.by_level.items()
+                if stats.avg is not None}
     if not (run.path / SAMPLES_FILE).is_file():
         return {}
     totals: dict[str, list[int]] = defaultdict(lambda: [0, 0])
     for sample in run.iter_samples():
-        level = (sample.get("problem_meta") or {}).get("level")
+        level = sample.problem_meta.get("level")
         if level is not None:
-            totals[str(level)][0] += bool(sample.get("correct"))
+            totals[str(level)][0] += bool(sample.correct)
             totals[str(level)][1] += 1
     return {level: hit / n for level, (hit, n) in totals.items() if n}
 
@@ -144,8 +132,7 @@ def tool_call_counts(run: Run) -> Counter[int]:
     """How many samples made 0, 1, 2, ... tool calls."""
     counts: Counter[int] = Counter()
     for sample in run.iter_samples():
-        calls = sample.get("tool_calls")
-        counts[int(calls) if _number(calls) is not None else 0] += 1
+        counts[sample.tool_calls] += 1
     return counts
 
 

@@ -17,11 +17,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from agentmath.errors import DataError
-from agentmath.jsonl import parse_line
-from agentmath.runs.files import CONFIG_FILE, METRICS_FILE, RECORD_KEY, SAMPLES_FILE
+from agentmath.eval.results import RunMetrics
+from agentmath.runs.files import CONFIG_FILE, METRICS_FILE, SAMPLES_FILE
 
 if TYPE_CHECKING:
     from rich.table import Table
+
+    from agentmath.eval.records import SampleRecord
 
 #: Metric keys a run must have; the rest of metrics.json is optional.
 _REQUIRED_METRICS: tuple[tuple[str, ...], ...] = (
@@ -31,12 +33,16 @@ _REQUIRED_METRICS: tuple[tuple[str, ...], ...] = (
 
 @dataclass
 class Run:
-    """One evaluation run: its directory, config and metrics; samples are read on demand."""
+    """One evaluation run: its directory, config and metrics; samples are read on demand.
+
+    ``config`` is ``config.json`` as saved (the settings of whichever version wrote it: only
+    a few display fields are read, each with ``.get``); ``metrics`` and the samples are typed.
+    """
 
     path: Path
     config: dict[str, Any]
-    metrics: dict[str, Any]
-    _samples: list[dict[str, Any]] | None = field(default=None, repr=False)
+    metrics: RunMetrics
+    _samples: list[SampleRecord] | None = field(default=None, repr=False)
 
     @property
     def name(self) -> str:
@@ -44,17 +50,14 @@ class Run:
         name = self.config.get("name")
         return str(name) if name else self.path.name
 
-    def iter_samples(self) -> Iterator[dict[str, Any]]:
-        """Yield sample records from ``samples.jsonl`` one at a time (blank lines skipped)."""
-        path = self.path / SAMPLES_FILE
-        if not path.is_file():
-            raise DataError(f"{path}: missing (every run directory needs {SAMPLES_FILE})")
-        with path.open(encoding="utf-8") as handle:
-            for lineno, line in enumerate(handle, start=1):
-                if line.strip():
-                    yield parse_line(path, lineno, line, RECORD_KEY)
+    def iter_samples(self) -> Iterator[SampleRecord]:
+        """Yield sample records from ``samples.jsonl`` one at a time (blank lines skipped);
+        the trajectory types load on first use (``import agentmath.report`` stays light)."""
+        from agentmath.eval.records import iter_samples
 
-    def samples(self) -> list[dict[str, Any]]:
+        return iter_samples(self.path)
+
+    def samples(self) -> list[SampleRecord]:
         """All sample records, read once on first use and cached."""
         if self._samples is None:
             self._samples = list(self.iter_samples())
@@ -107,22 +110,12 @@ def load_run(path: str | Path) -> Run:
     metrics_path = root / METRICS_FILE
     metrics = _read_json_object(metrics_path)
     _check_metrics(metrics_path, metrics)
-    return Run(path=root, config=config, metrics=metrics)
-
-
-def _get(data: dict[str, Any], *keys: str) -> Any:
-    """A nested value, or None when any key on the way is absent."""
-    node: Any = data
-    for key in keys:
-        if not isinstance(node, dict) or key not in node:
-            return None
-        node = node[key]
-    return node
+    return Run(path=root, config=config, metrics=RunMetrics.from_dict(metrics))
 
 
 def _pass_keys(runs: Sequence[Run]) -> list[str]:
     """The pass@n keys present in any run, in numeric order."""
-    keys = {str(key) for run in runs for key in (run.metrics.get("pass") or {})}
+    keys = {key for run in runs for key in run.metrics.pass_at}
     return sorted(keys, key=lambda k: (int(k) if k.isdigit() else 10**9, k))
 
 
@@ -135,25 +128,26 @@ def comparison_rows(runs: Sequence[Run]) -> list[dict[str, Any]]:
     rows: list[dict[str, Any]] = []
     for run in runs:
         m, c = run.metrics, run.config
-        ci = _get(m, "avg", "ci95") or [None, None]
+        avg = m.avg
+        ci = avg.ci95 if avg is not None and avg.ci95 is not None else (None, None)
         row: dict[str, Any] = {
             "run": run.name, "model": c.get("model"), "format": c.get("format"),
-            "dataset": c.get("dataset"), "problems": m.get("n_problems"), "k": m.get("k"),
-            "avg": _get(m, "avg", "value"), "avg_stderr": _get(m, "avg", "stderr"),
-            "avg_ci95_lo": ci[0] if len(ci) > 0 else None,
-            "avg_ci95_hi": ci[1] if len(ci) > 1 else None,
-            "maj": _get(m, "maj", "value"),
+            "dataset": c.get("dataset"), "problems": m.n_problems, "k": m.k,
+            "avg": avg.value if avg is not None else None,
+            "avg_stderr": avg.stderr if avg is not None else None,
+            "avg_ci95_lo": ci[0], "avg_ci95_hi": ci[1],
+            "maj": m.maj.value if m.maj is not None else None,
         }
         for key in pass_keys:
-            row[f"pass@{key}"] = _get(m, "pass", key)
+            row[f"pass@{key}"] = m.pass_at.get(key)
         row.update({
-            "model_tokens_mean": _get(m, "tokens", "model_mean"),
-            "model_tokens_median": _get(m, "tokens", "model_median"),
-            "total_tokens_mean": _get(m, "tokens", "total_mean"),
-            "tool_calls_per_sample": _get(m, "tools", "calls_per_sample"),
-            "tool_error_rate": _get(m, "tools", "error_rate"),
-            "tool_timeout_rate": _get(m, "tools", "timeout_rate"),
-            "duration_ms_mean": m.get("duration_ms_mean"),
+            "model_tokens_mean": m.tokens.model_mean,
+            "model_tokens_median": m.tokens.model_median,
+            "total_tokens_mean": m.tokens.total_mean,
+            "tool_calls_per_sample": m.tools.calls_per_sample,
+            "tool_error_rate": m.tools.error_rate,
+            "tool_timeout_rate": m.tools.timeout_rate,
+            "duration_ms_mean": m.duration_ms_mean,
         })
         rows.append(row)
     return rows

@@ -14,10 +14,15 @@ import json
 import math
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from agentmath.report._viewer_assets import PAGE
 from agentmath.report.tables import Run
+
+if TYPE_CHECKING:
+    from agentmath.agent.trajectory import Segment
+    from agentmath.eval.records import SampleRecord
+    from agentmath.sandbox.result import ExecResult
 
 VIEWER_FILE = "viewer.html"
 DEFAULT_MAX_CHARS = 20_000
@@ -42,41 +47,39 @@ def cap_text(text: Any, limit: int) -> tuple[str | None, int]:
     return f"{text[:head]}\n… [{omitted} characters omitted] …\n{text[-tail:]}", len(text)
 
 
-def _result(result: dict[str, Any] | None, limit: int) -> dict[str, Any] | None:
-    """An ExecResult dict reduced to what the page shows, texts capped."""
-    if not isinstance(result, dict):
+def _result(result: ExecResult | None, limit: int) -> dict[str, Any] | None:
+    """An ExecResult reduced to what the page shows (the page's JSON), texts capped."""
+    if result is None:
         return None
-    out: dict[str, Any] = {key: result.get(key) for key in _RESULT_FLAG_KEYS}
+    out: dict[str, Any] = {key: getattr(result, key) for key in _RESULT_FLAG_KEYS}
     for key in _RESULT_TEXT_KEYS:
-        out[key], cut = cap_text(result.get(key), limit)
+        out[key], cut = cap_text(getattr(result, key), limit)
         if cut:
             out[f"{key}_cut"] = cut
     return out
 
 
-def _segment(seg: dict[str, Any], limit: int) -> dict[str, Any]:
+def _segment(seg: Segment, limit: int) -> dict[str, Any]:
     """A trajectory segment without token ids or logprobs, texts capped."""
-    text, text_cut = cap_text(seg.get("text", ""), limit)
-    code, code_cut = cap_text(seg.get("code"), limit)
-    return {"source": seg.get("source", "model"), "text": text, "text_cut": text_cut,
-            "code": code, "code_cut": code_cut, "n_tokens": len(seg.get("token_ids") or []),
-            "finish_reason": seg.get("finish_reason"),
-            "result": _result(seg.get("result"), limit)}
+    text, text_cut = cap_text(seg.text, limit)
+    code, code_cut = cap_text(seg.code, limit)
+    return {"source": seg.source, "text": text, "text_cut": text_cut,
+            "code": code, "code_cut": code_cut, "n_tokens": len(seg.token_ids),
+            "finish_reason": seg.finish_reason, "result": _result(seg.result, limit)}
 
 
-def _sample(record: dict[str, Any], limit: int) -> dict[str, Any]:
+def _sample(record: SampleRecord, limit: int) -> dict[str, Any]:
     """What the page needs of one samples.jsonl record."""
-    traj = record.get("trajectory") if isinstance(record.get("trajectory"), dict) else {}
+    traj = record.trajectory
     keys = ("sample_index", "extracted", "correct", "finish_reason", "model_tokens",
             "tool_tokens", "prompt_tokens", "total_tokens", "tool_calls", "tool_errors",
             "tool_timeouts", "output_truncations", "duration_ms")
-    out = {key: record.get(key) for key in keys}
-    out["finish_reason"] = out["finish_reason"] or traj.get("finish_reason")
-    out["answer"], _ = cap_text(traj.get("answer"), limit)
-    out["error"], _ = cap_text(traj.get("error"), limit)
-    out["segments"] = [_segment(s, limit) for s in traj.get("segments") or []
-                       if isinstance(s, dict)]
-    out["has_trajectory"] = bool(traj)
+    out = {key: getattr(record, key) for key in keys}
+    out["finish_reason"] = out["finish_reason"] or (traj.finish_reason if traj else None)
+    out["answer"], _ = cap_text(traj.answer if traj else None, limit)
+    out["error"], _ = cap_text(traj.error if traj else None, limit)
+    out["segments"] = [_segment(s, limit) for s in traj.segments] if traj else []
+    out["has_trajectory"] = traj is not None
     return out
 
 
@@ -84,13 +87,14 @@ def run_payload(run: Run, max_chars: int = DEFAULT_MAX_CHARS) -> dict[str, Any]:
     """One run's data for the page: config summary, metrics summary, problems with samples."""
     problems: dict[str, dict[str, Any]] = {}
     for record in run.iter_samples():
-        pid = str(record["problem_id"])
+        pid = record.problem_id
         problem = problems.get(pid)
         if problem is None:
-            text, _ = cap_text(record.get("problem") or
-                               (record.get("trajectory") or {}).get("problem", ""), max_chars)
-            problem = problems[pid] = {"id": pid, "problem": text, "gold": record.get("gold"),
-                                       "meta": record.get("problem_meta") or {}, "samples": []}
+            text, _ = cap_text(record.problem or
+                               (record.trajectory.problem if record.trajectory else ""),
+                               max_chars)
+            problem = problems[pid] = {"id": pid, "problem": text, "gold": record.gold,
+                                       "meta": record.problem_meta, "samples": []}
         problem["samples"].append(_sample(record, max_chars))
     for problem in problems.values():
         problem["samples"].sort(key=lambda s: s["sample_index"]
@@ -98,8 +102,9 @@ def run_payload(run: Run, max_chars: int = DEFAULT_MAX_CHARS) -> dict[str, Any]:
     m, c = run.metrics, run.config
     config = {key: c.get(key) for key in ("model", "backend", "format", "dataset", "samples",
                                           "seed")}
-    summary = {"avg": (m.get("avg") or {}).get("value"), "maj": (m.get("maj") or {}).get("value"),
-               "k": m.get("k"), "n_problems": m.get("n_problems")}
+    summary = {"avg": m.avg.value if m.avg is not None else None,
+               "maj": m.maj.value if m.maj is not None else None,
+               "k": m.k, "n_problems": m.n_problems}
     return {"name": run.name, "path": str(run.path), "config": config, "summary": summary,
             "problems": list(problems.values())}
 

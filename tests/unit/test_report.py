@@ -120,7 +120,7 @@ def run_dirs(tmp_path: Path) -> list[Path]:
 def test_load_run_and_rows(run_dirs: list[Path]) -> None:
     runs = [load_run(p) for p in run_dirs]
     assert [r.name for r in runs] == ["base", "tir|v2"]
-    assert len(runs[0].samples()) == 6 and runs[0].samples()[0]["problem_id"].startswith("test/")
+    assert len(runs[0].samples()) == 6 and runs[0].samples()[0].problem_id.startswith("test/")
     rows = comparison_rows(runs)
     assert rows[1]["avg"] == 0.75 and rows[1]["pass@2"] == pytest.approx(0.95)
     assert rows[0]["model"] == "org/base-model" and rows[0]["k"] == 2

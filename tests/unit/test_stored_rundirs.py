@@ -82,3 +82,18 @@ async def test_the_old_run_retries_its_errors(run_copy: Path) -> None:
     assert result.ran == 2 and result.metrics.n_errors == 2  # the server still fails on c
     retried = [json.loads(line) for line in (run_copy / RETRIED_FILE).read_text().splitlines()]
     assert [(r["problem_id"], r["sample_index"]) for r in retried] == [("c", 0), ("c", 1)]
+
+
+def test_the_report_reads_the_old_run(tmp_path: Path) -> None:
+    from agentmath.report import load_run, write_report
+    from agentmath.report.viewer import run_payload
+
+    run = load_run(RUN)
+    assert run.metrics.n_samples == 6 and len(run.samples()) == 6
+    payload = run_payload(run)
+    a = next(p for p in payload["problems"] if p["id"] == "a")
+    tool = [s for s in a["samples"][0]["segments"] if s["source"] == "tool"]
+    assert tool and tool[0]["result"]["stdout"] == "42\n"
+    written = write_report([RUN], tmp_path / "report")
+    assert written.rows[0]["avg"] == pytest.approx(1 / 3) and written.viewer is not None
+    assert all(path.is_file() for path in written.paths)
