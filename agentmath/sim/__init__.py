@@ -13,8 +13,9 @@ virtual time, and launchers for real local vLLM servers to measure it against.
 * ``policy.py``: :class:`SimPolicy`, the simulated model (synthetic ids, parseable text).
 * ``ideal.py``: :func:`ideal_makespan`, a lower bound no schedule can beat.
 * ``fleet.py``: :func:`build_fleet`, N servers + backends + sandbox on one environment.
-* ``servers.py``: start ``vllm serve`` and ``vllm-router`` locally, read their counters, and
-  measure step costs for :class:`ServerCostModel` (imported on its own, not re-exported here).
+* ``servers.py``: start ``vllm serve`` and ``vllm-router`` locally; ``vllm_metrics.py``: read
+  their counters and measure step costs for :class:`ServerCostModel` (both imported on their
+  own, not re-exported here).
 * ``bench.py``: ``python -m agentmath.sim.bench``, how fast the simulator itself runs.
 """
 
