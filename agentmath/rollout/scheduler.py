@@ -164,9 +164,9 @@ class RolloutEngine:
 
         use_model(self.backend, name)
 
-    def set_budgets(self, loop: LoopConfig, config: RolloutConfig) -> None:
+    def set_budgets(self, loop: LoopConfig, rollout: RolloutConfig) -> None:
         """A stage's budgets: episodes started (or segments run) from now on use them."""
-        self.loop, self.config = loop, config
+        self.loop, self.config = loop, rollout
 
     # --------------------------------------------------------------------------- streaming
     async def stream(self, requests: Iterable[GroupRequest],
