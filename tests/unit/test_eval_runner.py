@@ -17,6 +17,7 @@ from agentmath.backends.base import Generation, SamplingParams
 from agentmath.backends.scripted import ScriptedBackend
 from agentmath.config import EvalConfig
 from agentmath.eval.records import SampleRecord, read_samples
+from agentmath.eval.results import EvalProgress, RunMetrics
 from agentmath.eval.runner import run_eval
 from agentmath.runs.lock import RunLock, RunLockedError
 from agentmath.runs.store import RETRIED_FILE, load_records
@@ -140,3 +141,14 @@ async def test_a_directory_with_duplicates_from_two_old_runs_still_resumes(
     metrics = await run_eval(_config(tmp_path), out, ProblemBackend())
     assert metrics.metrics.n_samples == 6 and metrics.metrics.avg.value == 1.0
     assert len(load_records(out)) == 12  # nothing rewritten without --retry-errors
+
+
+async def test_progress_and_result_are_typed(tmp_path: Path) -> None:
+    seen: list[EvalProgress] = []
+    result = await run_eval(_config(tmp_path), tmp_path / "run", ProblemBackend(),
+                            progress=seen.append)
+    assert [p.done for p in seen] == list(range(1, 7)) and seen[-1].total == 6
+    assert seen[-1].accuracy == 1.0 and seen[-1].errors == 0 and result.ran == 6
+    assert result.run_dir == tmp_path / "run" and result.metrics.n_samples == 6
+    stored = json.loads((tmp_path / "run" / "metrics.json").read_text())
+    assert result.metrics.to_dict() == stored and RunMetrics.from_dict(stored) == result.metrics
