@@ -152,7 +152,7 @@ def rl_config(cfg: DemoConfig, model_dir: str, train_file: Path, *, masked: bool
 
 
 def sft_job(cfg_data: dict[str, Any], examples: list[dict], tokenizer_dir: str, out: str,
-            evaluate: tuple[str, str, str] | None = None) -> tuple[str, dict[str, Any] | None]:
+            evaluate: tuple[str, str, str] | None = None) -> tuple[str, RunMetrics | None]:
     """One SFT run of a fresh tiny model (a process of its own): its final model dir, and,
     with ``evaluate`` = (system prompt, data, run dir), its greedy evaluation right after
     training (the text-only model's: it trains faster than the tool model, so its evaluation
