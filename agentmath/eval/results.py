@@ -1,5 +1,6 @@
 """What an evaluation hands to the stages after it, typed: the run's metrics (``metrics.json``),
-the result of :func:`~agentmath.eval.runner.run_eval` and its progress reports.
+what the report shows of its saved config (``config.json``), the result of
+:func:`~agentmath.eval.runner.run_eval` and its progress reports.
 
 :class:`RunMetrics` has one writer (:func:`~agentmath.eval.runner.compute_run_metrics`, which
 also writes ``metrics.json`` as :meth:`RunMetrics.to_dict`) and one reader
@@ -152,6 +153,38 @@ class RunMetrics:
     def to_dict(self) -> dict[str, Any]:
         """The JSON form, as ``metrics.json`` holds it."""
         return dict(self.document)
+
+
+@dataclass(frozen=True, slots=True)
+class RunInfo:
+    """What a run's saved ``config.json`` says about it, for people comparing runs: its
+    optional name, model, backend, tool format, dataset, samples per problem and seed (None:
+    not in the file). The whole file stays in ``document`` (the runner checks its identity
+    and dataset fingerprint itself, :func:`agentmath.runs.store.check_or_write_config`)."""
+
+    name: str | None = None
+    model: str | None = None
+    backend: str | None = None
+    format: str | None = None
+    dataset: str | None = None
+    samples: int | None = None
+    seed: int | None = None
+    document: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> RunInfo:
+        """The display fields of a ``config.json`` document (lenient: any may be missing)."""
+        def text(key: str) -> str | None:
+            value = data.get(key)
+            return None if value is None else str(value)
+
+        def number(key: str) -> int | None:
+            value = data.get(key)
+            return int(value) if _is_number(value) else None
+
+        return cls(name=text("name"), model=text("model"), backend=text("backend"),
+                   format=text("format"), dataset=text("dataset"), samples=number("samples"),
+                   seed=number("seed"), document=dict(data))
 
 
 @dataclass(frozen=True, slots=True)

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from agentmath.errors import DataError
-from agentmath.eval.results import RunMetrics
+from agentmath.eval.results import RunInfo, RunMetrics
 from agentmath.runs.files import CONFIG_FILE, METRICS_FILE, SAMPLES_FILE
 
 if TYPE_CHECKING:
@@ -35,20 +35,18 @@ _REQUIRED_METRICS: tuple[tuple[str, ...], ...] = (
 class Run:
     """One evaluation run: its directory, config and metrics; samples are read on demand.
 
-    ``config`` is ``config.json`` as saved (the settings of whichever version wrote it: only
-    a few display fields are read, each with ``.get``); ``metrics`` and the samples are typed.
+    ``config`` is what ``config.json`` says about the run; ``metrics`` and the samples are typed.
     """
 
     path: Path
-    config: dict[str, Any]
+    config: RunInfo
     metrics: RunMetrics
     _samples: list[SampleRecord] | None = field(default=None, repr=False)
 
     @property
     def name(self) -> str:
         """The run's name from its config, else the directory name."""
-        name = self.config.get("name")
-        return str(name) if name else self.path.name
+        return self.config.name or self.path.name
 
     def iter_samples(self) -> Iterator[SampleRecord]:
         """Yield sample records from ``samples.jsonl`` one at a time (blank lines skipped);
@@ -110,7 +108,8 @@ def load_run(path: str | Path) -> Run:
     metrics_path = root / METRICS_FILE
     metrics = _read_json_object(metrics_path)
     _check_metrics(metrics_path, metrics)
-    return Run(path=root, config=config, metrics=RunMetrics.from_dict(metrics))
+    return Run(path=root, config=RunInfo.from_dict(config),
+               metrics=RunMetrics.from_dict(metrics))
 
 
 def _pass_keys(runs: Sequence[Run]) -> list[str]:
@@ -131,8 +130,8 @@ def comparison_rows(runs: Sequence[Run]) -> list[dict[str, Any]]:
         avg = m.avg
         ci = avg.ci95 if avg is not None and avg.ci95 is not None else (None, None)
         row: dict[str, Any] = {
-            "run": run.name, "model": c.get("model"), "format": c.get("format"),
-            "dataset": c.get("dataset"), "problems": m.n_problems, "k": m.k,
+            "run": run.name, "model": c.model, "format": c.format,
+            "dataset": c.dataset, "problems": m.n_problems, "k": m.k,
             "avg": avg.value if avg is not None else None,
             "avg_stderr": avg.stderr if avg is not None else None,
             "avg_ci95_lo": ci[0], "avg_ci95_hi": ci[1],

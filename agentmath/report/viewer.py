@@ -100,8 +100,8 @@ def run_payload(run: Run, max_chars: int = DEFAULT_MAX_CHARS) -> dict[str, Any]:
         problem["samples"].sort(key=lambda s: s["sample_index"]
                                 if isinstance(s["sample_index"], int) else 0)
     m, c = run.metrics, run.config
-    config = {key: c.get(key) for key in ("model", "backend", "format", "dataset", "samples",
-                                          "seed")}
+    config = {"model": c.model, "backend": c.backend, "format": c.format,
+              "dataset": c.dataset, "samples": c.samples, "seed": c.seed}
     summary = {"avg": m.avg.value if m.avg is not None else None,
                "maj": m.maj.value if m.maj is not None else None,
                "k": m.k, "n_problems": m.n_problems}
