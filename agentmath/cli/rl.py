@@ -35,12 +35,14 @@ def _render(result: Any) -> None:
     table = Table(title=f"agentmath rl · {result.out_dir}")
     table.add_column("")
     table.add_column("value")
-    last = result.last or {}
+    from agentmath.rl.records import StageMove
+
+    last = result.last
     rows = [("steps", str(result.steps)), ("policy version", str(result.policy_version)),
             ("stage", str(result.stage)),
-            ("last reward", f"{last.get('reward_mean', 0):.3f}"),
-            ("last accuracy", f"{last.get('accuracy', 0):.3f}"),
-            ("stage changes", str(sum(e.get("event") == "stage" for e in result.events))),
+            ("last reward", f"{last.reward_mean if last else 0:.3f}"),
+            ("last accuracy", f"{last.accuracy if last else 0:.3f}"),
+            ("stage changes", str(sum(isinstance(e, StageMove) for e in result.events))),
             ("resumed from", "-" if result.resumed_from is None
              else f"step {result.resumed_from}"),
             ("final model", result.final_dir or "-"), ("metrics", result.metrics),

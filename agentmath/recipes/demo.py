@@ -177,12 +177,14 @@ def grpo_job(cfg_data: dict[str, Any], start: str, train_file: str, masked: bool
              out: str) -> tuple[str, list[dict[str, Any]]]:
     """One GRPO run from the tool SFT model (a process of its own): its final model dir and
     its stage transitions (the ``stage`` events of the run)."""
+    from agentmath.rl.records import StageMove
     from agentmath.rl.trainer import train_rl
 
     cfg = DemoConfig.model_validate(cfg_data)
     result = train_rl(rl_config(cfg, start, Path(train_file), masked=masked), out,
                       resume=False, progress=False)
-    return str(result.final_dir), [e for e in result.events if e.get("event") == "stage"]
+    return str(result.final_dir), [e.to_dict() for e in result.events
+                                   if isinstance(e, StageMove)]
 
 
 def eval_job(cfg_data: dict[str, Any], model_dir: str, system: str, data: str,

@@ -13,6 +13,7 @@ from pydantic import Field, model_validator
 
 from agentmath.config import LoopConfig, RayConfig, RolloutConfig, SandboxConfig, StrictModel
 from agentmath.rl.rewards import RewardSpec
+from agentmath.tracking import TrackerName, WandbConfig
 
 
 class RLDataConfig(StrictModel):
@@ -185,7 +186,19 @@ class RLConfig(StrictModel):
     checkpoint_every: int = Field(10, ge=0, le=10**7, description=(
         "Save OUT/checkpoint-STEP every this many steps and at the end; 0: only at the end."))
     keep_checkpoints: int = Field(2, ge=0, le=10**5, description="Newest kept; 0 keeps all.")
-    tensorboard: bool = Field(True, description="Also write OUT/tensorboard (needs tensorboard).")
+    trackers: list[TrackerName] = Field(["jsonl", "tensorboard"], max_length=3, description=(
+        "Where the step metrics go (agentmath.tracking): jsonl (OUT/metrics.jsonl, always "
+        "written), tensorboard (OUT/tensorboard; skipped with a warning when the package is "
+        "missing), wandb (Weights & Biases, offline by default: the wandb extra)."))
+    tensorboard: bool = Field(True, description=(
+        "The older switch: false takes tensorboard out of trackers."))
+    wandb: WandbConfig = Field(default_factory=WandbConfig)
+
+    def tracker_names(self) -> list[str]:
+        """The trackers this run logs to: ``trackers`` with jsonl always first, without
+        tensorboard when ``tensorboard`` is false."""
+        names = dict.fromkeys(["jsonl", *self.trackers])
+        return [t for t in names if t != "tensorboard" or self.tensorboard]
 
     @model_validator(mode="after")
     def _consistent(self) -> RLConfig:

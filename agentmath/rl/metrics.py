@@ -1,76 +1,22 @@
-"""Per-step metrics of an RL run: a typed record, written as JSONL and to TensorBoard.
+"""Per-step figures of an RL run: the sample and advantage statistics of a step.
 
-``OUT/metrics.jsonl`` gets one JSON object per step (line-buffered, so a kill loses none; on
-resume the lines past the checkpoint are cut). ``OUT/tensorboard`` gets the same scalars when
-the ``tensorboard`` package is installed (``pip install tensorboard``); ``agentmath report``
-draws the curves from the JSONL, so TensorBoard is optional.
+The step's record is :class:`~agentmath.rl.records.StepMetrics` (re-exported here); it leaves
+the run through the run's metrics sink (:mod:`agentmath.tracking`: ``OUT/metrics.jsonl``
+always, TensorBoard and W&B when configured) and is read back by
+:func:`~agentmath.rl.records.read_steps`.
 """
 
 from __future__ import annotations
 
-import json
-import logging
 import statistics
-from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 from agentmath.rl.batch import ScoredGroup, ScoredSample
-from agentmath.runs.files import STEP_METRICS_FILE
+from agentmath.rl.records import StepMetrics, read_steps
 from agentmath.runs.steplog import read_step_log
-from agentmath.train.plumbing import truncate_log
 
-log = logging.getLogger(__name__)
-
-
-@dataclass(slots=True)
-class StepMetrics:
-    """Everything logged for one RL step."""
-
-    step: int
-    policy_version: int
-    stage: int
-    temperature: float
-    lr: float
-    reward_mean: float
-    reward_terms: dict[str, float]  # mean of each (unweighted) term
-    accuracy: float
-    advantage_mean: float
-    advantage_std: float
-    advantage_abs_mean: float
-    loss: float
-    clip_frac: float
-    is_weight_mean: float
-    is_capped_frac: float
-    kl: float
-    entropy: float
-    grad_norm: float
-    model_tokens_mean: float
-    tool_tokens_mean: float
-    loss_tokens: int
-    tool_calls_mean: float
-    tool_error_rate: float  # errored tool calls / tool calls
-    truncation_rate: float
-    groups_trained: int
-    groups_dropped: int  # dynamic sampling: no reward variance
-    samples: int
-    samples_per_s: float
-    rollout_s: float
-    train_s: float
-    step_s: float
-    stale_dropped: int = 0
-    regenerated: int = 0
-    parked: int = 0
-    # defaults: records written before these existed still load
-    tool_call_rate: float = 0.0  # samples with at least one tool call / samples
-    pass_rate_dropped: int = 0  # groups: measured pass rate out of bounds (filters)
-    void_dropped: int = 0  # samples with a void turn, left out (filters)
-    void_groups_dropped: int = 0  # groups left with < 2 samples or no variance by it
-    roc_dropped: int = 0  # samples resample-on-correct left out (filters)
-    extra: dict[str, Any] = field(default_factory=dict)
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+__all__ = ["StepMetrics", "advantage_stats", "read_metrics", "read_steps", "sample_stats"]
 
 
 def sample_stats(samples: list[ScoredSample]) -> dict[str, Any]:
@@ -110,43 +56,7 @@ def advantage_stats(groups: list[ScoredGroup]) -> dict[str, float]:
             "advantage_abs_mean": statistics.fmean(abs(a) for a in adv)}
 
 
-class MetricsWriter:
-    """Appends StepMetrics to ``metrics.jsonl`` and (optionally) TensorBoard."""
-
-    def __init__(self, out_dir: Path, *, tensorboard: bool, resume_step: int) -> None:
-        self.path = out_dir / STEP_METRICS_FILE
-        truncate_log(self.path, resume_step)
-        self._file = self.path.open("a", encoding="utf-8", buffering=1)
-        self._tb: Any = None
-        if tensorboard:
-            try:
-                from torch.utils.tensorboard import SummaryWriter
-            except ImportError:  # the package is optional: say so once, keep the JSONL
-                log.warning("tensorboard is not installed (pip install tensorboard); "
-                            "metrics go to %s only", self.path)
-            else:
-                self._tb = SummaryWriter(str(out_dir / "tensorboard"), purge_step=resume_step + 1)
-
-    def write(self, metrics: StepMetrics, events: list[dict[str, Any]] | None = None) -> None:
-        record = metrics.to_dict()
-        if events:
-            record["events"] = events
-        self._file.write(json.dumps(record) + "\n")
-        if self._tb is not None:
-            for key, value in record.items():
-                if isinstance(value, int | float) and key != "step":
-                    self._tb.add_scalar(key, value, metrics.step)
-            for key, value in metrics.reward_terms.items():
-                self._tb.add_scalar(f"reward/{key}", value, metrics.step)
-            self._tb.flush()
-
-    def close(self) -> None:
-        self._file.close()
-        if self._tb is not None:
-            self._tb.close()
-
-
 def read_metrics(path: str | Path) -> list[dict[str, Any]]:
-    """The records of a metrics.jsonl, through the one reader
-    (:func:`agentmath.runs.steplog.read_step_log`)."""
+    """The records of a metrics.jsonl as JSON objects, through the one reader of the file
+    (:func:`agentmath.runs.steplog.read_step_log`); typed: :func:`read_steps`."""
     return read_step_log(path)

@@ -10,34 +10,27 @@
   prompts, for at most ``max_rounds`` rollout rounds; how many were dropped is returned.
   Before dynamic sampling, the step's filters (:mod:`agentmath.rl.filters`: pass rate, void
   turns, resample-on-correct) take samples and groups out, each counted in :class:`Collected`.
-* :func:`open_rollouts` — the engine and iterations a run samples from: in this process (the
-  rollout engine over the generator and a sandbox pool or services) or on a Ray cluster (rollout
-  workers with their own model clients and sandboxes; ``RLConfig.ray``).
+
+The engine and iterations a run samples from (in this process or on Ray) are built by the
+trainer's composition root, :mod:`agentmath.rl.compose`.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import random
 from collections import Counter
-from collections.abc import AsyncIterator, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
 
 from agentmath.backends.base import SamplingParams
 from agentmath.datasets import Task
 from agentmath.rl.batch import ScoredGroup, ScoredSample, split_by_signal
 from agentmath.rl.filters import FilterPlan, GroupVerdict, filter_group
 from agentmath.rl.rewards import RewardModel
-from agentmath.rollout.partial import PartialRollout
+from agentmath.rollout.contract import Iterations
 from agentmath.rollout.records import Group, GroupRequest, RolloutStats
 from agentmath.seeding import derive_seed
-
-if TYPE_CHECKING:
-    from agentmath.config import LoopConfig, RolloutConfig
-    from agentmath.distributed.worker import WorkerSpec
-    from agentmath.rl.config import RLConfig
 
 
 class RequestStream(Iterator[GroupRequest]):
@@ -166,7 +159,7 @@ def apply_filters(scored: list[ScoredGroup], plan: FilterPlan, out: Collected,
     return kept
 
 
-async def collect_groups(rollout: PartialRollout, rewards: RewardModel, need: int, *,
+async def collect_groups(rollout: Iterations, rewards: RewardModel, need: int, *,
                          dynamic_sampling: bool, max_rounds: int,
                          filters: FilterPlan | None = None) -> Collected:
     """``need`` scored groups (fewer if the rounds or the prompts run out); ``filters`` (the
@@ -192,57 +185,3 @@ async def collect_groups(rollout: PartialRollout, rewards: RewardModel, need: in
         if not dynamic_sampling:
             break
     return out
-
-
-def worker_spec(cfg: RLConfig, loop: LoopConfig) -> WorkerSpec:
-    """What each Ray rollout worker needs to sample this run's episodes from its servers."""
-    from agentmath.distributed.worker import WorkerSpec
-
-    g = cfg.generator
-    return WorkerSpec(backend="openai", model=served_name(cfg),
-                      base_url=g.base_urls[0] if len(g.base_urls) == 1 else list(g.base_urls),
-                      backend_options={"timeout_s": g.http_timeout_s}, format=cfg.format,
-                      loop=loop, sandbox=cfg.sandbox, sandbox_url=cfg.sandbox_url,
-                      sandbox_token_file=cfg.sandbox_token_file)
-
-
-def served_name(cfg: RLConfig) -> str:
-    """The model name the generator's servers serve (the model directory's name by default)."""
-    from pathlib import Path
-
-    return cfg.generator.served_name or Path(cfg.model).name
-
-
-@contextlib.asynccontextmanager
-async def open_rollouts(cfg: RLConfig, backend: Any, stream: RequestStream, sampling: Sampling,
-                        loop: LoopConfig, rollout: RolloutConfig,
-                        version: int) -> AsyncIterator[tuple[Any, Any]]:
-    """``(engine, iterations)``: the engine the trainer steers between steps (policy version,
-    model name, stage budgets) and the iterations it collects groups from."""
-    if cfg.ray is None:
-        from agentmath.formats import get_format
-        from agentmath.rollout.scheduler import RolloutEngine
-        from agentmath.sandbox.factory import open_sandbox
-
-        async with open_sandbox(cfg.sandbox, cfg.sandbox_url, cfg.sandbox_token_file) as pool:
-            engine = RolloutEngine(backend, pool, get_format(cfg.format), loop=loop,
-                                   config=rollout, sampling=sampling)
-            engine.set_policy_version(version)
-            iterations = PartialRollout(engine, stream)
-            try:
-                yield engine, iterations
-            finally:
-                await iterations.aclose()
-        return
-    from agentmath.distributed.engine import RayRolloutEngine
-    from agentmath.distributed.iterations import RayIterations
-
-    ray_engine = RayRolloutEngine(worker_spec(cfg, loop), cfg.ray, sampling,
-                                  max_in_flight=rollout.max_in_flight)
-    try:
-        await ray_engine.start()
-        ray_engine.set_budgets(loop, rollout)
-        ray_engine.set_policy_version(version)
-        yield ray_engine, RayIterations(ray_engine, stream)
-    finally:
-        await ray_engine.close()

@@ -15,8 +15,9 @@ from __future__ import annotations
 
 import math
 from collections import deque
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 Decay = Literal["constant", "linear", "cosine"]
 
@@ -61,6 +62,27 @@ class StageChange:
     old: int
     new: int
     rate: float
+
+
+@dataclass(slots=True)
+class StageState:
+    """A :class:`StageController`'s state: the stage index and the window's
+    ``(truncated, total)`` per step."""
+
+    index: int
+    steps: list[tuple[int, int]]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"index": self.index, "steps": [list(s) for s in self.steps]}
+
+    @classmethod
+    def from_dict(cls, state: Mapping[str, Any]) -> StageState:
+        """Also reads a state written before steps were kept whole (``recent``: one flag per
+        sample), as one step."""
+        if "steps" in state:
+            return cls(int(state["index"]), [(int(t), int(n)) for t, n in state["steps"]])
+        flags = [bool(x) for x in state.get("recent", [])]
+        return cls(int(state["index"]), [(sum(flags), len(flags))] if flags else [])
 
 
 class StageController:
@@ -116,16 +138,19 @@ class StageController:
         self._steps.clear()
         return change
 
+    def state(self) -> StageState:
+        """What a checkpoint saves: the stage and the window."""
+        return StageState(self.index, list(self._steps))
+
+    def restore(self, state: StageState) -> None:
+        """Continue from a checkpoint's :meth:`state`."""
+        self.index = state.index
+        self._steps = deque(state.steps)
+
     def state_dict(self) -> dict[str, object]:
-        return {"index": self.index, "steps": [list(s) for s in self._steps]}
+        return self.state().to_dict()
 
     def load_state_dict(self, state: dict[str, object]) -> None:
         """Also reads a checkpoint written before steps were kept whole (``recent``: one flag
         per sample), as one step."""
-        self.index = int(state["index"])  # type: ignore[call-overload]
-        if "steps" in state:
-            self._steps = deque((int(t), int(n))
-                                for t, n in state["steps"])  # type: ignore[attr-defined]
-        else:
-            flags = [bool(x) for x in state.get("recent", [])]  # type: ignore[attr-defined]
-            self._steps = deque([(sum(flags), len(flags))] if flags else [])
+        self.restore(StageState.from_dict(state))

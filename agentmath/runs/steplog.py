@@ -1,6 +1,7 @@
 """The one reader of an RL run's ``metrics.jsonl`` (one JSON object per step, written by
-:class:`agentmath.rl.metrics.MetricsWriter`): the report's training curves, the tests and the
-benchmarks all read step records through :func:`read_step_log`."""
+the RL trainer through its metrics sink, :mod:`agentmath.tracking`): the report's training
+curves, the tests and the benchmarks all read step records through :func:`read_step_log`
+(typed: :func:`agentmath.rl.records.read_steps`)."""
 
 from __future__ import annotations
 

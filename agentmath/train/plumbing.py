@@ -9,7 +9,6 @@ the trainers need exact-resume semantics (atomic rename, RNG state) that ``Train
 
 from __future__ import annotations
 
-import json
 import shutil
 from collections.abc import Callable
 from pathlib import Path
@@ -144,16 +143,6 @@ def restore_checkpoint(path: Path, model: Any, optimizer: Any, scheduler: Any, *
     if "cuda" in state["rng"] and torch.cuda.is_available():
         torch.cuda.set_rng_state_all(state["rng"]["cuda"])
     return state
-
-
-def truncate_log(log: Path, step: int) -> None:
-    """Keep only the JSONL records of steps up to ``step`` (a run killed after its last
-    checkpoint may have logged past it; its resume logs those steps again)."""
-    if not log.exists():
-        return
-    lines = log.read_text(encoding="utf-8").splitlines()
-    log.write_text("".join(f"{x}\n" for x in lines if x.strip() and json.loads(x)["step"] <= step),
-                   encoding="utf-8")
 
 
 def save_final(out_dir: Path, model: Any, tokenizer: Any, lora: bool) -> tuple[Path, Path | None]:

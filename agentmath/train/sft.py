@@ -33,6 +33,7 @@ from agentmath.backends.base import chat_prompt_ids
 from agentmath.config import StrictModel
 from agentmath.errors import DataError
 from agentmath.jsonl import iter_jsonl
+from agentmath.tracking import TrackerName, WandbConfig, open_sink
 from agentmath.train.chat_records import (
     IGNORE_INDEX,
     check_chat_record,
@@ -49,7 +50,6 @@ from agentmath.train.plumbing import (
     restore_checkpoint,
     save_checkpoint,
     save_final,
-    truncate_log,
 )
 
 _STRUCTURAL = ("lora", "lora_r", "lora_alpha")  # resuming under other values is an error
@@ -76,6 +76,11 @@ class SFTConfig(StrictModel):
         "Save out_dir/checkpoint-STEP every this many steps and at the end; 0: never."))
     keep_checkpoints: int = Field(2, ge=0, le=10**5, description="Newest kept; 0 keeps all.")
     log_every: int = Field(1, ge=1, le=10**8, description="Steps per loss.jsonl record.")
+    trackers: list[TrackerName] = Field(["jsonl"], max_length=3, description=(
+        "Where the loss records go (agentmath.tracking): jsonl (out_dir/loss.jsonl, always "
+        "written), tensorboard (out_dir/tensorboard), wandb (Weights & Biases, offline by "
+        "default: the wandb extra)."))
+    wandb: WandbConfig = Field(default_factory=WandbConfig)
     device: str = Field("auto", min_length=1, description="'auto' (cuda if any), 'cpu', ...")
     bf16: bool = Field(False, description="bfloat16 autocast (weights, optimizer stay fp32).")
     group_by_length: int = Field(0, ge=0, le=4096, description=(
@@ -308,7 +313,6 @@ def _prepare(config: SFTConfig, data: Any, model: Any, out_dir: Path, tokenizer:
                                 device=device,
                                 structural={k: getattr(config, k) for k in _STRUCTURAL})
              if found else {"step": 0, "tokens": 0, "loss": None})
-    truncate_log(out_dir / "loss.jsonl", state["step"])
     (out_dir / "sft_config.json").write_text(json.dumps(
         {"config": config.model_dump(), "examples": stats}, indent=2) + "\n")
     return {"model": model, "tokenizer": tokenizer, "encoded": encoded, "stats": stats,
@@ -334,9 +338,11 @@ def train_sft(config: SFTConfig, data: str | Path | list[dict[str, Any]], model:
     step, tokens, last_loss = state["step"], state["tokens"], state["loss"]
     orders: dict[int, list[int]] = {}
     lengths = [len(ids) for ids, _ in run["encoded"]]
-    log, window = out_dir / "loss.jsonl", [0.0, 0]  # token-weighted loss since last record
+    window = [0.0, 0]  # token-weighted loss since last record
     bar, task = progress_bar("sft", progress, config.max_steps, step)
-    with bar, log.open("a", encoding="utf-8", buffering=1) as log_file:
+    sink = open_sink(out_dir, "loss.jsonl", dict.fromkeys(["jsonl", *config.trackers]),
+                     resume_step=step, wandb=config.wandb, config=config.model_dump(mode="json"))
+    with bar, contextlib.closing(sink):
         while step < config.max_steps and (stop_after is None or step < stop_after):
             step += 1
             batches = [collate([run["encoded"][i] for i in idx], pad_id)
@@ -350,7 +356,7 @@ def train_sft(config: SFTConfig, data: str | Path | list[dict[str, Any]], model:
                 record = {"step": step, "loss": window[0] / max(1, window[1]), "lr": lr,
                           "tokens": window[1], "total_tokens": tokens,
                           "elapsed_s": round(time.monotonic() - started, 3)}
-                log_file.write(json.dumps(record) + "\n")  # line-buffered: a kill loses none
+                sink.log(step, record)  # jsonl is line-buffered: a kill loses none
                 window = [0.0, 0]
             if config.checkpoint_every and (step % config.checkpoint_every == 0
                                             or step == config.max_steps):
@@ -365,6 +371,6 @@ def train_sft(config: SFTConfig, data: str | Path | list[dict[str, Any]], model:
     return SFTResult(
         final_loss=last_loss, steps=step, trainable_tokens=tokens, out_dir=str(out_dir),
         final_dir=str(final) if final else None, adapter_dir=str(adapter) if adapter else None,
-        loss_log=str(log), checkpoints=[str(p) for _, p in list_checkpoints(out_dir)],
+        loss_log=str(sink.path), checkpoints=[str(p) for _, p in list_checkpoints(out_dir)],
         resumed_from=run["resumed_from"], wall_time_s=time.monotonic() - started,
         examples=run["stats"])

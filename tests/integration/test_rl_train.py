@@ -17,6 +17,7 @@ from agentmath.agent.trajectory import Trajectory  # noqa: E402
 from agentmath.datasets import Task  # noqa: E402
 from agentmath.rl.config import RLConfig  # noqa: E402
 from agentmath.rl.metrics import read_metrics  # noqa: E402
+from agentmath.rl.records import StageMove  # noqa: E402
 from agentmath.rl.trainer import train_rl  # noqa: E402
 
 pytestmark = pytest.mark.integration
@@ -158,9 +159,9 @@ def test_a_tight_first_stage_moves_on_in_a_real_run(tiny_model_dir: Path,
     cfg = _config(tiny_model_dir, steps=2, stages={
         "stages": stages, "truncation_threshold": 0.5, "window": 16})
     result = train_rl(cfg, tmp_path / "run", progress=False)
-    moves = [e for e in result.events if e["event"] == "stage"]
-    assert len(moves) == 1 and (moves[0]["old"], moves[0]["new"], moves[0]["step"]) == (0, 1, 1)
-    assert moves[0]["rate"] >= 0.5 and moves[0]["budgets"]["max_model_tokens"] == 160
+    moves = [e for e in result.events if isinstance(e, StageMove)]
+    assert len(moves) == 1 and (moves[0].old, moves[0].new, moves[0].step) == (0, 1, 1)
+    assert moves[0].rate >= 0.5 and moves[0].budgets.max_model_tokens == 160
     rows = read_metrics(result.metrics)
     assert [r["stage"] for r in rows] == [1, 1]  # logged after the step's observation
     assert rows[0]["truncation_rate"] >= 0.5  # (all truncated: its groups may carry no signal)

@@ -72,7 +72,8 @@ def test_use_model_reaches_every_server_of_a_router_through_its_public_method() 
 def test_no_capability_is_found_by_probing_attribute_names() -> None:
     names = ("run_on_model_thread", "forget", "set_policy_version", "aclose", "healthy",
              "prefix_cache_counters", "_servers", "chat", "base_url")
-    probe = re.compile(r"""(getattr|hasattr)\([^)]*["'](%s)["']""" % "|".join(names))
+    alternatives = "|".join(names)
+    probe = re.compile(rf"""(getattr|hasattr)\([^)]*["']({alternatives})["']""")
     root = Path(agentmath.__file__).parent
     found = [f"{p.relative_to(root)}:{i}" for p in root.rglob("*.py")
              for i, line in enumerate(p.read_text(encoding="utf-8").splitlines(), 1)

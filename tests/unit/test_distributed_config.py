@@ -91,7 +91,7 @@ def test_rl_on_ray_refuses_what_it_cannot_run_naming_the_field(over: dict[str, A
 
 def test_rl_worker_spec_reaches_the_generators_and_sandboxes() -> None:
     from agentmath.config import LoopConfig
-    from agentmath.rl.rollouts import worker_spec
+    from agentmath.rl.compose import worker_spec
 
     loop = LoopConfig(max_tool_calls=5)
     spec = worker_spec(_rl(), loop)

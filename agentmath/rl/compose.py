@@ -1,0 +1,216 @@
+"""The composition root of an RL run: every live object of a run is built here, in one place.
+
+:func:`open_run` builds, in this order (the order decides the RNG draws, so a run and its
+resume see the same ones): the accelerator; the learner (the training problems first, so a
+bad data file fails before any model is loaded; the model, a reference copy for KL, the
+optimizer and LR schedule, restored from the newest checkpoint when resuming); the stage
+controller and the request stream (at the checkpoint's stage and data cursor); the metrics
+sink; the generators (the backend the episodes sample from and the weight sync that feeds
+it); and the rollouts: in this process the rollout engine over the backend, a sandbox pool or
+the sandbox services, and the tool format, or on a Ray cluster the rollout workers
+(``RLConfig.ray``). Each is typed by its contract (:mod:`agentmath.rollout.contract`), and
+everything is closed when the block ends.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+from collections.abc import AsyncIterator
+from dataclasses import asdict
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from agentmath._lazy import require
+from agentmath.backends.base import Backend
+from agentmath.rl.config import RLConfig
+from agentmath.rl.records import CheckpointState
+from agentmath.rl.rewards import RewardModel
+from agentmath.rl.rollouts import RequestStream, Sampling
+from agentmath.rl.run import (
+    Generators,
+    Learner,
+    RLRun,
+    bound_settings,
+    stage_budgets,
+    stages_of,
+)
+from agentmath.rl.schedules import StageController, lr_factor
+from agentmath.rl.update import PolicyUpdater
+from agentmath.rollout.contract import EngineControl, Iterations
+from agentmath.runs.files import STEP_METRICS_FILE
+from agentmath.tracking import open_sink
+from agentmath.train.plumbing import (
+    build_optimizer,
+    list_checkpoints,
+    load_for_training,
+    restore_checkpoint,
+)
+
+if TYPE_CHECKING:
+    from agentmath.config import LoopConfig, RolloutConfig
+    from agentmath.datasets import Task
+    from agentmath.distributed.worker import WorkerSpec
+
+
+def served_name(cfg: RLConfig) -> str:
+    """The model name the generator's servers serve (the model directory's name by default)."""
+    return cfg.generator.served_name or Path(cfg.model).name
+
+
+def worker_spec(cfg: RLConfig, loop: LoopConfig) -> WorkerSpec:
+    """What each Ray rollout worker needs to sample this run's episodes from its servers."""
+    from agentmath.distributed.worker import WorkerSpec
+
+    g = cfg.generator
+    return WorkerSpec(backend="openai", model=served_name(cfg),
+                      base_url=g.base_urls[0] if len(g.base_urls) == 1 else list(g.base_urls),
+                      backend_options={"timeout_s": g.http_timeout_s}, format=cfg.format,
+                      loop=loop, sandbox=cfg.sandbox, sandbox_url=cfg.sandbox_url,
+                      sandbox_token_file=cfg.sandbox_token_file)
+
+
+def _accelerator(config: RLConfig) -> Any:
+    accelerate = require("accelerate", "train")
+    torch = require("torch", "train")
+    cpu = config.device == "cpu" or (config.device == "auto" and not torch.cuda.is_available())
+    return accelerate.Accelerator(cpu=cpu, mixed_precision="bf16" if config.optim.bf16 else "no")
+
+
+def _tasks(cfg: RLConfig) -> list[Task]:
+    from agentmath.datasets import load_tasks
+
+    d = cfg.data
+    return load_tasks(d.dataset, data_dir=d.data_dir, limit=d.limit,
+                      problem_field=d.problem_field, answer_field=d.answer_field,
+                      id_field=d.id_field, allow_hub=False)
+
+
+def build_learner(cfg: RLConfig, accelerator: Any, out_dir: Path, resume: bool
+                  ) -> tuple[Learner, CheckpointState | None, int | None]:
+    """Model (LoRA optional), reference copy for KL, optimizer + schedule, restored from the
+    newest checkpoint when ``resume`` finds one; with the checkpoint's state and step."""
+    model, tokenizer = load_for_training(
+        cfg.model, None, seed=cfg.seed, lora=cfg.optim.lora, lora_r=cfg.optim.lora_r,
+        lora_alpha=cfg.optim.lora_alpha, lora_dropout=cfg.optim.lora_dropout, what="rl")
+    device = accelerator.device
+    model = model.to(device)
+    ref = None
+    if cfg.loss.kl_coef > 0:
+        ref = copy.deepcopy(model).eval().requires_grad_(False)
+    total = cfg.steps * cfg.loss.mini_batches
+    o = cfg.optim
+    optimizer, scheduler = build_optimizer(
+        model, o.learning_rate, o.weight_decay,
+        lambda done: lr_factor(done, o.warmup_steps, total, o.decay, o.min_lr_factor))
+    found = list_checkpoints(out_dir) if resume else []
+    state, resumed_from = None, None
+    if found:
+        resumed_from, path = found[-1]
+        state = CheckpointState.from_payload(restore_checkpoint(
+            path, model, optimizer, scheduler, lora=o.lora, device=device,
+            structural=asdict(bound_settings(cfg))))
+    model, optimizer = accelerator.prepare(model, optimizer)
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+    updater = PolicyUpdater(cfg, model, optimizer, scheduler, accelerator, pad, ref)
+    return Learner(accelerator, model, tokenizer, updater), state, resumed_from
+
+
+def build_generators(cfg: RLConfig, learner: Learner, out_dir: Path) -> Generators:
+    """The backend the engine samples from and the weight sync that feeds it."""
+    if cfg.generator.backend == "hf":
+        from agentmath.backends.hf import HFBackend
+        from agentmath.rl.sync import InProcessSync
+
+        backend = HFBackend(learner.unwrapped, learner.tokenizer,
+                            max_batch=cfg.generator.max_batch,
+                            continuous=cfg.generator.continuous,
+                            prefix_cache_rows=cfg.generator.prefix_cache_rows)
+        return Generators(backend, InProcessSync(backend.model))
+    from agentmath.backends import make_backend
+    from agentmath.rl.sync_vllm import VLLMWeightSync
+
+    g = cfg.generator
+    name = served_name(cfg)
+    remote = None
+    if cfg.ray is None:  # on Ray, every worker has its own client of the servers
+        remote = make_backend("openai", name, base_url=g.base_urls, timeout_s=g.http_timeout_s)
+    return Generators(remote, VLLMWeightSync(g.base_urls, g.sync_dir or out_dir / "weights",
+                                             lora=cfg.optim.lora, served_name=name))
+
+
+@contextlib.asynccontextmanager
+async def open_rollouts(cfg: RLConfig, backend: Backend | None, stream: RequestStream,
+                        sampling: Sampling,
+                        loop: LoopConfig, rollout: RolloutConfig,
+                        version: int) -> AsyncIterator[tuple[EngineControl, Iterations]]:
+    """``(engine, iterations)``: the engine the trainer steers between steps (policy version,
+    model name, stage budgets) and the iterations it collects groups from."""
+    if cfg.ray is None:
+        from agentmath.formats import get_format
+        from agentmath.rollout.partial import PartialRollout
+        from agentmath.rollout.scheduler import RolloutEngine
+        from agentmath.sandbox.factory import open_sandbox
+
+        async with open_sandbox(cfg.sandbox, cfg.sandbox_url, cfg.sandbox_token_file) as pool:
+            engine = RolloutEngine(backend, pool, get_format(cfg.format), loop=loop,
+                                   config=rollout, sampling=sampling)
+            engine.set_policy_version(version)
+            iterations = PartialRollout(engine, stream)
+            try:
+                yield engine, iterations
+            finally:
+                await iterations.aclose()
+        return
+    from agentmath.distributed.engine import RayRolloutEngine
+    from agentmath.distributed.iterations import RayIterations
+
+    ray_engine = RayRolloutEngine(worker_spec(cfg, loop), cfg.ray, sampling,
+                                  max_in_flight=rollout.max_in_flight)
+    try:
+        await ray_engine.start()
+        ray_engine.set_budgets(loop, rollout)
+        ray_engine.set_policy_version(version)
+        yield ray_engine, RayIterations(ray_engine, stream)
+    finally:
+        await ray_engine.close()
+
+
+@contextlib.asynccontextmanager
+async def open_run(config: RLConfig, out_dir: Path, *, resume: bool) -> AsyncIterator[RLRun]:
+    """Every live object of a run, built in the module docstring's order, as one
+    :class:`~agentmath.rl.run.RLRun` (closed when the block ends)."""
+    accelerator = _accelerator(config)
+    tasks = _tasks(config)  # a bad data file fails before any model is loaded
+    learner, state, resumed_from = build_learner(config, accelerator, out_dir, resume)
+    controller = StageController(stages_of(config),
+                                 threshold=config.stages.truncation_threshold,
+                                 window=config.stages.window)
+    if state is not None:
+        controller.restore(state.stage)
+    stream = RequestStream(tasks, config.group_size, seed=config.seed,
+                           shuffle=config.data.shuffle, cursor=state.cursor if state else 0,
+                           requeue=state.requeue if state else [],
+                           oversample=config.filters.oversample)
+    step = state.step if state else 0
+    sink = open_sink(out_dir, STEP_METRICS_FILE, config.tracker_names(), resume_step=step,
+                     wandb=config.wandb, config=config.model_dump(mode="json"))
+    try:
+        generators = build_generators(config, learner, out_dir)
+        try:
+            loop_cfg, rollout_cfg = stage_budgets(config, controller.stage)
+            sampling = Sampling(stream, top_p=config.temperature.top_p)
+            rewards = RewardModel(config.rewards)
+            version = state.version if state else 0
+            async with open_rollouts(config, generators.backend, stream, sampling, loop_cfg,
+                                     rollout_cfg, version) as (engine, iterations):
+                yield RLRun(config, out_dir, learner, generators, engine, iterations, stream,
+                            sampling, rewards, controller, sink, step=step,
+                            version=version, events=list(state.events) if state else [],
+                            resumed_from=resumed_from)
+        finally:
+            await generators.sync.aclose()
+            if generators.backend is not None:  # none on Ray: each worker closes its own
+                await generators.backend.aclose()
+    finally:
+        sink.close()

@@ -1,0 +1,249 @@
+"""The typed records of an RL run, each with one writer and one reader.
+
+* :class:`StepMetrics` — everything logged for one step: written by the trainer (one line of
+  ``metrics.jsonl`` per step, through the run's metrics sink), read back by
+  :func:`read_steps` (older lines, without the fields added since, still load).
+* :data:`RunEvent` — what happened to the run besides the figures: :class:`NoUpdate` (a step
+  trained nothing) and :class:`StageMove` (the budgets grew). Kept in the step's line, in the
+  checkpoint and in the result.
+* :class:`CheckpointState` — the run state a checkpoint holds beside the weights and the
+  optimizer (step, policy version, data cursor, groups to rerun, stage, events, the settings
+  it is bound to), with a format version. :meth:`CheckpointState.from_payload` also reads the
+  state written before it had one (format 0: the events as JSON text).
+* :class:`RLResult` — what ``train_rl`` returns.
+
+Their ``to_dict`` forms are the JSON (and ``torch.save``) forms, unchanged from the dicts the
+code wrote before these records existed, so that every older file still reads.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from agentmath.errors import DataError
+from agentmath.rl.schedules import Stage, StageState
+from agentmath.runs.steplog import read_step_log
+
+#: The version of :class:`CheckpointState`'s payload (0: written before it had one).
+CHECKPOINT_FORMAT = 1
+
+
+@dataclass(frozen=True, slots=True)
+class NoUpdate:
+    """Step ``step`` trained nothing (``why``: no group had reward variance)."""
+
+    step: int
+    why: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"event": "no_update", "step": self.step, "why": self.why}
+
+
+@dataclass(frozen=True, slots=True)
+class StageMove:
+    """At ``step``, the truncation rate ``rate`` passed the threshold: stage ``old`` -> ``new``
+    with ``budgets``."""
+
+    step: int
+    old: int
+    new: int
+    rate: float
+    budgets: Stage
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"event": "stage", "step": self.step, "old": self.old, "new": self.new,
+                "rate": self.rate, "budgets": asdict(self.budgets)}
+
+
+RunEvent = NoUpdate | StageMove
+
+
+def event_from_dict(data: Mapping[str, Any]) -> RunEvent:
+    """The event a ``to_dict`` wrote; DataError for an unknown kind."""
+    kind = data.get("event")
+    try:
+        if kind == "no_update":
+            return NoUpdate(int(data["step"]), str(data["why"]))
+        if kind == "stage":
+            return StageMove(int(data["step"]), int(data["old"]), int(data["new"]),
+                             float(data["rate"]), Stage(**data["budgets"]))
+    except (KeyError, TypeError, ValueError) as exc:
+        raise DataError(f"RL event {dict(data)!r}: {exc}") from exc
+    raise DataError(f"unknown RL event {kind!r} (known: no_update, stage)")
+
+
+@dataclass(slots=True)
+class StepExtra:
+    """Details of a step kept for debugging: rollout rounds (dynamic sampling) and the policy
+    versions the trained samples were generated under."""
+
+    rounds: int = 0
+    sample_versions: list[int] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class StepMetrics:
+    """Everything logged for one RL step (one line of ``metrics.jsonl``)."""
+
+    step: int
+    policy_version: int
+    stage: int
+    temperature: float
+    lr: float
+    reward_mean: float
+    reward_terms: dict[str, float]  # mean of each (unweighted) term
+    accuracy: float
+    advantage_mean: float
+    advantage_std: float
+    advantage_abs_mean: float
+    loss: float
+    clip_frac: float
+    is_weight_mean: float
+    is_capped_frac: float
+    kl: float
+    entropy: float
+    grad_norm: float
+    model_tokens_mean: float
+    tool_tokens_mean: float
+    loss_tokens: int
+    tool_calls_mean: float
+    tool_error_rate: float  # errored tool calls / tool calls
+    truncation_rate: float
+    groups_trained: int
+    groups_dropped: int  # dynamic sampling: no reward variance
+    samples: int
+    samples_per_s: float
+    rollout_s: float
+    train_s: float
+    step_s: float
+    stale_dropped: int = 0
+    regenerated: int = 0
+    parked: int = 0
+    # defaults: records written before these existed still load
+    tool_call_rate: float = 0.0  # samples with at least one tool call / samples
+    pass_rate_dropped: int = 0  # groups: measured pass rate out of bounds (filters)
+    void_dropped: int = 0  # samples with a void turn, left out (filters)
+    void_groups_dropped: int = 0  # groups left with < 2 samples or no variance by it
+    roc_dropped: int = 0  # samples resample-on-correct left out (filters)
+    extra: StepExtra = field(default_factory=StepExtra)
+    events: list[RunEvent] = field(default_factory=list)  # this step's (a line has none if none)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON line: every field, ``events`` only when there are some."""
+        record = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)
+                  if f.name not in ("extra", "events")}
+        record["reward_terms"] = dict(self.reward_terms)
+        record["extra"] = asdict(self.extra)
+        if self.events:
+            record["events"] = [e.to_dict() for e in self.events]
+        return record
+
+    def scalars(self) -> dict[str, float]:
+        """The numeric figures by name (for trackers): every int/float field but ``step``,
+        and each reward term as ``reward/NAME``."""
+        out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)
+               if f.name != "step" and type(getattr(self, f.name)) in (int, float)}
+        out.update({f"reward/{k}": v for k, v in self.reward_terms.items()})
+        return out
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> StepMetrics:
+        """A record :meth:`to_dict` wrote (fields added since take their defaults; unknown
+        keys are ignored); DataError naming a missing field."""
+        known = {f.name: f for f in dataclasses.fields(cls)}
+        values = {k: v for k, v in data.items() if k in known and k not in ("extra", "events")}
+        missing = [n for n, f in known.items() if n not in data and
+                   f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING]
+        if missing:
+            raise DataError(f"step record {data.get('step')!r}: missing {', '.join(missing)}")
+        extra = data.get("extra") or {}
+        return cls(**values, extra=StepExtra(int(extra.get("rounds", 0)),
+                                             list(extra.get("sample_versions", []))),
+                   events=[event_from_dict(e) for e in data.get("events") or []])
+
+
+def read_steps(path: str | Path) -> list[StepMetrics]:
+    """The step records of a ``metrics.jsonl`` (or of the run directory holding one), typed;
+    the lines come through the one reader of the file
+    (:func:`agentmath.runs.steplog.read_step_log`)."""
+    return [StepMetrics.from_dict(row) for row in read_step_log(path)]
+
+
+@dataclass(frozen=True, slots=True)
+class BoundSettings:
+    """The settings a checkpoint is bound to: resuming it under other values is refused."""
+
+    lora: bool
+    group_size: int
+    model: str
+
+
+@dataclass(slots=True)
+class CheckpointState:
+    """The run state saved in ``trainer_state.pt`` beside the weights and the optimizer."""
+
+    step: int
+    version: int  # the policy version
+    cursor: int  # group requests drawn from the data stream
+    requeue: list[str]  # problems whose groups were parked: rerun first after a resume
+    stage: StageState
+    events: list[RunEvent]
+    config: BoundSettings
+    format_version: int = CHECKPOINT_FORMAT
+
+    def to_payload(self) -> dict[str, Any]:
+        """Plain containers for ``torch.save`` (read back with ``weights_only``)."""
+        return {"format_version": self.format_version, "config": asdict(self.config),
+                "step": self.step, "version": self.version, "cursor": self.cursor,
+                "requeue": list(self.requeue), "stage": self.stage.to_dict(),
+                "events": [e.to_dict() for e in self.events]}
+
+    @classmethod
+    def from_payload(cls, state: Mapping[str, Any]) -> CheckpointState:
+        """The state of a checkpoint: this format, or format 0 (no ``format_version``, the
+        events as JSON text); DataError for a newer format than this code reads."""
+        fmt = int(state.get("format_version", 0))
+        if fmt > CHECKPOINT_FORMAT:
+            raise DataError(f"checkpoint state format {fmt} is newer than this agentmath reads "
+                            f"({CHECKPOINT_FORMAT}): upgrade agentmath")
+        events = state["events"]
+        if isinstance(events, str):  # format 0
+            events = json.loads(events)
+        bound = state["config"]
+        return cls(step=int(state["step"]), version=int(state["version"]),
+                   cursor=int(state.get("cursor", 0)), requeue=list(state.get("requeue", [])),
+                   stage=StageState.from_dict(state["stage"]),
+                   events=[event_from_dict(e) for e in events],
+                   config=BoundSettings(bool(bound["lora"]), int(bound["group_size"]),
+                                        str(bound["model"])),
+                   format_version=CHECKPOINT_FORMAT)
+
+
+@dataclass
+class RLResult:
+    """What a run did and where it put things."""
+
+    steps: int
+    policy_version: int
+    stage: int
+    out_dir: str
+    final_dir: str | None  # None when stopped early (stop_after)
+    metrics: str
+    checkpoints: list[str]
+    resumed_from: int | None
+    wall_time_s: float
+    last: StepMetrics | None = None
+    events: list[RunEvent] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON form (``agentmath rl --json``): ``last`` and ``events`` as dicts."""
+        out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        out["checkpoints"] = list(self.checkpoints)
+        out["last"] = self.last.to_dict() if self.last is not None else None
+        out["events"] = [e.to_dict() for e in self.events]
+        return out

@@ -1,0 +1,85 @@
+"""The typed RL records read what the code before them wrote, and write it unchanged.
+
+The stored run ``tests/fixtures/rundirs/rl_v0`` was written before the records were typed:
+its ``metrics.jsonl`` lines must come back byte for byte from the typed records, and its
+checkpoint state (format 0: events as JSON text) must load."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from agentmath.errors import DataError
+from agentmath.rl.records import (
+    CHECKPOINT_FORMAT,
+    BoundSettings,
+    CheckpointState,
+    NoUpdate,
+    RLResult,
+    StageMove,
+    StepMetrics,
+    read_steps,
+)
+from agentmath.rl.schedules import Stage, StageState
+from tests.fixtures.rundirs.make_rl_run import RUN
+
+
+def test_the_stored_step_lines_come_back_unchanged() -> None:
+    lines = (RUN / "metrics.jsonl").read_text().splitlines()
+    steps = read_steps(RUN)
+    assert [s.step for s in steps] == [1, 2]
+    assert [type(e) for e in steps[0].events] == [NoUpdate, StageMove]
+    assert steps[0].events[1].budgets == Stage(1024, 96, 3, None)
+    assert [json.dumps(s.to_dict()) for s in steps] == lines
+
+
+def test_older_step_lines_without_the_newer_fields_load() -> None:
+    row = json.loads((RUN / "metrics.jsonl").read_text().splitlines()[1])
+    for newer in ("tool_call_rate", "roc_dropped", "extra", "stale_dropped"):
+        del row[newer]
+    step = StepMetrics.from_dict({**row, "unknown_later_field": 1})
+    assert step.tool_call_rate == 0.0 and step.extra.rounds == 0 and not step.events
+    del row["loss"]
+    with pytest.raises(DataError, match="missing loss"):
+        StepMetrics.from_dict(row)
+
+
+def test_scalars_are_what_trackers_chart() -> None:
+    step = read_steps(RUN)[1]
+    scalars = step.scalars()
+    assert "step" not in scalars and "extra" not in scalars and "reward_terms" not in scalars
+    assert scalars["reward/brevity"] == step.reward_terms["brevity"]
+    assert scalars["loss_tokens"] == step.loss_tokens
+
+
+def test_the_stored_checkpoint_state_loads_and_saves_in_the_new_format() -> None:
+    torch = pytest.importorskip("torch")
+    payload = torch.load(RUN / "checkpoint-2" / "trainer_state.pt", map_location="cpu",
+                         weights_only=True)
+    state = CheckpointState.from_payload(payload)
+    assert (state.step, state.version, state.format_version) == (2, 1, CHECKPOINT_FORMAT)
+    assert state.cursor == 8 and state.requeue == []  # step 1 drew more (no signal)
+    assert state.stage == StageState(1, [(2, 4)])
+    assert [type(e) for e in state.events] == [NoUpdate, StageMove]
+    assert state.config.lora and state.config.group_size == 2
+    again = CheckpointState.from_payload(state.to_payload())
+    assert again == state
+    assert isinstance(state.to_payload()["events"], list)  # no JSON text inside
+
+
+def test_a_newer_checkpoint_format_is_refused(tmp_path: Path) -> None:
+    state = CheckpointState(1, 0, 0, [], StageState(0, []), [], BoundSettings(False, 2, "m"))
+    payload = {**state.to_payload(), "format_version": CHECKPOINT_FORMAT + 1}
+    with pytest.raises(DataError, match="newer"):
+        CheckpointState.from_payload(payload)
+
+
+def test_the_result_json_keeps_its_shape() -> None:
+    step = read_steps(RUN)[1]
+    result = RLResult(2, 1, 1, "out", None, "out/metrics.jsonl", [], None, 1.5, last=step,
+                      events=list(read_steps(RUN)[0].events))
+    data = json.loads(json.dumps(result.to_dict()))
+    assert data["last"] == json.loads((RUN / "metrics.jsonl").read_text().splitlines()[1])
+    assert [e["event"] for e in data["events"]] == ["no_update", "stage"]
