@@ -12,10 +12,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
 from agentmath.report.plots import _colors, _figure, _save
-from agentmath.runs.steplog import is_training_run, read_step_log
+from agentmath.rl.records import StageMove, StepMetrics, read_steps
+from agentmath.runs.steplog import is_training_run
 
 __all__ = ["PANELS", "TRAINING_CURVES", "is_training_run", "load_training",
            "plot_training_curves"]
@@ -32,12 +32,13 @@ PANELS: tuple[tuple[str, str], ...] = (
 )
 
 
-def load_training(path: str | Path) -> list[dict[str, Any]]:
-    """The step records of a training run (see :func:`agentmath.runs.steplog.read_step_log`)."""
-    return read_step_log(path)
+def load_training(path: str | Path) -> list[StepMetrics]:
+    """The typed step records of a training run (:func:`agentmath.rl.records.read_steps`
+    over :func:`agentmath.runs.steplog.read_step_log`); a bad line is a DataError naming it."""
+    return read_steps(path)
 
 
-def plot_training_curves(runs: dict[str, list[dict[str, Any]]], out_dir: str | Path,
+def plot_training_curves(runs: dict[str, list[StepMetrics]], out_dir: str | Path,
                          name: str = TRAINING_CURVES) -> Path:
     """One figure of :data:`PANELS`, every run in its own colour; stage changes dashed."""
     cols = 3
@@ -49,14 +50,13 @@ def plot_training_curves(runs: dict[str, list[dict[str, Any]]], out_dir: str | P
         ax.set_title(title, fontsize=9)
         ax.tick_params(labelsize=7)
         for color, (label, records) in zip(colors, runs.items(), strict=False):
-            points = [(r["step"], r[key]) for r in records
-                      if isinstance(r.get(key), int | float)]
+            points = [(r.step, v) for r in records
+                      if (v := r.scalars().get(key)) is not None]  # absent in older lines
             if points:
                 ax.plot(*zip(*points, strict=True), color=color, lw=1.2, label=label)
             for r in records:
-                for event in r.get("events") or []:
-                    if event.get("event") == "stage":
-                        ax.axvline(r["step"], color=color, ls="--", lw=0.8)
+                if any(isinstance(event, StageMove) for event in r.events):
+                    ax.axvline(r.step, color=color, ls="--", lw=0.8)
     for ax in axes[len(PANELS):]:
         ax.axis("off")
     axes[0].legend(fontsize=7)

@@ -132,11 +132,13 @@ class StepMetrics:
     roc_dropped: int = 0  # samples resample-on-correct left out (filters)
     extra: StepExtra = field(default_factory=StepExtra)
     events: list[RunEvent] = field(default_factory=list)  # this step's (a line has none if none)
+    #: read back from a line written before these fields existed (their defaults are not data)
+    absent: tuple[str, ...] = field(default=(), repr=False, compare=False)
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON line: every field, ``events`` only when there are some."""
         record = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)
-                  if f.name not in ("extra", "events")}
+                  if f.name not in ("extra", "events", "absent")}
         record["reward_terms"] = dict(self.reward_terms)
         record["extra"] = asdict(self.extra)
         if self.events:
@@ -144,10 +146,11 @@ class StepMetrics:
         return record
 
     def scalars(self) -> dict[str, float]:
-        """The numeric figures by name (for trackers): every int/float field but ``step``,
-        and each reward term as ``reward/NAME``."""
+        """The numeric figures by name (for trackers and plots): every int/float field but
+        ``step`` (and those its line did not have), and each reward term as ``reward/NAME``."""
         out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)
-               if f.name != "step" and type(getattr(self, f.name)) in (int, float)}
+               if f.name != "step" and f.name not in self.absent
+               and type(getattr(self, f.name)) in (int, float)}
         out.update({f"reward/{k}": v for k, v in self.reward_terms.items()})
         return out
 
@@ -156,22 +159,32 @@ class StepMetrics:
         """A record :meth:`to_dict` wrote (fields added since take their defaults; unknown
         keys are ignored); DataError naming a missing field."""
         known = {f.name: f for f in dataclasses.fields(cls)}
-        values = {k: v for k, v in data.items() if k in known and k not in ("extra", "events")}
+        values = {k: v for k, v in data.items()
+                  if k in known and k not in ("extra", "events", "absent")}
         missing = [n for n, f in known.items() if n not in data and
                    f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING]
         if missing:
             raise DataError(f"step record {data.get('step')!r}: missing {', '.join(missing)}")
         extra = data.get("extra") or {}
+        absent = tuple(n for n in known if n not in data and n not in ("extra", "events",
+                                                                      "absent"))
         return cls(**values, extra=StepExtra(int(extra.get("rounds", 0)),
                                              list(extra.get("sample_versions", []))),
-                   events=[event_from_dict(e) for e in data.get("events") or []])
+                   events=[event_from_dict(e) for e in data.get("events") or []],
+                   absent=absent)
 
 
 def read_steps(path: str | Path) -> list[StepMetrics]:
     """The step records of a ``metrics.jsonl`` (or of the run directory holding one), typed;
     the lines come through the one reader of the file
     (:func:`agentmath.runs.steplog.read_step_log`)."""
-    return [StepMetrics.from_dict(row) for row in read_step_log(path)]
+    steps = []
+    for number, row in enumerate(read_step_log(path), 1):
+        try:
+            steps.append(StepMetrics.from_dict(row))
+        except DataError as exc:
+            raise DataError(f"{path}: record {number}: {exc}") from exc
+    return steps
 
 
 @dataclass(frozen=True, slots=True)

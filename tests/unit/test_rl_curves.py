@@ -11,13 +11,20 @@ from typer.testing import CliRunner
 from agentmath.cli.main import app
 from agentmath.errors import DataError
 from agentmath.report.curves import is_training_run, load_training, plot_training_curves
+from tests.fixtures.rundirs.make_rl_run import RUN
+
+#: a step line and a stage event as agentmath rl writes them (the stored run's)
+LINES = [json.loads(line) for line in (RUN / "metrics.jsonl").read_text().splitlines()]
+STAGE = next(e for e in LINES[0]["events"] if e["event"] == "stage")
 
 
 def _run(path: Path, steps: int = 4) -> Path:
     path.mkdir(parents=True)
-    rows = [{"step": s, "reward_mean": s / 10, "accuracy": s / 8, "entropy": 1.0 - s / 10,
-             "truncation_rate": 0.1, "events": [{"event": "stage"}] if s == 3 else []}
+    rows = [{**LINES[1], "step": s, "reward_mean": s / 10, "accuracy": s / 8,
+             "entropy": 1.0 - s / 10, "truncation_rate": 0.1,
+             "events": [{**STAGE, "step": s}] if s == 3 else []}
             for s in range(1, steps + 1)]
+    del rows[0]["tool_call_rate"]  # a line written before the field existed: not drawn as 0
     (path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     return path
 
@@ -25,7 +32,11 @@ def _run(path: Path, steps: int = 4) -> Path:
 def test_curves_png_for_runs(tmp_path: Path) -> None:
     a, b = _run(tmp_path / "grpo"), _run(tmp_path / "grpo-unmasked", 3)
     assert is_training_run(a) and not is_training_run(tmp_path)
-    png = plot_training_curves({"a": load_training(a), "b": load_training(b)}, tmp_path)
+    runs = {"a": load_training(a), "b": load_training(b)}
+    assert [r.step for r in runs["a"]] == [1, 2, 3, 4] and runs["a"][2].events[0].new == 1
+    assert "tool_call_rate" not in runs["a"][0].scalars()
+    assert "tool_call_rate" in runs["a"][1].scalars()
+    png = plot_training_curves(runs, tmp_path)
     assert png.read_bytes()[:4] == b"\x89PNG" and png.stat().st_size > 10_000
 
 

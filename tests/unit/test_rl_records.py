@@ -41,6 +41,8 @@ def test_older_step_lines_without_the_newer_fields_load() -> None:
         del row[newer]
     step = StepMetrics.from_dict({**row, "unknown_later_field": 1})
     assert step.tool_call_rate == 0.0 and step.extra.rounds == 0 and not step.events
+    assert "tool_call_rate" not in step.scalars()  # a default is not a measurement
+    assert "absent" not in step.to_dict()
     del row["loss"]
     with pytest.raises(DataError, match="missing loss"):
         StepMetrics.from_dict(row)
