@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import json
 import logging
+import uuid
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal, Protocol
@@ -138,10 +139,10 @@ class WandbSink:
         home.mkdir(parents=True, exist_ok=True)
         id_file = home / "run_id"
         run_id = id_file.read_text().strip() if id_file.exists() and resume_step else None
-        run_id = run_id or wandb.util.generate_id()
+        run_id = run_id or uuid.uuid4().hex[:12]
         id_file.write_text(run_id + "\n")
         self._run = wandb.init(project=project, dir=str(out_dir), mode=mode, id=run_id,
-                               resume="allow", config=dict(config), reinit=True)
+                               resume="allow", config=dict(config))
 
     def log(self, step: int, record: Mapping[str, Any],
             scalars: Mapping[str, float] | None = None) -> None:

@@ -86,9 +86,7 @@ class _FakeRun:
 def test_wandb_logs_offline_and_a_resume_continues_the_same_run(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     runs: list[_FakeRun] = []
-    fake = types.SimpleNamespace(
-        init=lambda **kw: runs.append(_FakeRun(**kw)) or runs[-1],
-        util=types.SimpleNamespace(generate_id=lambda: f"id{len(runs)}"))
+    fake = types.SimpleNamespace(init=lambda **kw: runs.append(_FakeRun(**kw)) or runs[-1])
     monkeypatch.setitem(sys.modules, "wandb", fake)
     step = read_steps(RUN)[1]
     sink = open_sink(tmp_path, "metrics.jsonl", ["wandb"], wandb=WandbConfig(project="p"),
@@ -102,3 +100,15 @@ def test_wandb_logs_offline_and_a_resume_continues_the_same_run(
     resumed = open_sink(tmp_path, "metrics.jsonl", ["wandb"], resume_step=1)
     resumed.close()
     assert runs[1].init["id"] == first.init["id"]  # the same W&B run goes on
+
+
+def test_a_real_wandb_offline_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """With the wandb extra installed: an offline run under OUT/wandb, no network."""
+    pytest.importorskip("wandb")
+    monkeypatch.setenv("WANDB_SILENT", "true")
+    sink = open_sink(tmp_path, "metrics.jsonl", ["wandb"], config={"seed": 0})
+    for step in read_steps(RUN):
+        sink.log(step.step, step.to_dict(), step.scalars())
+    sink.close()
+    run_id = (tmp_path / "wandb" / "run_id").read_text().strip()
+    assert list((tmp_path / "wandb").glob(f"offline-run-*-{run_id}/run-{run_id}.wandb"))
