@@ -82,6 +82,21 @@ class SandboxConfig(StrictModel):
         "fails require_isolation."))
 
 
+TrackerName = Literal["jsonl", "tensorboard", "wandb"]
+TRACKERS: tuple[str, ...] = ("jsonl", "tensorboard", "wandb")
+
+
+class WandbConfig(StrictModel):
+    """Settings of the ``wandb`` tracker (agentmath/tracking.py; used only when a run's
+    ``trackers`` names it)."""
+
+    project: str = Field("agentmath", min_length=1, max_length=128,
+                         description="The W&B project the run is logged to.")
+    mode: Literal["offline", "online"] = Field("offline", description=(
+        "offline: written under OUT/wandb with no network (upload later with `wandb sync`); "
+        "online: streamed to the W&B server (needs `wandb login`)."))
+
+
 def _parse_value(raw: str) -> Any:
     """Parse an override's value as JSON when it is JSON (numbers, bools, lists), else a string."""
     try:
@@ -317,8 +332,15 @@ class EvalConfig(StrictModel):
     ray: RayConfig | None = Field(None, description=(
         "Run the episodes on a Ray cluster instead of in this process; each sample's seed is "
         "the same either way, so are its results (not identity)."))
+    trackers: list[TrackerName] = Field(["jsonl"], max_length=3, description=(
+        "Where the run's progress and final metrics go (agentmath.tracking): jsonl "
+        "(OUT/eval_log.jsonl, always written), tensorboard (OUT/tensorboard), wandb (Weights "
+        "& Biases, offline by default: the wandb extra) (not identity)."))
+    wandb: WandbConfig = Field(default_factory=WandbConfig, description=(
+        "The wandb tracker's settings (not identity)."))
 
     #: Fields that may differ between a run and its resumption.
     RESUMABLE_FIELDS: ClassVar[frozenset[str]] = frozenset(
         {"concurrency", "base_url", "data_dir", "grade_timeout_s", "http_retries",
-         "http_timeout_s", "retry_errors", "sandbox_url", "sandbox_token_file", "ray"})
+         "http_timeout_s", "retry_errors", "sandbox_url", "sandbox_token_file", "ray",
+         "trackers", "wandb"})

@@ -1,11 +1,14 @@
-"""Where a training run's metrics go: one small sink interface, several trackers behind it.
+"""Where a run's metrics go: one small sink interface, several trackers behind it.
 
-RL and SFT hand each logged step to a :class:`MetricsSink` (:func:`open_sink`), and the run's
-config picks the trackers (``trackers = ["jsonl", "tensorboard"]``):
+RL and SFT hand each logged step to a :class:`MetricsSink` (:func:`open_sink`), evaluation its
+progress and final metrics, and the run's config picks the trackers (``trackers = ["jsonl",
+"tensorboard"]``; the names and :class:`WandbConfig` are declared in :mod:`agentmath.config`,
+so that every config can name them without importing this module):
 
 * ``jsonl`` (always on) — the run's own log, one JSON object per line (``metrics.jsonl`` of an
-  RL run, ``loss.jsonl`` of SFT), line-buffered so that a kill loses none; on resume the lines
-  past the checkpoint are cut. ``agentmath report`` and the tests read this file.
+  RL run, ``loss.jsonl`` of SFT, ``eval_log.jsonl`` of an evaluation), line-buffered so that
+  a kill loses none; on resume the lines past the checkpoint are cut. ``agentmath report``
+  and the tests read this file.
 * ``tensorboard`` — the same scalars as event files under ``OUT/tensorboard`` (needs the
   ``tensorboard`` package, in the ``train`` extra; missing, it is skipped with a warning, as
   it always was); steps past the checkpoint are purged on resume.
@@ -27,27 +30,15 @@ import logging
 import uuid
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, Literal, Protocol
+from typing import Any, Protocol
 
-from pydantic import Field
-
-from agentmath.config import StrictModel
+from agentmath.config import TRACKERS, TrackerName, WandbConfig
 from agentmath.errors import ConfigError
 
+__all__ = ["TRACKERS", "FanOut", "JsonlSink", "MetricsSink", "TensorBoardSink", "TrackerName",
+           "WandbConfig", "WandbSink", "default_scalars", "open_sink", "truncate_jsonl"]
+
 log = logging.getLogger(__name__)
-
-TrackerName = Literal["jsonl", "tensorboard", "wandb"]
-TRACKERS: tuple[str, ...] = ("jsonl", "tensorboard", "wandb")
-
-
-class WandbConfig(StrictModel):
-    """Settings of the ``wandb`` tracker (used only when ``trackers`` names it)."""
-
-    project: str = Field("agentmath", min_length=1, max_length=128,
-                         description="The W&B project the run is logged to.")
-    mode: Literal["offline", "online"] = Field("offline", description=(
-        "offline: written under OUT/wandb with no network (upload later with `wandb sync`); "
-        "online: streamed to the W&B server (needs `wandb login`)."))
 
 
 class MetricsSink(Protocol):

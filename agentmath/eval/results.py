@@ -12,7 +12,7 @@ the file format (``pass`` is :attr:`RunMetrics.pass_at` here, a keyword in Pytho
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -154,6 +154,29 @@ class RunMetrics:
         """The JSON form, as ``metrics.json`` holds it."""
         return dict(self.document)
 
+    def scalars(self) -> dict[str, float]:
+        """The numeric figures by name, for the trackers (agentmath/tracking.py): counts,
+        ``avg``/``maj`` with their stderr and 95% interval, ``pass@j``, token and tool
+        statistics, finish-reason counts, the mean duration, and each level's and subject's
+        ``avg`` (None figures are left out)."""
+        out: dict[str, float | None] = {"n_problems": self.n_problems,
+                                        "n_samples": self.n_samples, "k": self.k,
+                                        "n_errors": self.n_errors,
+                                        "duration_ms_mean": self.duration_ms_mean}
+        for name, score in (("avg", self.avg), ("maj", self.maj)):
+            if score is not None:
+                low, high = score.ci95 or (score.value, score.value)
+                out |= {name: score.value, f"{name}_stderr": score.stderr,
+                        f"{name}_ci95_low": low, f"{name}_ci95_high": high}
+        out |= {f"pass@{j}": v for j, v in self.pass_at.items()}
+        out |= {f"tokens/{k}": v for k, v in asdict(self.tokens).items()}
+        out |= {f"tools/{k}": v for k, v in asdict(self.tools).items()}
+        out |= {f"finish/{k}": v for k, v in self.finish_reasons.items()}
+        for kind, groups in (("level", self.by_level), ("subject", self.by_subject)):
+            out |= {f"{kind}/{key}/avg": g.avg.value for key, g in groups.items()
+                    if g.avg is not None}
+        return {k: float(v) for k, v in out.items() if v is not None}
+
 
 @dataclass(frozen=True, slots=True)
 class RunInfo:
@@ -202,6 +225,12 @@ class EvalProgress:
     def accuracy(self) -> float:
         """The fresh samples' accuracy so far (0.0 before any)."""
         return self.correct / self.fresh if self.fresh else 0.0
+
+    def scalars(self) -> dict[str, float]:
+        """The counts, the rate and the accuracy by name, for the trackers."""
+        return {"done": self.done, "total": self.total, "fresh": self.fresh,
+                "correct": self.correct, "errors": self.errors, "rate": self.rate,
+                "accuracy": self.accuracy}
 
 
 @dataclass(frozen=True, slots=True)

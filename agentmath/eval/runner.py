@@ -37,6 +37,7 @@ from agentmath.eval.results import EvalProgress, EvalResult, RunMetrics
 from agentmath.formats import get_format
 from agentmath.rollout.records import GroupRequest, Sample
 from agentmath.rollout.scheduler import RolloutEngine, SamplingFn
+from agentmath.runs.files import EVAL_LOG_FILE
 from agentmath.runs.fingerprint import dataset_fingerprint
 from agentmath.runs.lock import RunLock
 from agentmath.runs.store import (
@@ -51,6 +52,7 @@ from agentmath.runs.store import (
 from agentmath.sandbox.client import SandboxClient
 from agentmath.sandbox.factory import open_sandbox
 from agentmath.seeding import eval_sample_seed
+from agentmath.tracking import MetricsSink, open_sink
 
 if TYPE_CHECKING:
     from agentmath.distributed.engine import RayRolloutEngine
@@ -84,12 +86,42 @@ class _Run:
     config: EvalConfig
     writer: SampleWriter
     progress: ProgressFn | None
+    sink: MetricsSink | None = None
     done: int = 0
     fresh: int = 0
     correct: int = 0
     errors: int = 0
     total: int = 0
     started: float = 0.0
+
+    def report(self) -> None:
+        """Progress to the caller (each sample) and the trackers (about every 1% of the run,
+        and its last sample)."""
+        elapsed = time.monotonic() - self.started
+        progress = EvalProgress(done=self.done, total=self.total, fresh=self.fresh,
+                                correct=self.correct, errors=self.errors,
+                                rate=self.fresh / elapsed if elapsed else 0.0)
+        if self.progress is not None:
+            self.progress(progress)
+        every = max(1, self.total // 100)
+        if self.sink is not None and (self.done % every == 0 or self.done == self.total):
+            log_progress(self.sink, progress)
+
+
+def log_progress(sink: MetricsSink, progress: EvalProgress) -> None:
+    """One progress record (``kind: progress``) at step ``done``; its scalars under
+    ``progress/``."""
+    scalars = progress.scalars()
+    sink.log(progress.done, {"step": progress.done, "kind": "progress", **scalars},
+             {f"progress/{k}": v for k, v in scalars.items()})
+
+
+def log_metrics(sink: MetricsSink, step: int, metrics: RunMetrics) -> None:
+    """The run's final metrics (``kind: metrics``) at step ``step`` (the samples recorded);
+    their scalars under ``metrics/``."""
+    scalars = metrics.scalars()
+    sink.log(step, {"step": step, "kind": "metrics", **scalars},
+             {f"metrics/{k}": v for k, v in scalars.items()})
 
 
 async def _grade(run: _Run, task: Task, traj: Trajectory) -> SampleRecord:
@@ -128,11 +160,7 @@ async def _record(run: _Run, task: Task, sample: Sample) -> None:
     run.fresh += 1
     run.correct += bool(record.correct)
     run.errors += record.is_error
-    if run.progress is not None:
-        elapsed = time.monotonic() - run.started
-        run.progress(EvalProgress(done=run.done, total=run.total, fresh=run.fresh,
-                                  correct=run.correct, errors=run.errors,
-                                  rate=run.fresh / elapsed if elapsed else 0.0))
+    run.report()
 
 
 def _load(config: EvalConfig) -> list[Any]:
@@ -234,7 +262,7 @@ async def run_eval(config: EvalConfig, out_dir: str | Path, backend: Backend | N
     with RunLock(out):
         tasks = _load(config)
         full = {**config.model_dump(mode="json"), "versions": _versions(),
-                "backend_name": getattr(backend, "name", config.backend)}
+                "backend_name": backend.name if backend is not None else config.backend}
         check_or_write_config(out, identity(config), full, dataset_fingerprint(tasks))
         if config.retry_errors:
             drop_errors(out)
@@ -242,8 +270,10 @@ async def run_eval(config: EvalConfig, out_dir: str | Path, backend: Backend | N
         todo = [GroupRequest(t, config.samples, missing) for t in tasks
                 if (missing := tuple(i for i in range(config.samples)
                                      if (t.id, i) not in done))]
+        sink = open_sink(out, EVAL_LOG_FILE, ["jsonl", *config.trackers],
+                         resume_step=len(done), wandb=config.wandb, config=full)
         writer = SampleWriter(out)
-        run = _Run(config, writer, progress, done=len(done),
+        run = _Run(config, writer, progress, sink, done=len(done),
                    total=len(tasks) * config.samples, started=time.monotonic())
         try:
             if todo and config.ray is not None:
@@ -256,9 +286,11 @@ async def run_eval(config: EvalConfig, out_dir: str | Path, backend: Backend | N
                 async with open_sandbox(config.sandbox, config.sandbox_url,
                                         config.sandbox_token_file) as client:
                     await _run_todo(run, make_engine(config, backend, client), todo)
+            metrics = compute_run_metrics(out)
+            log_metrics(sink, run.done, metrics)
         finally:
             writer.close()
-        metrics = compute_run_metrics(out)
+            sink.close()
     return EvalResult(run_dir=out, metrics=metrics, ran=run.fresh)
 
 

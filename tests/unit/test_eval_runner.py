@@ -5,6 +5,7 @@ on the directory is refused, and --retry-errors supersedes errors exactly once."
 from __future__ import annotations
 
 import asyncio
+import importlib.util
 import json
 from collections import Counter
 from collections.abc import Sequence
@@ -152,3 +153,33 @@ async def test_progress_and_result_are_typed(tmp_path: Path) -> None:
     assert result.run_dir == tmp_path / "run" and result.metrics.n_samples == 6
     stored = json.loads((tmp_path / "run" / "metrics.json").read_text())
     assert result.metrics.to_dict() == stored and RunMetrics.from_dict(stored) == result.metrics
+
+
+async def test_progress_and_metrics_go_through_the_metrics_sink(tmp_path: Path) -> None:
+    """eval_log.jsonl always (progress at each recorded sample of a small run, then the final
+    metrics), the same scalars in TensorBoard when asked for; trackers may change on resume."""
+    out = tmp_path / "run"
+    with_tb = all(importlib.util.find_spec(m) for m in ("torch", "tensorboard"))
+    trackers = ["tensorboard"] if with_tb else []
+    result = await run_eval(_config(tmp_path, trackers=trackers), out, ProblemBackend())
+    lines = [json.loads(x) for x in (out / "eval_log.jsonl").read_text().splitlines()]
+    progress, final = lines[:-1], lines[-1]
+    assert [(p["kind"], p["step"], p["done"]) for p in progress] == \
+        [("progress", i, i) for i in range(1, 7)]
+    assert progress[-1]["accuracy"] == 1.0 and progress[-1]["total"] == 6
+    assert final["kind"] == "metrics" and final["step"] == 6
+    assert final == {"step": 6, "kind": "metrics", **result.metrics.scalars()}
+    assert final["avg"] == 1.0 and final["pass@1"] == 1.0 and final["n_samples"] == 6
+    if with_tb:
+        from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+        acc = EventAccumulator(str(out / "tensorboard"))
+        acc.Reload()
+        assert {"metrics/avg", "metrics/n_errors", "progress/accuracy"} <= \
+            set(acc.Tags()["scalars"])
+        assert [(e.step, e.value) for e in acc.Scalars("metrics/avg")] == [(6, 1.0)]
+        assert [e.step for e in acc.Scalars("progress/done")] == list(range(1, 7))
+    again = await run_eval(_config(tmp_path), out, ProblemBackend())  # nothing left to run
+    assert again.ran == 0
+    lines_again = (out / "eval_log.jsonl").read_text().splitlines()
+    assert [json.loads(x)["kind"] for x in lines_again[len(lines):]] == ["metrics"]
