@@ -14,10 +14,16 @@ from agentmath.backends.base import (
     SamplingParams,
     tagged,
 )
-from agentmath.backends.registry import BACKENDS, BackendSettings, check_backend, make_backend
+from agentmath.backends.registry import (
+    BACKENDS,
+    BackendSettings,
+    build_backend,
+    check_backend,
+    make_backend,
+)
 
 __all__ = ["BACKENDS", "Backend", "BackendSettings", "Generation", "RequestTag", "SamplingParams",
-           "check_backend", "make_backend", "tagged", "use_model"]
+           "build_backend", "check_backend", "make_backend", "tagged", "use_model"]
 
 
 def use_model(backend: Any, name: str) -> None:

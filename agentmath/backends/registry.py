@@ -21,7 +21,8 @@ from agentmath.backends.base import Backend
 @dataclass(frozen=True, slots=True)
 class BackendSettings:
     """What a run tells its backend; each factory reads the settings it needs and ignores the
-    rest (a local model has no URL, no HTTP retries). ``None``: the backend's own default."""
+    rest (a local model has no URL, no HTTP retries). ``None``: the backend's own default.
+    Picklable: a :class:`~agentmath.distributed.worker.WorkerSpec` carries it to Ray workers."""
 
     model: str  # a served model name (a server backend) or a path (a local one)
     base_url: str | Sequence[str] | None = None  # one server, or several (a router over them)
@@ -91,9 +92,15 @@ def check_backend(name: str) -> str:
 BackendName = Annotated[str, AfterValidator(check_backend)]
 
 
+def build_backend(kind: str, settings: BackendSettings) -> Backend:
+    """Build the backend registered as ``kind`` from ``settings`` (how a run's composition,
+    or a Ray worker handed a :class:`~agentmath.distributed.worker.WorkerSpec`, opens one)."""
+    return BACKENDS[check_backend(kind)](settings)
+
+
 def make_backend(kind: str, model: str, *, base_url: str | Sequence[str] | None = None,
                  **settings: Any) -> Backend:
     """Build the backend registered as ``kind``. ``model`` is a served model name (openai) or
     a path (hf, vllm); ``settings`` are the other :class:`BackendSettings` fields (a name that
     is none of them is a TypeError)."""
-    return BACKENDS[check_backend(kind)](BackendSettings(model, base_url, **settings))
+    return build_backend(kind, BackendSettings(model, base_url, **settings))

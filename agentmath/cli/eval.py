@@ -69,10 +69,10 @@ def eval_command(
 ) -> None:
     """Run every sample of every problem through the agent loop and the sandbox; write
     samples.jsonl (resumable after any interruption), config.json and metrics.json."""
-    from agentmath.backends import make_backend
+    from agentmath.backends import build_backend
     from agentmath.config import EvalConfig
     from agentmath.errors import AgentMathError
-    from agentmath.eval.runner import backend_options
+    from agentmath.eval.runner import backend_settings
 
     config = build_config(EvalConfig, "eval", config_file, sets, {
         "dataset": dataset, "model": model, "backend": backend,
@@ -88,9 +88,8 @@ def eval_command(
                  "system_prompt": system_prompt},
         "ray": ray_section(ray, ray_workers)})
     try:  # with --ray the workers build their own clients (an hf model is not loaded here)
-        engine = None if config.ray is not None else make_backend(
-            config.backend, config.model, base_url=config.base_url,
-            **backend_options(config))
+        engine = None if config.ray is not None else build_backend(
+            config.backend, backend_settings(config))
     except (AgentMathError, ValueError) as exc:
         usage_error(str(exc))
     try:

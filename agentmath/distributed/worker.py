@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from agentmath.backends.base import SamplingParams
+from agentmath.backends.registry import BackendSettings
 from agentmath.config import LoopConfig, SandboxConfig
 from agentmath.rollout.records import GroupRequest, Sample
 
@@ -27,12 +28,12 @@ from agentmath.rollout.records import GroupRequest, Sample
 class WorkerSpec:
     """Everything a worker needs to run episodes, sent to every worker (picklable).
 
+    ``backend`` names a backend of :mod:`agentmath.backends.registry` and ``settings`` are what
+    the worker builds it from (the model, its servers, HTTP retries and timeout);
     ``sandbox_token_file`` is read on the worker's node (the token itself is never sent)."""
 
     backend: str
-    model: str
-    base_url: str | list[str] | None = None
-    backend_options: dict[str, Any] = field(default_factory=dict)
+    settings: BackendSettings
     format: str = "code_interpreter"
     loop: LoopConfig = field(default_factory=LoopConfig)
     sandbox: SandboxConfig = field(default_factory=SandboxConfig)
@@ -61,7 +62,7 @@ class RolloutWorker:
         self._engine: Any = None
         self._stack = contextlib.AsyncExitStack()
         self._starting: asyncio.Lock | None = None
-        self._model = spec.model
+        self._model = spec.settings.model
         self._node_id = ""  # the Ray node this actor runs on (set by _start)
 
     async def _start(self) -> Any:
@@ -73,7 +74,7 @@ class RolloutWorker:
                 return self._engine
             import ray
 
-            from agentmath.backends import make_backend
+            from agentmath.backends.registry import build_backend
             from agentmath.config import RolloutConfig
             from agentmath.formats import get_format
             from agentmath.rollout.scheduler import RolloutEngine
@@ -83,8 +84,7 @@ class RolloutWorker:
             spec = self.spec
             sandbox = await self._stack.enter_async_context(
                 open_sandbox(spec.sandbox, spec.sandbox_url, spec.sandbox_token_file))
-            backend = make_backend(spec.backend, spec.model, base_url=spec.base_url,
-                                   **spec.backend_options)
+            backend = build_backend(spec.backend, spec.settings)
             self._stack.push_async_callback(backend.aclose)  # part of the Backend protocol
             self._engine = RolloutEngine(backend, sandbox, get_format(spec.format),
                                          loop=spec.loop, chat=spec.chat,

@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any
 from agentmath import __version__
 from agentmath.agent.trajectory import Trajectory
 from agentmath.backends.base import Backend, SamplingParams
+from agentmath.backends.registry import BackendSettings
 from agentmath.config import EvalConfig, RolloutConfig
 from agentmath.datasets import Task
 from agentmath.eval.records import SampleRecord, read_samples
@@ -205,20 +206,20 @@ async def _run_todo(run: _Run, engine: RolloutEngine | RayRolloutEngine,
         pass
 
 
-def backend_options(config: EvalConfig) -> dict[str, Any]:
-    """The run's settings of its backend beyond the model and URL, as keyword arguments of
-    :func:`~agentmath.backends.registry.make_backend`: the HTTP retries and timeout (a backend
-    that talks to no server ignores them)."""
-    return {"max_retries": config.http_retries, "timeout_s": config.http_timeout_s}
+def backend_settings(config: EvalConfig) -> BackendSettings:
+    """What the run's backend is built from (by the CLI here, or by each Ray worker): the
+    model, its server URLs, the HTTP retries and timeout (a backend that talks to no server
+    ignores those)."""
+    return BackendSettings(config.model, config.base_url, max_retries=config.http_retries,
+                           timeout_s=config.http_timeout_s)
 
 
 def worker_spec(config: EvalConfig) -> WorkerSpec:
     """What each Ray rollout worker needs to run this evaluation's episodes."""
     from agentmath.distributed.worker import WorkerSpec
 
-    return WorkerSpec(backend=config.backend, model=config.model, base_url=config.base_url,
-                      backend_options=backend_options(config), format=config.format,
-                      loop=config.loop,
+    return WorkerSpec(backend=config.backend, settings=backend_settings(config),
+                      format=config.format, loop=config.loop,
                       sandbox=config.sandbox, sandbox_url=config.sandbox_url,
                       sandbox_token_file=(str(config.sandbox_token_file)
                                           if config.sandbox_token_file else None))

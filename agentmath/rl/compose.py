@@ -60,13 +60,14 @@ def served_name(cfg: RLConfig) -> str:
 
 def worker_spec(cfg: RLConfig, loop: LoopConfig) -> WorkerSpec:
     """What each Ray rollout worker needs to sample this run's episodes from its servers."""
+    from agentmath.backends.registry import BackendSettings
     from agentmath.distributed.worker import WorkerSpec
 
     g = cfg.generator
-    return WorkerSpec(backend="openai", model=served_name(cfg),
-                      base_url=g.base_urls[0] if len(g.base_urls) == 1 else list(g.base_urls),
-                      backend_options={"timeout_s": g.http_timeout_s}, format=cfg.format,
-                      loop=loop, sandbox=cfg.sandbox, sandbox_url=cfg.sandbox_url,
+    urls = g.base_urls[0] if len(g.base_urls) == 1 else list(g.base_urls)
+    settings = BackendSettings(served_name(cfg), urls, timeout_s=g.http_timeout_s)
+    return WorkerSpec(backend="openai", settings=settings, format=cfg.format, loop=loop,
+                      sandbox=cfg.sandbox, sandbox_url=cfg.sandbox_url,
                       sandbox_token_file=cfg.sandbox_token_file)
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pickle
 import sys
 from typing import Any
 
@@ -9,6 +10,7 @@ import pytest
 from pydantic import ValidationError
 
 from agentmath.agent.trajectory import Trajectory
+from agentmath.backends.registry import BackendSettings
 from agentmath.config import EvalConfig, RayConfig
 from agentmath.errors import MissingExtraError
 from agentmath.eval.runner import identity, worker_spec
@@ -50,8 +52,10 @@ def test_worker_spec_carries_what_the_workers_need_but_no_token() -> None:
                      format="markdown", sandbox_url=["http://s:8080"],
                      sandbox_token_file="/etc/agentmath/token", http_retries=7)
     spec = worker_spec(cfg)
-    assert spec.base_url == ["http://a:1", "http://b:2"] and spec.format == "markdown"
-    assert spec.backend_options == {"max_retries": 7, "timeout_s": 120.0}
+    assert spec.settings == BackendSettings("m", ["http://a:1", "http://b:2"], max_retries=7,
+                                            timeout_s=120.0)
+    assert spec.format == "markdown"
+    assert pickle.loads(pickle.dumps(spec)) == spec  # sent to every worker
     assert spec.sandbox_url == ["http://s:8080"]
     assert spec.sandbox_token_file == "/etc/agentmath/token"  # a path, read on the node
 
@@ -95,12 +99,12 @@ def test_rl_worker_spec_reaches_the_generators_and_sandboxes() -> None:
 
     loop = LoopConfig(max_tool_calls=5)
     spec = worker_spec(_rl(), loop)
-    assert spec.backend == "openai" and spec.model == "tiny"
-    assert spec.base_url == ["http://a:1", "http://b:2"]
-    assert spec.backend_options == {"timeout_s": 30.0} and spec.loop == loop
+    assert spec.backend == "openai" and spec.loop == loop
+    assert spec.settings == BackendSettings("tiny", ["http://a:1", "http://b:2"], timeout_s=30.0)
     assert spec.sandbox_url == ["http://s:8080"]
     one = worker_spec(_rl(generator={"backend": "openai", "base_urls": ["http://a:1"]}), loop)
-    assert one.base_url == "http://a:1" and one.model == "tiny"  # the model dir's name
+    assert one.settings.base_url == "http://a:1"
+    assert one.settings.model == "tiny"  # the model dir's name
 
 
 def test_the_engines_policy_goes_with_every_episode_and_refuses_segments() -> None:
@@ -108,7 +112,8 @@ def test_the_engines_policy_goes_with_every_episode_and_refuses_segments() -> No
     from agentmath.distributed.engine import RayRolloutEngine
     from agentmath.distributed.worker import EpisodePolicy, WorkerSpec
 
-    engine = RayRolloutEngine(WorkerSpec(backend="openai", model="m"), RayConfig(),
+    spec = WorkerSpec(backend="openai", settings=BackendSettings("m"))
+    engine = RayRolloutEngine(spec, RayConfig(),
                               lambda request, index: None, max_in_flight=4)  # type: ignore[arg-type,return-value]
     loop = LoopConfig(max_tool_calls=2)
     engine.set_policy_version(3)

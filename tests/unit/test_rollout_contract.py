@@ -6,6 +6,7 @@ import inspect
 
 import pytest
 
+from agentmath.backends.registry import BackendSettings
 from agentmath.backends.scripted import ScriptedBackend
 from agentmath.config import RayConfig
 from agentmath.distributed.engine import RayRolloutEngine
@@ -23,7 +24,7 @@ def _members(protocol: type) -> list[str]:
 
 def _engines() -> list[object]:
     local = RolloutEngine(ScriptedBackend(["hi"]), None, get_format("code_interpreter"))
-    ray = RayRolloutEngine(WorkerSpec(backend="openai", model="m"), RayConfig(),
+    ray = RayRolloutEngine(WorkerSpec(backend="openai", settings=BackendSettings("m")), RayConfig(),
                            lambda request, index: None, max_in_flight=1)  # type: ignore[arg-type,return-value]
     return [local, ray]
 
