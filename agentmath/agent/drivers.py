@@ -101,7 +101,7 @@ class TextDriver:
     def __init__(self, ep: EpisodeState) -> None:
         self.ep = ep
         self.context: list[int] = []
-        self.format_name = getattr(ep.fmt, "name", type(ep.fmt).__name__)
+        self.format_name = ep.fmt.name
 
     def _add(self, segment: Segment) -> None:
         self.ep.trajectory.segments.append(segment)

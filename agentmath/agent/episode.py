@@ -80,7 +80,7 @@ class Episode:
         self.driver: TextDriver | ChatDriver = ChatDriver(self) if chat else TextDriver(self)
         self.trajectory = Trajectory(problem=problem, meta={
             "format": self.driver.format_name,
-            "backend": getattr(backend, "name", type(backend).__name__),
+            "backend": backend.name,
             "budgets": self.config.model_dump(exclude={"system_prompt"}), **(meta or {})},
             problem_id=problem_id, sample_index=sample_index,
             sampling=dataclasses.replace(self.sampling))
@@ -307,7 +307,7 @@ class Episode:
     async def _live_session(self) -> SandboxSession:
         """The episode's session; a lost one is replaced and its cells replayed."""
         assert self.sandbox is not None
-        if self.session is not None and await _alive(self.session):
+        if self.session is not None and await self.session.alive():
             return self.session
         if self.session is not None:
             await self.session.close()
@@ -332,9 +332,3 @@ class Episode:
             await self.close()
         except (SandboxError, OSError) as exc:  # closing must not undo a finished episode
             traj.meta["session_close_error"] = f"{type(exc).__name__}: {exc}"
-
-
-async def _alive(session: SandboxSession) -> bool:
-    """``session.alive()``; a client written before that method existed counts as alive."""
-    alive = getattr(session, "alive", None)
-    return True if alive is None else bool(await alive())

@@ -6,7 +6,7 @@ import platform
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import typer
 
@@ -22,6 +22,9 @@ from agentmath.cli._common import (
     start_sandbox,
     usage_error,
 )
+
+if TYPE_CHECKING:
+    from agentmath.sandbox import Sandbox
 
 app = typer.Typer(
     name="sandbox",
@@ -127,14 +130,14 @@ def exec_cells(
             print_json(cell_record(index, result))
 
 
-def _info_data(sandbox: Any, start_ms: float) -> dict[str, Any]:
+def _info_data(sandbox: Sandbox, start_ms: float) -> dict[str, Any]:
     """The JSON document of ``sandbox info``."""
     protections: dict[str, bool] = sandbox.protections
     return {
         "protections": protections,
         "all_active": all(protections.values()),
         "notes": sandbox.notes,
-        "preload_errors": getattr(sandbox.pool, "preload_errors", {}),
+        "preload_errors": sandbox.preload_errors,
         "start_ms": round(start_ms, 1),
         "platform": {"system": platform.system(), "kernel": platform.release(),
                      "python": platform.python_version()},

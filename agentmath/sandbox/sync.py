@@ -47,6 +47,11 @@ class Sandbox:
         """Human-readable notes on how each protection was (or was not) applied."""
         return list(self.pool.notes)
 
+    @property
+    def preload_errors(self) -> dict[str, str]:
+        """The preloaded modules that failed to import in the zygote, with the error."""
+        return dict(self.pool.preload_errors)
+
     def session(self) -> SyncSession:
         """A new stateful session."""
         return SyncSession(self, self.pool.session())
