@@ -29,7 +29,8 @@ def run_seed(seed: int, out: Path) -> dict:
     from agentmath.recipes.demo import DemoConfig, run_demo
 
     return run_demo(DemoConfig(seed=seed), out / f"seed-{seed}", None,
-                    stage=lambda msg: print(f"[seed {seed}] {msg}", file=sys.stderr, flush=True))
+                    stage=lambda msg: print(f"[seed {seed}] {msg}", file=sys.stderr,
+                                            flush=True)).to_dict()
 
 
 def gain_row(summary: dict) -> dict:

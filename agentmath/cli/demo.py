@@ -4,43 +4,45 @@ that tool use beats text-only reasoning (see agentmath/recipes/demo.py)."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 import typer
 
 from agentmath.cli._common import JSON_OPTION, err_console, out_console, print_json, usage_error
 
+if TYPE_CHECKING:
+    from agentmath.recipes.summary import DemoSummary
+
 OUT_OPTION = typer.Option(Path("runs/demo"), "--out", "-o", metavar="DIR",
                           help="Where data, models, runs and the report go.")
 
 
-def _render(summary: dict[str, Any]) -> None:
+def _render(summary: DemoSummary) -> None:
     from rich.table import Table
 
     console = out_console()
     table = Table(title="agentmath demo: held-out synthetic problems (greedy, 1 sample each)")
     for col in ("model", "accuracy", "mean model tokens", "tool calls / sample", "problems"):
         table.add_column(col, justify="right" if col != "model" else "left")
-    for row in summary["models"]:
-        table.add_row(row["model"], f"{row['accuracy']:.1%}", f"{row['mean_model_tokens']:.0f}",
-                      f"{row['tool_calls_per_sample']:.2f}", str(row["n"]))
+    for row in summary.models:
+        table.add_row(row.model, f"{row.accuracy:.1%}", f"{row.mean_model_tokens:.0f}",
+                      f"{row.tool_calls_per_sample:.2f}", str(row.n))
     console.print(table)
-    head = summary["headroom"]
-    k = head["k"]
+    head = summary.headroom
     console.print(f"the tool model's headroom before GRPO: greedy pass@1 "
-                  f"{head['greedy_pass@1']:.1%}, pass@{k} {head[f'pass@{k}']:.1%} at "
-                  f"temperature {head['temperature']} ({head['problems']} problems)")
-    for row in summary["models"]:
-        for ev in row.get("stage_transitions", []):
-            console.print(f"{row['model']}: budget stage {ev['old']} -> {ev['new']} at step "
-                          f"{ev['step']} (truncation rate {ev['rate']:.1%}; tool calls "
-                          f"{ev['budgets']['max_tool_calls']})")
-    conv = summary["conversion"]
-    console.print(f"the tool model's SFT data: {conv['kept']} verified tool trajectories "
-                  f"(dropped {conv['dropped'] or 'none'}) and {conv.get('text', 0)} text "
-                  f"chain-of-thoughts; total time {summary['seconds']:.0f} s")
-    console.print(f"report: {summary['report'].get('viewer')} (and plots beside it)")
-    console.print(f"tool model saved to {summary['tool_model']} (the default for "
+                  f"{head.greedy_pass_at_1:.1%}, pass@{head.k} {head.pass_at_k:.1%} at "
+                  f"temperature {head.temperature} ({head.problems} problems)")
+    for row in summary.models:
+        for ev in row.stage_transitions or []:
+            console.print(f"{row.model}: budget stage {ev.old} -> {ev.new} at step "
+                          f"{ev.step} (truncation rate {ev.rate:.1%}; tool calls "
+                          f"{ev.budgets.max_tool_calls})")
+    conv = summary.conversion
+    console.print(f"the tool model's SFT data: {conv.kept} verified tool trajectories "
+                  f"(dropped {conv.dropped or 'none'}) and {conv.text or 0} text "
+                  f"chain-of-thoughts; total time {summary.seconds:.0f} s")
+    console.print(f"report: {summary.report.viewer} (and plots beside it)")
+    console.print(f"tool model saved to {summary.tool_model} (the default for "
                   "`agentmath solve`)")
 
 
@@ -76,6 +78,6 @@ def demo(
     except AgentMathError as exc:
         usage_error(str(exc), code=1)
     if json_out:
-        print_json(summary)
+        print_json(summary.to_dict())
     else:
         _render(summary)

@@ -27,7 +27,6 @@ Read top to bottom; each stage is a call into the library:
 from __future__ import annotations
 
 import asyncio
-import json
 import re
 import shutil
 import time
@@ -39,9 +38,11 @@ from pydantic import Field
 
 from agentmath.config import EvalConfig, LoopConfig, StrictModel
 from agentmath.recipes._parallel import run_parallel
+from agentmath.recipes.summary import Conversion, DemoSummary, Headroom, ModelRow, ReportFiles
+from agentmath.rl.records import StageMove
 
 if TYPE_CHECKING:
-    from agentmath.eval.results import RunMetrics, Score
+    from agentmath.eval.results import RunMetrics
 
 TOOL_SYSTEM = "Solve the problem. Run Python in <code> blocks; results come back in <interpreter>."
 TEXT_SYSTEM = "Solve the problem step by step."
@@ -105,25 +106,6 @@ async def _evaluate(cfg: DemoConfig, model_dir: str, system: str, data: Path, ou
         await backend.aclose()
 
 
-def summary_row(name: str, metrics: RunMetrics) -> dict[str, Any]:
-    """The numbers the demo compares: accuracy (with its 95% CI), mean model tokens, tool
-    calls and failed tool calls per sample."""
-    avg, tools = _avg(metrics), metrics.tools
-    calls = tools.calls_per_sample or 0.0
-    return {"model": name, "accuracy": avg.value,
-            "accuracy_ci95": list(avg.ci95 or (avg.value, avg.value)),
-            "mean_model_tokens": metrics.tokens.model_mean,
-            "tool_calls_per_sample": tools.calls_per_sample,
-            "failed_tool_calls_per_sample": calls * (tools.error_rate or 0.0),
-            "n": metrics.n_samples}
-
-
-def _avg(metrics: RunMetrics) -> Score:
-    """avg@k of a run the demo evaluated (always present: every run has samples)."""
-    assert metrics.avg is not None
-    return metrics.avg
-
-
 def rl_config(cfg: DemoConfig, model_dir: str, train_file: Path, *, masked: bool) -> Any:
     """The demo's GRPO run: accuracy reward, void-turn filtering, async rollouts on the
     in-process model, two budget stages (tool calls ``rl_first_tool_calls`` -> 6) moved on by
@@ -174,17 +156,15 @@ def sft_job(cfg_data: dict[str, Any], examples: list[dict], tokenizer_dir: str, 
 
 
 def grpo_job(cfg_data: dict[str, Any], start: str, train_file: str, masked: bool,
-             out: str) -> tuple[str, list[dict[str, Any]]]:
+             out: str) -> tuple[str, list[StageMove]]:
     """One GRPO run from the tool SFT model (a process of its own): its final model dir and
     its stage transitions (the ``stage`` events of the run)."""
-    from agentmath.rl.records import StageMove
     from agentmath.rl.trainer import train_rl
 
     cfg = DemoConfig.model_validate(cfg_data)
     result = train_rl(rl_config(cfg, start, Path(train_file), masked=masked), out,
                       resume=False, progress=False)
-    return str(result.final_dir), [e.to_dict() for e in result.events
-                                   if isinstance(e, StageMove)]
+    return str(result.final_dir), [e for e in result.events if isinstance(e, StageMove)]
 
 
 def eval_job(cfg_data: dict[str, Any], model_dir: str, system: str, data: str,
@@ -200,20 +180,9 @@ def eval_job(cfg_data: dict[str, Any], model_dir: str, system: str, data: str,
                                  samples=samples, temperature=temperature, limit=limit))
 
 
-def headroom_summary(cfg: DemoConfig, greedy: RunMetrics,
-                     sampled: RunMetrics) -> dict[str, Any]:
-    """What GRPO can lift the start to: greedy pass@1 and pass@k at the RL temperature."""
-    k = cfg.headroom_k
-    return {"greedy_pass@1": _avg(greedy).value, "k": k,
-            "temperature": cfg.rl_temperature, f"pass@{k}": sampled.pass_at[str(k)],
-            "sampled_pass@1": _avg(sampled).value,
-            "sampled_tool_calls_per_sample": sampled.tools.calls_per_sample,
-            "problems": sampled.n_problems}
-
-
 def run_demo(cfg: DemoConfig, out: Path, save_model_to: Path | None,
-             stage: Stage = print) -> dict[str, Any]:
-    """Run every stage; returns the machine-readable summary (also written to out)."""
+             stage: Stage = print) -> DemoSummary:
+    """Run every stage; returns the summary (also written to ``out/summary.json``)."""
     from agentmath.data.synthetic import to_task_rows
     from agentmath.jsonl import write_jsonl
     from agentmath.models.tiny import build_tokenizer
@@ -259,10 +228,10 @@ def run_demo(cfg: DemoConfig, out: Path, save_model_to: Path | None,
         (data, tool_dir, TOOL_SYSTEM, test_file, str(out / "run-tool")),
         (data, tool_dir, TOOL_SYSTEM, test_file, str(out / "headroom"), cfg.headroom_k,
          cfg.rl_temperature, cfg.headroom_problems)])
-    headroom = headroom_summary(cfg, greedy, sampled)
-    stage(f"headroom: greedy pass@1 {headroom['greedy_pass@1']:.1%}, pass@{cfg.headroom_k} "
-          f"{headroom[f'pass@{cfg.headroom_k}']:.1%} at temperature {cfg.rl_temperature}")
-    transitions: dict[str, list[dict[str, Any]]] = {}
+    headroom = Headroom.measure(cfg.headroom_k, cfg.rl_temperature, greedy, sampled)
+    stage(f"headroom: greedy pass@1 {headroom.greedy_pass_at_1:.1%}, pass@{cfg.headroom_k} "
+          f"{headroom.pass_at_k:.1%} at temperature {cfg.rl_temperature}")
+    transitions: dict[str, list[StageMove]] = {}
     if cfg.rl_steps:
         stage(f"GRPO from the tool model, tool output masked and NOT masked, side by side "
               f"({cfg.rl_steps} steps of {cfg.rl_prompts} x {cfg.rl_group_size} episodes)")
@@ -281,13 +250,12 @@ def run_demo(cfg: DemoConfig, out: Path, save_model_to: Path | None,
     runs = {name: {"metrics": results[name], "model_dir": models[name],
                    "run_dir": out / f"run-{_slug(name)}"} for name in models}
     return _finish(cfg, out, save_model_to, stage, runs, transitions, headroom,
-                   by_format[FORMAT], started)
+                   Conversion.from_dict(by_format[FORMAT]), started)
 
 
 def _finish(cfg: DemoConfig, out: Path, save_model_to: Path | None, stage: Stage,
-            runs: dict[str, dict[str, Any]], transitions: dict[str, list[dict[str, Any]]],
-            headroom: dict[str, Any], conversion: dict[str, Any],
-            started: float) -> dict[str, Any]:
+            runs: dict[str, dict[str, Any]], transitions: dict[str, list[StageMove]],
+            headroom: Headroom, conversion: Conversion, started: float) -> DemoSummary:
     """Write the report, save the better tool model for ``solve``, write the summary."""
     stage("writing the report")
     from agentmath.report import write_report  # noqa: PLC0415 - heavy (matplotlib)
@@ -295,25 +263,20 @@ def _finish(cfg: DemoConfig, out: Path, save_model_to: Path | None, stage: Stage
     rl_dirs = [p for p in (out / "rl-grpo", out / "rl-grpo-unmasked") if p.exists()]
     report_paths = write_report([r["run_dir"] for r in runs.values()] + rl_dirs,
                                 out / "report")
+    rows = [ModelRow.of(name, r["metrics"], transitions.get(name)) for name, r in runs.items()]
+    accuracy = {row.model: row.accuracy for row in rows}
     best = "tool + grpo" if "tool + grpo" in runs and (
-        _avg(runs["tool + grpo"]["metrics"]).value
-        >= _avg(runs["tool"]["metrics"]).value) else "tool"
+        accuracy["tool + grpo"] >= accuracy["tool"]) else "tool"
     if save_model_to is not None:
         if save_model_to.exists():
             shutil.rmtree(save_model_to)
         shutil.copytree(runs[best]["model_dir"], save_model_to)
-    rows = []
-    for name, r in runs.items():
-        row = summary_row(name, r["metrics"])
-        if name in transitions:
-            row["stage_transitions"] = transitions[name]
-        rows.append(row)
-    summary = {"models": rows, "headroom": headroom, "conversion": conversion,
-               "config": cfg.model_dump(),
-               "report": {"rows": report_paths.rows, **report_paths.files()},
-               "tool_model": str(save_model_to) if save_model_to else runs[best]["model_dir"],
-               "tool_model_is": best, "seconds": round(time.monotonic() - started, 1)}
-    (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+    summary = DemoSummary(
+        models=rows, headroom=headroom, conversion=conversion, config=cfg.model_dump(),
+        report=ReportFiles(rows=report_paths.rows, **report_paths.files()),
+        tool_model=str(save_model_to) if save_model_to else runs[best]["model_dir"],
+        tool_model_is=best, seconds=round(time.monotonic() - started, 1))
+    summary.write(out)
     return summary
 
 

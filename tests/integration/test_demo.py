@@ -22,8 +22,10 @@ def toy_config(seed: int = 0):
 def test_demo_runs_every_stage_and_is_deterministic(tmp_path: Path) -> None:
     pytest.importorskip("torch", reason="the demo trains models: needs the 'train' extra")
     from agentmath.recipes.demo import run_demo
+    from agentmath.recipes.summary import DemoSummary
 
-    first = run_demo(toy_config(), tmp_path / "a", tmp_path / "saved-model", stage=lambda _: None)
+    first = run_demo(toy_config(), tmp_path / "a", tmp_path / "saved-model",
+                     stage=lambda _: None).to_dict()  # the JSON form: summary.json, --json
     names = [m["model"] for m in first["models"]]
     assert names == ["text-only", "tool", "tool + grpo", "tool + grpo (unmasked)"]
     assert "grpo" in names[2] and "unmasked" in names[3] and "unmasked" not in names[2]
@@ -51,14 +53,16 @@ def test_demo_runs_every_stage_and_is_deterministic(tmp_path: Path) -> None:
     assert first["report"]["plots"] and all(Path(p).exists() for p in first["report"]["plots"])
     saved = json.loads((tmp_path / "a" / "summary.json").read_text())
     assert saved["models"] == first["models"] and saved["report"] == first["report"]
-    second = run_demo(toy_config(), tmp_path / "b", None, stage=lambda _: None)
+    second = run_demo(toy_config(), tmp_path / "b", None, stage=lambda _: None).to_dict()
     assert second["models"] == first["models"]  # same seed: same accuracy, tokens, calls
     # Again into the first run's folder with another seed: fresh evaluations of the new
     # models on the new problems, not a resume of the first run's samples.
     third = run_demo(toy_config(seed=1), tmp_path / "a", None, stage=lambda _: None)
+    saved_third = DemoSummary.read(tmp_path / "a")  # the saved file reads back as returned
+    assert json.dumps(saved_third.to_dict()) == json.dumps(third.to_dict())
     test_ids = {json.loads(line)["id"]
                 for line in (tmp_path / "a" / "test.jsonl").read_text().splitlines()}
-    for row in third["report"]["rows"]:
+    for row in third.report.rows:
         records = (tmp_path / "a" / row["run"] / "samples.jsonl").read_text().splitlines()
         assert {json.loads(r)["problem_id"] for r in records} == test_ids
         assert len(records) == 5

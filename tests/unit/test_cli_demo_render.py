@@ -1,17 +1,84 @@
-"""`agentmath demo`'s table: the models, the headroom and the stage transitions are printed."""
+"""`agentmath demo`'s summary: a typed record whose JSON form (summary.json, ``--json``) keeps
+the keys it always had; the table prints the models, the headroom and the stage transitions."""
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+from typing import Any
+
 import pytest
+from typer.testing import CliRunner
+
+from agentmath.eval.results import RunMetrics
+from agentmath.recipes.summary import DemoSummary, Headroom, ModelRow
+from tests.fixtures.rundirs.make_eval_run import RUN
 
 
-def _row(name: str, acc: float, stages: bool) -> dict:
-    row = {"model": name, "accuracy": acc, "accuracy_ci95": [acc, acc], "mean_model_tokens": 120.0,
-           "tool_calls_per_sample": 2.5, "failed_tool_calls_per_sample": 0.0, "n": 300}
+def _row(name: str, acc: float, stages: bool) -> dict[str, Any]:
+    row: dict[str, Any] = {
+        "model": name, "accuracy": acc, "accuracy_ci95": [acc, acc], "mean_model_tokens": 120.0,
+        "tool_calls_per_sample": 2.5, "failed_tool_calls_per_sample": 0.0, "n": 300}
     if stages:
         row["stage_transitions"] = [{"event": "stage", "step": 1, "old": 0, "new": 1,
-                                     "rate": 0.199, "budgets": {"max_tool_calls": 6}}]
+                                     "rate": 0.199, "budgets": {
+                                         "max_total_tokens": 4096, "max_model_tokens": 320,
+                                         "max_tool_calls": 6, "segment_tokens": None}}]
     return row
+
+
+SUMMARY: dict[str, Any] = {
+    "models": [_row("text-only", 0.0, False), _row("tool", 0.0, False),
+               _row("tool + grpo", 0.9, True)],
+    "headroom": {"greedy_pass@1": 0.0, "k": 8, "temperature": 1.0, "pass@8": 0.77,
+                 "sampled_pass@1": 0.2, "sampled_tool_calls_per_sample": 1.5,
+                 "problems": 100},
+    "conversion": {"kept": 442, "dropped": {}, "seconds": 3.5, "text": 1058},
+    "config": {"seed": 0, "steps": 800},
+    "report": {"rows": [{"run": "run-tool", "avg": 0.0}], "markdown": "r/report.md",
+               "csv": "r/report.csv", "plots": ["r/accuracy.png"],
+               "viewer": "runs/demo/report/viewer.html"},
+    "tool_model": "runs/demo/model-tool/final", "tool_model_is": "tool + grpo",
+    "seconds": 600.0}
+
+
+def test_the_json_form_round_trips_with_its_keys_in_order() -> None:
+    summary = DemoSummary.from_dict(json.loads(json.dumps(SUMMARY)))
+    again = summary.to_dict()
+    assert json.dumps(again) == json.dumps(SUMMARY)  # the same keys, values and order
+    assert summary.models[2].stage_transitions[0].budgets.max_tool_calls == 6
+    assert summary.models[0].stage_transitions is None  # not a GRPO row: no key
+
+
+def test_rows_and_headroom_of_a_run_keep_the_old_figures() -> None:
+    metrics = RunMetrics.from_dict(json.loads((RUN / "metrics.json").read_text()))
+    avg, tools = metrics.avg, metrics.tools
+    assert avg is not None
+    old = {"model": "tool", "accuracy": avg.value,  # what the recipe wrote before the record
+           "accuracy_ci95": list(avg.ci95 or (avg.value, avg.value)),
+           "mean_model_tokens": metrics.tokens.model_mean,
+           "tool_calls_per_sample": tools.calls_per_sample,
+           "failed_tool_calls_per_sample":
+               (tools.calls_per_sample or 0.0) * (tools.error_rate or 0.0),
+           "n": metrics.n_samples}
+    assert ModelRow.of("tool", metrics).to_dict() == old
+    k = metrics.k
+    head = Headroom.measure(k, 1.0, metrics, metrics).to_dict()
+    assert head == {"greedy_pass@1": avg.value, "k": k, "temperature": 1.0,
+                    f"pass@{k}": metrics.pass_at[str(k)], "sampled_pass@1": avg.value,
+                    "sampled_tool_calls_per_sample": tools.calls_per_sample,
+                    "problems": metrics.n_problems}
+
+
+def test_a_saved_summary_reads_back(tmp_path: Path) -> None:
+    summary = DemoSummary.from_dict(SUMMARY)
+    path = summary.write(tmp_path)
+    assert path.name == "summary.json" and DemoSummary.read(tmp_path) == summary
+    from agentmath.errors import DataError
+
+    (tmp_path / "summary.json").write_text(json.dumps({"models": []}))
+    with pytest.raises(DataError, match="summary.json"):
+        DemoSummary.read(tmp_path)
 
 
 def test_render_prints_headroom_and_stage_transitions(capsys: pytest.CaptureFixture[str],
@@ -19,15 +86,22 @@ def test_render_prints_headroom_and_stage_transitions(capsys: pytest.CaptureFixt
     monkeypatch.setenv("COLUMNS", "200")
     from agentmath.cli.demo import _render
 
-    summary = {"models": [_row("text-only", 0.0, False), _row("tool", 0.0, False),
-                          _row("tool + grpo", 0.9, True)],
-               "headroom": {"greedy_pass@1": 0.0, "k": 8, "pass@8": 0.77, "temperature": 1.0,
-                            "problems": 100},
-               "conversion": {"kept": 442, "dropped": {}, "text": 1058}, "seconds": 600.0,
-               "report": {"viewer": "runs/demo/report/viewer.html"},
-               "tool_model": "runs/demo/model-tool/final"}
-    _render(summary)
+    _render(DemoSummary.from_dict(SUMMARY))
     out = capsys.readouterr().out
     assert "90.0%" in out and "greedy pass@1 0.0%, pass@8 77.0%" in out
     assert "tool + grpo: budget stage 0 -> 1 at step 1 (truncation rate 19.9%" in out
     assert "442 verified tool trajectories" in out and "1058 text" in out
+    assert "runs/demo/report/viewer.html" in out
+
+
+def test_json_prints_the_summary_as_saved(tmp_path: Path,
+                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    import agentmath.recipes.demo as recipe
+    from agentmath.cli.main import app
+
+    monkeypatch.setattr(recipe, "run_demo",
+                        lambda cfg, out, save, stage: DemoSummary.from_dict(SUMMARY))
+    result = CliRunner().invoke(app, ["demo", "--json", "--no-save-model",
+                                      "--out", str(tmp_path)])
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout) == SUMMARY

@@ -1,0 +1,234 @@
+"""What ``agentmath demo`` hands back: its summary, typed.
+
+:class:`DemoSummary` has one writer, the recipe (:func:`agentmath.recipes.demo.run_demo`, which
+also saves it as ``OUT/summary.json``), and one reader, the CLI (its table, and ``--json``,
+which prints :meth:`DemoSummary.to_dict`). The JSON form is the file format: ``to_dict`` writes
+the keys the demo has always written, in the same order (``pass@8`` and ``greedy_pass@1`` are
+:attr:`Headroom.pass_at_k` and :attr:`Headroom.greedy_pass_at_1` here), and
+:meth:`DemoSummary.from_dict` reads them back (:meth:`DemoSummary.read` reads the file).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from agentmath.errors import DataError
+from agentmath.rl.records import StageMove, event_from_dict
+
+if TYPE_CHECKING:
+    from agentmath.eval.results import RunMetrics, Score
+
+SUMMARY_FILE = "summary.json"
+
+
+def _avg(metrics: RunMetrics) -> Score:
+    """avg@k of a run the demo evaluated (always present: every run has samples)."""
+    assert metrics.avg is not None
+    return metrics.avg
+
+
+@dataclass(frozen=True, slots=True)
+class ModelRow:
+    """The figures the demo compares for one model on the held-out problems: accuracy with
+    its 95% CI, mean model tokens, tool calls and failed tool calls per sample, samples; a
+    GRPO row also lists its budget-stage transitions (None: not a GRPO row)."""
+
+    model: str
+    accuracy: float
+    accuracy_ci95: tuple[float, float]
+    mean_model_tokens: float | None
+    tool_calls_per_sample: float | None
+    failed_tool_calls_per_sample: float
+    n: int
+    stage_transitions: list[StageMove] | None = None
+
+    @classmethod
+    def of(cls, name: str, metrics: RunMetrics,
+           transitions: list[StageMove] | None = None) -> ModelRow:
+        """The row of a model's evaluation."""
+        avg, tools = _avg(metrics), metrics.tools
+        calls = tools.calls_per_sample or 0.0
+        return cls(model=name, accuracy=avg.value,
+                   accuracy_ci95=avg.ci95 or (avg.value, avg.value),
+                   mean_model_tokens=metrics.tokens.model_mean,
+                   tool_calls_per_sample=tools.calls_per_sample,
+                   failed_tool_calls_per_sample=calls * (tools.error_rate or 0.0),
+                   n=metrics.n_samples, stage_transitions=transitions)
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "model": self.model, "accuracy": self.accuracy,
+            "accuracy_ci95": list(self.accuracy_ci95),
+            "mean_model_tokens": self.mean_model_tokens,
+            "tool_calls_per_sample": self.tool_calls_per_sample,
+            "failed_tool_calls_per_sample": self.failed_tool_calls_per_sample, "n": self.n}
+        if self.stage_transitions is not None:
+            out["stage_transitions"] = [e.to_dict() for e in self.stage_transitions]
+        return out
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> ModelRow:
+        low, high = data["accuracy_ci95"]
+        moves = data.get("stage_transitions")
+        return cls(model=str(data["model"]), accuracy=float(data["accuracy"]),
+                   accuracy_ci95=(float(low), float(high)),
+                   mean_model_tokens=_optional(data.get("mean_model_tokens")),
+                   tool_calls_per_sample=_optional(data.get("tool_calls_per_sample")),
+                   failed_tool_calls_per_sample=float(data["failed_tool_calls_per_sample"]),
+                   n=int(data["n"]),
+                   stage_transitions=None if moves is None else [_stage_move(e) for e in moves])
+
+
+def _optional(value: Any) -> float | None:
+    return None if value is None else float(value)
+
+
+def _stage_move(data: dict[str, Any]) -> StageMove:
+    event = event_from_dict(data)
+    if not isinstance(event, StageMove):
+        raise DataError(f"a stage transition was expected, got {data!r}")
+    return event
+
+
+@dataclass(frozen=True, slots=True)
+class Headroom:
+    """What GRPO can lift the start to: greedy pass@1 and pass@k at the RL temperature on
+    ``problems`` held-out problems (with the sampled runs' pass@1 and tool calls)."""
+
+    greedy_pass_at_1: float
+    k: int
+    temperature: float
+    pass_at_k: float
+    sampled_pass_at_1: float
+    sampled_tool_calls_per_sample: float | None
+    problems: int
+
+    @classmethod
+    def measure(cls, k: int, temperature: float, greedy: RunMetrics,
+                sampled: RunMetrics) -> Headroom:
+        """The headroom of the start's greedy run and its ``k``-sample run."""
+        return cls(greedy_pass_at_1=_avg(greedy).value, k=k, temperature=temperature,
+                   pass_at_k=sampled.pass_at[str(k)], sampled_pass_at_1=_avg(sampled).value,
+                   sampled_tool_calls_per_sample=sampled.tools.calls_per_sample,
+                   problems=sampled.n_problems)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"greedy_pass@1": self.greedy_pass_at_1, "k": self.k,
+                "temperature": self.temperature, f"pass@{self.k}": self.pass_at_k,
+                "sampled_pass@1": self.sampled_pass_at_1,
+                "sampled_tool_calls_per_sample": self.sampled_tool_calls_per_sample,
+                "problems": self.problems}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Headroom:
+        k = int(data["k"])
+        return cls(greedy_pass_at_1=float(data["greedy_pass@1"]), k=k,
+                   temperature=float(data["temperature"]), pass_at_k=float(data[f"pass@{k}"]),
+                   sampled_pass_at_1=float(data["sampled_pass@1"]),
+                   sampled_tool_calls_per_sample=_optional(
+                       data.get("sampled_tool_calls_per_sample")),
+                   problems=int(data["problems"]))
+
+
+@dataclass(frozen=True, slots=True)
+class Conversion:
+    """The tool model's SFT data: verified tool trajectories kept, dropped ones by reason,
+    the seconds code injection took, and the problems left as text chain-of-thought (None:
+    no text share)."""
+
+    kept: int
+    dropped: dict[str, int]
+    seconds: float
+    text: int | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"kept": self.kept, "dropped": dict(self.dropped),
+                               "seconds": self.seconds}
+        if self.text is not None:
+            out["text"] = self.text
+        return out
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Conversion:
+        text = data.get("text")
+        return cls(kept=int(data["kept"]),
+                   dropped={str(k): int(v) for k, v in data["dropped"].items()},
+                   seconds=float(data["seconds"]), text=None if text is None else int(text))
+
+
+@dataclass(frozen=True, slots=True)
+class ReportFiles:
+    """The demo's report: its comparison rows (the report's table, by column) and files."""
+
+    rows: list[dict[str, Any]]
+    markdown: str | None
+    csv: str | None
+    plots: list[str]
+    viewer: str | None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"rows": self.rows, "markdown": self.markdown, "csv": self.csv,
+                "plots": list(self.plots), "viewer": self.viewer}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> ReportFiles:
+        return cls(rows=list(data["rows"]), markdown=data.get("markdown"),
+                   csv=data.get("csv"), plots=[str(p) for p in data.get("plots", [])],
+                   viewer=data.get("viewer"))
+
+
+@dataclass(frozen=True, slots=True)
+class DemoSummary:
+    """The demo's results: a row per model, the start's headroom, the tool model's data,
+    the settings it ran with (``DemoConfig`` as JSON), its report, where the tool model was
+    saved and which one it is, and the seconds it took."""
+
+    models: list[ModelRow]
+    headroom: Headroom
+    conversion: Conversion
+    config: dict[str, Any] = field(repr=False)
+    report: ReportFiles
+    tool_model: str
+    tool_model_is: str
+    seconds: float
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON form: ``summary.json`` and ``agentmath demo --json``."""
+        return {"models": [row.to_dict() for row in self.models],
+                "headroom": self.headroom.to_dict(), "conversion": self.conversion.to_dict(),
+                "config": dict(self.config), "report": self.report.to_dict(),
+                "tool_model": self.tool_model, "tool_model_is": self.tool_model_is,
+                "seconds": self.seconds}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> DemoSummary:
+        """The summary a :meth:`to_dict` wrote; DataError naming what is missing or wrong."""
+        try:
+            return cls(models=[ModelRow.from_dict(r) for r in data["models"]],
+                       headroom=Headroom.from_dict(data["headroom"]),
+                       conversion=Conversion.from_dict(data["conversion"]),
+                       config=dict(data["config"]),
+                       report=ReportFiles.from_dict(data["report"]),
+                       tool_model=str(data["tool_model"]),
+                       tool_model_is=str(data["tool_model_is"]),
+                       seconds=float(data["seconds"]))
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
+            raise DataError(f"not a demo summary ({type(exc).__name__}: {exc})") from exc
+
+    def write(self, out_dir: Path) -> Path:
+        """Save as ``out_dir/summary.json``; returns its path."""
+        path = out_dir / SUMMARY_FILE
+        path.write_text(json.dumps(self.to_dict(), indent=2) + "\n")
+        return path
+
+    @classmethod
+    def read(cls, out_dir: Path) -> DemoSummary:
+        """The summary a demo saved in ``out_dir``."""
+        path = out_dir / SUMMARY_FILE
+        try:
+            return cls.from_dict(json.loads(path.read_text(encoding="utf-8")))
+        except DataError as exc:
+            raise DataError(f"{path}: {exc}") from exc
