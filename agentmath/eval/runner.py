@@ -241,6 +241,23 @@ async def _run_todo_ray(run: _Run, todo: list[GroupRequest]) -> None:
         await engine.close()
 
 
+async def _run_pending(run: _Run, todo: list[GroupRequest], backend: Backend | None,
+                       sandbox: SandboxClient | None) -> None:
+    """The samples still to run: on the Ray cluster, or here on ``backend`` with ``sandbox``
+    (None: the run's own sandbox, opened for it)."""
+    config = run.config
+    if todo and config.ray is not None:
+        await _run_todo_ray(run, todo)
+    elif todo and backend is None:
+        raise ValueError("run_eval needs a backend unless config.ray is set")
+    elif todo and sandbox is not None:
+        await _run_todo(run, make_engine(config, backend, sandbox), todo)
+    elif todo:
+        async with open_sandbox(config.sandbox, config.sandbox_url,
+                                config.sandbox_token_file) as client:
+            await _run_todo(run, make_engine(config, backend, client), todo)
+
+
 async def run_eval(config: EvalConfig, out_dir: str | Path, backend: Backend | None,
                    progress: ProgressFn | None = None,
                    sandbox: SandboxClient | None = None) -> EvalResult:
@@ -271,26 +288,19 @@ async def run_eval(config: EvalConfig, out_dir: str | Path, backend: Backend | N
         todo = [GroupRequest(t, config.samples, missing) for t in tasks
                 if (missing := tuple(i for i in range(config.samples)
                                      if (t.id, i) not in done))]
-        sink = open_sink(out, EVAL_LOG_FILE, ["jsonl", *config.trackers],
-                         resume_step=len(done), wandb=config.wandb, config=full)
-        writer = SampleWriter(out)
-        run = _Run(config, writer, progress, sink, done=len(done),
-                   total=len(tasks) * config.samples, started=time.monotonic())
+        sink = open_sink(out, EVAL_LOG_FILE, config.trackers, resume_step=len(done),
+                         wandb=config.wandb, config=full)
         try:
-            if todo and config.ray is not None:
-                await _run_todo_ray(run, todo)
-            elif todo and backend is None:
-                raise ValueError("run_eval needs a backend unless config.ray is set")
-            elif todo and sandbox is not None:
-                await _run_todo(run, make_engine(config, backend, sandbox), todo)
-            elif todo:
-                async with open_sandbox(config.sandbox, config.sandbox_url,
-                                        config.sandbox_token_file) as client:
-                    await _run_todo(run, make_engine(config, backend, client), todo)
+            writer = SampleWriter(out)
+            run = _Run(config, writer, progress, sink, done=len(done),
+                       total=len(tasks) * config.samples, started=time.monotonic())
+            try:
+                await _run_pending(run, todo, backend, sandbox)
+            finally:
+                writer.close()
             metrics = compute_run_metrics(out)
             log_metrics(sink, run.done, metrics)
         finally:
-            writer.close()
             sink.close()
     return EvalResult(run_dir=out, metrics=metrics, ran=run.fresh)
 
