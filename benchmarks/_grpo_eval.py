@@ -28,6 +28,8 @@ from agentmath.config import EvalConfig, LoopConfig, SandboxConfig
 class HFChat:
     """A ``chat`` method (what the chat loop needs) on top of agentmath's batching HF backend."""
 
+    name = "hf-chat"  # the Backend protocol's name, recorded on each trajectory
+
     def __init__(self, backend: Any) -> None:
         from trl.chat_template_utils import qwen3_template
 

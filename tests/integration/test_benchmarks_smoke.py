@@ -17,7 +17,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.slow]
     ("sandbox.py", "round trip, trivial"),
     ("agent_loop.py", "loop overhead per turn"),
     ("eval_overhead.py", "harness overhead per sample"),
-    ("generator.py", "multi-turn x3, continuous=True"),
+    ("generator.py", "multi-turn x3, continuous + prefix cache"),
 ])
 def test_benchmark_runs_and_prints_its_table(script: str, expect: str,
                                              request: pytest.FixtureRequest) -> None:
@@ -61,7 +61,8 @@ def test_rl_step_benchmark_json(tiny_model_dir: Path, tmp_path: Path) -> None:
                           capture_output=True, text=True, timeout=600, cwd=str(ROOT), env=env)
     assert proc.returncode == 0, proc.stderr[-3000:]
     out = json.loads(proc.stdout)
-    assert [r["generator"] for r in out["results"]] == ["gathered", "continuous"]
+    assert [r["generator"] for r in out["results"]] == ["gathered", "continuous",
+                                                       "continuous + prefix cache"]
     for r in out["results"]:
         assert r["steps"] == 2 and r["step_s"] > 0 and r["model_tokens_per_step"] > 0
     assert out["results"][0]["speedup"] == 1.0
