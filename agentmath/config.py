@@ -315,9 +315,15 @@ class EvalConfig(StrictModel):
     http_retries: int = Field(4, ge=0, le=100, description=(
         "Retries of a failed request to the model server (timeouts, connection errors, 408, "
         "429, 5xx, malformed replies), with exponential backoff from 0.5 s up to 30 s and the "
-        "server's Retry-After honoured; raise it to ride out a longer outage (not identity)."))
+        "server's Retry-After honoured; a server that stops answering is waited for instead "
+        "(max_outage_s) (not identity)."))
     http_timeout_s: float = Field(120.0, gt=0, le=3600, description=(
         "Time limit of one request to the model server, in seconds (not identity)."))
+    max_outage_s: float = Field(300.0, ge=0, le=86_400, description=(
+        "How long samples wait, in seconds, when the model server (every server, with "
+        "several) stops answering (connections refused or reset, 502/503/504): requests are "
+        "held while /health is probed with backoff and go on when it answers, so a restart "
+        "costs no sample; past this bound they fail as errors. 0: no waiting (not identity)."))
     retry_errors: bool = Field(False, description=(
         "Run again the samples recorded as errors (the model server failed); each new record "
         "replaces the old one, so every (problem, sample) still counts once (not identity)."))
@@ -342,5 +348,5 @@ class EvalConfig(StrictModel):
     #: Fields that may differ between a run and its resumption.
     RESUMABLE_FIELDS: ClassVar[frozenset[str]] = frozenset(
         {"concurrency", "base_url", "data_dir", "grade_timeout_s", "http_retries",
-         "http_timeout_s", "retry_errors", "sandbox_url", "sandbox_token_file", "ray",
-         "trackers", "wandb"})
+         "http_timeout_s", "max_outage_s", "retry_errors", "sandbox_url",
+         "sandbox_token_file", "ray", "trackers", "wandb"})

@@ -9,13 +9,19 @@ names the URL and the field, never a ``TypeError`` deep in the agent loop.
 A malformed reply is retried by the backend (a proxy hiccup or an overloaded server can garble
 one response); a reply that is well-formed but says the server lacks a feature (no
 ``token_ids`` field at all) is a plain BackendError and is not.
+
+Also here, for the same reason (reading what a server sent): :func:`retry_after_s` (a
+``Retry-After`` header) and :func:`prometheus_sum` (a counter of a ``/metrics`` page), both
+re-exported by :mod:`agentmath.backends.openai`.
 """
 
 from __future__ import annotations
 
+import email.utils
 import json
 import math
 import reprlib
+from datetime import UTC, datetime
 from typing import Any
 
 from agentmath.backends.base import FinishReason, Generation
@@ -238,3 +244,43 @@ def chat_message(data: Any, url: str) -> dict[str, Any]:
     if counts is not None:
         message["usage"] = counts
     return message
+
+
+def retry_after_s(value: str | None, now: datetime | None = None) -> float | None:
+    """Seconds to wait from a ``Retry-After`` header: delta-seconds (``"7"``, ``"1.5"``) or
+    an HTTP date (a date in the past means now); None when absent or unreadable."""
+    if not value or not value.strip():
+        return None
+    text = value.strip()
+    try:
+        seconds = float(text)
+    except ValueError:
+        try:
+            when = email.utils.parsedate_to_datetime(text)
+        except (TypeError, ValueError, IndexError):
+            return None
+        if when.tzinfo is None:
+            when = when.replace(tzinfo=UTC)
+        seconds = (when - (now or datetime.now(UTC))).total_seconds()
+    return max(0.0, seconds) if math.isfinite(seconds) else None
+
+
+def prometheus_sum(text: str, name: str) -> float | None:
+    """The sum of every sample of metric ``name`` (over all label sets) in a Prometheus text
+    exposition; None when there is none."""
+    total, found = 0.0, False
+    for line in text.splitlines():
+        if not line.startswith(name):
+            continue
+        rest = line[len(name):]
+        if rest.startswith("{"):
+            rest = rest[rest.rfind("}") + 1:]
+        elif not rest[:1].isspace():
+            continue  # another metric whose name starts with this one
+        fields = rest.split()
+        try:
+            total += float(fields[0])
+        except (IndexError, ValueError):
+            continue
+        found = True
+    return total if found else None

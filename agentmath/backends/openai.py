@@ -23,6 +23,12 @@ so that a router does not take a healthy server out of rotation for a bad prompt
 holds one slot of a semaphore bounding the number of requests in flight; the backoff sleep does
 not.
 
+Outages: ``max_outage_s`` > 0 puts an :class:`~agentmath.backends.outage.OutageGate` in front of
+the server. Connection failures and 502/503/504 in a row say the server is gone: requests then
+stop being sent and wait while ``GET /health`` is probed with backoff (any answer below 500
+counts), and resume with a fresh retry budget when it answers, or fail as before once the
+outage has lasted ``max_outage_s``. Off (0) by default here; eval and RL configs turn it on.
+
 Prefix-cache isolation across weight updates: with ``cache_salt_by_version`` each completion
 inside a :func:`~agentmath.backends.base.tagged` block carries vLLM's ``cache_salt`` =
 ``v{policy_version}``, so KV computed under older weights is never reused (vLLM 0.32 accepts it
@@ -38,11 +44,8 @@ override a built field.
 from __future__ import annotations
 
 import asyncio
-import email.utils
-import math
 import random
 from collections.abc import Callable, Mapping, Sequence
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -50,8 +53,14 @@ import httpx
 
 from agentmath._lazy import require
 from agentmath.backends import _replies
-from agentmath.backends._replies import NO_TOKEN_IDS_MESSAGE, MalformedReply
+from agentmath.backends._replies import (
+    NO_TOKEN_IDS_MESSAGE,
+    MalformedReply,
+    prometheus_sum,
+    retry_after_s,
+)
 from agentmath.backends.base import Generation, SamplingParams, chat_prompt_ids, current_tag
+from agentmath.backends.outage import OutageGate, Passage
 from agentmath.errors import BackendError, RequestRejected
 
 __all__ = ["NO_TOKEN_IDS_MESSAGE", "PREFIX_CACHE_HITS", "PREFIX_CACHE_QUERIES", "ExtraBody",
@@ -64,6 +73,7 @@ _BODY_SNIPPET = 500
 _MAX_BACKOFF_S = 30.0
 _RETRY_STATUSES = frozenset({408, 429})  # and every 5xx
 _RETRY_AFTER_STATUSES = frozenset({429, 503})
+_UNREACHABLE_STATUSES = frozenset({502, 503, 504})  # a proxy with no server behind it
 _SERVER_SIDE_4XX = frozenset({401, 403, 404})  # credentials, endpoint, model name: the server's
 _PROBE_TIMEOUT_S = 5.0
 #: vLLM's prefix-cache counters (tokens looked up / found in the cache since the server started).
@@ -73,31 +83,15 @@ PREFIX_CACHE_QUERIES = "vllm:prefix_cache_queries_total"
 
 class _Retryable(Exception):
     """An attempt failed in a way worth retrying; ``detail`` describes it, ``retry_after`` is
-    the server's ``Retry-After`` in seconds when it sent one."""
+    the server's ``Retry-After`` in seconds when it sent one; ``unreachable``: the server did
+    not answer (connection refused or reset, connect timeout, 502/503/504)."""
 
-    def __init__(self, detail: str, retry_after: float | None = None) -> None:
+    def __init__(self, detail: str, retry_after: float | None = None,
+                 unreachable: bool = False) -> None:
         super().__init__(detail)
         self.detail = detail
         self.retry_after = retry_after
-
-
-def retry_after_s(value: str | None, now: datetime | None = None) -> float | None:
-    """Seconds to wait from a ``Retry-After`` header: delta-seconds (``"7"``, ``"1.5"``) or
-    an HTTP date (a date in the past means now); None when absent or unreadable."""
-    if not value or not value.strip():
-        return None
-    text = value.strip()
-    try:
-        seconds = float(text)
-    except ValueError:
-        try:
-            when = email.utils.parsedate_to_datetime(text)
-        except (TypeError, ValueError, IndexError):
-            return None
-        if when.tzinfo is None:
-            when = when.replace(tzinfo=UTC)
-        seconds = (when - (now or datetime.now(UTC))).total_seconds()
-    return max(0.0, seconds) if math.isfinite(seconds) else None
+        self.unreachable = unreachable
 
 
 class OpenAIBackend:
@@ -112,8 +106,9 @@ class OpenAIBackend:
     every completion request: a mapping, or a function called with the request body (the
     current :data:`~agentmath.backends.base.current_tag` is readable in it) returning the fields
     to add, e.g. ``lambda body: {"min_tokens": body["max_tokens"], "ignore_eos": True}`` to make
-    vLLM write exactly ``max_tokens`` tokens. ``transport`` and ``backoff_s`` (first retry
-    delay) exist for tests.
+    vLLM write exactly ``max_tokens`` tokens. ``max_outage_s`` (0: off) is how long requests
+    wait for an unreachable server to answer again before they fail (module docstring).
+    ``transport`` and ``backoff_s`` (first retry delay) exist for tests.
     """
 
     name: str = "openai"
@@ -124,7 +119,7 @@ class OpenAIBackend:
                  transport: httpx.AsyncBaseTransport | None = None,
                  backoff_s: float = 0.5, max_retry_after_s: float = 60.0,
                  cache_salt_by_version: bool = False,
-                 extra_body: ExtraBody | None = None) -> None:
+                 extra_body: ExtraBody | None = None, max_outage_s: float = 0.0) -> None:
         if max_concurrency < 1:
             raise ValueError("max_concurrency must be at least 1")
         if max_retries < 0:
@@ -148,6 +143,8 @@ class OpenAIBackend:
             limits=httpx.Limits(max_connections=max_concurrency,
                                 max_keepalive_connections=max_concurrency))
         self._tokenizer = _load_tokenizer(tokenizer)
+        self.outage = OutageGate(self.base_url, self._reachable, max_outage_s=max_outage_s,
+                                 probe_timeout_s=min(self.timeout_s, _PROBE_TIMEOUT_S))
 
     # ----------------------------------------------------------------------------- protocol
 
@@ -199,7 +196,8 @@ class OpenAIBackend:
             "add_generation_prompt": True}, lambda data: _replies.tokens(data, url, True))
 
     async def aclose(self) -> None:
-        """Close the HTTP connection pool."""
+        """Stop probing and close the HTTP connection pool."""
+        self.outage.close()
         await self._client.aclose()
 
     # ------------------------------------------------------------------------------- extras
@@ -216,6 +214,17 @@ class OpenAIBackend:
         except (TimeoutError, httpx.HTTPError):
             return False
         return 200 <= response.status_code < 300
+
+    async def _reachable(self) -> tuple[bool, str]:
+        """The outage gate's probe: whether ``GET /health`` gets any answer below 500 (a
+        server without that endpoint answers 404, and is there), and why not."""
+        try:
+            response = await self._client.get("/health")
+        except httpx.HTTPError as exc:
+            return False, f"{type(exc).__name__}: {exc}"
+        if response.status_code >= 500:
+            return False, f"HTTP {response.status_code}"
+        return True, f"HTTP {response.status_code}"
 
     async def prefix_cache_counters(self) -> tuple[float, float]:
         """``(hits, queries)``: the server's prefix-cache counters in tokens since it started,
@@ -278,40 +287,71 @@ class OpenAIBackend:
 
         ``parse`` validates the decoded body; a :class:`MalformedReply` from it is retried like
         a 5xx (a garbled reply is usually a passing fault), any other BackendError is final.
+        While the outage gate is open no attempt is sent; after an outage the request starts
+        a fresh retry budget. A request whose retries run out on an unreachable server waits
+        for it there (up to ``max_outage_s``) instead of failing at once.
         """
         url = self._url(path)
-        last, wait = "no attempt made", None
-        for attempt in range(self.max_retries + 1):
-            if attempt:
+        last, wait, attempt, sent, unreachable = "no attempt made", None, 0, 0, False
+        loop = asyncio.get_running_loop()
+        sent_at = loop.time()
+        while True:
+            if attempt > self.max_retries:
+                passage = (await self.outage.hold(cause=last, sent_at=sent_at) if unreachable
+                           else Passage.CLEAR)
+                if passage is not Passage.RESUMED:
+                    raise self._failed(url, sent, last, passage)
+                attempt = 0
+            elif attempt:
                 await asyncio.sleep(self._delay(attempt, wait))
+            passage = await self.outage.hold()
+            if passage is Passage.EXPIRED:
+                raise self._failed(url, sent, last if sent else self.outage.last_error, passage)
+            if passage is Passage.RESUMED:
+                attempt = 0
+            attempt, sent, sent_at = attempt + 1, sent + 1, loop.time()
             try:
                 async with self._semaphore:
                     data = await self._attempt(path, url, payload)
                 return parse(data)
             except _Retryable as exc:
-                last, wait = exc.detail, exc.retry_after
+                last, wait, unreachable = exc.detail, exc.retry_after, exc.unreachable
+                if unreachable:
+                    self.outage.note_unreachable(last, sent_at)
             except MalformedReply as exc:
-                last, wait = str(exc), None
-        attempts = self.max_retries + 1
-        raise BackendError(f"POST {url} failed after {attempts} "
-                           f"attempt{'s' if attempts > 1 else ''}: {last}")
+                last, wait, unreachable = str(exc), None, False
+
+    def _failed(self, url: str, attempts: int, last: str, passage: Passage) -> BackendError:
+        """The error of a request that gives up (as without a gate, plus the wait if any)."""
+        waited = (f" and {self.outage.max_outage_s:g} s of waiting for the server to answer "
+                  f"again (max_outage_s)" if passage is Passage.EXPIRED else "")
+        return BackendError(f"POST {url} failed after {attempts} "
+                            f"attempt{'s' if attempts != 1 else ''}{waited}: {last}")
 
     async def _attempt(self, path: str, url: str, payload: dict[str, Any]) -> Any:
         """One request: JSON on 2xx, _Retryable on 408/429/5xx/transport, BackendError for
-        other statuses, MalformedReply for a body that is not JSON."""
+        other statuses, MalformedReply for a body that is not JSON. Tells the outage gate
+        whether the server answered."""
         try:
             async with asyncio.timeout(self.timeout_s):
                 response = await self._client.post(path, json=payload)
+        except httpx.ConnectTimeout as exc:
+            raise _Retryable(f"timed out connecting ({type(exc).__name__})",
+                             unreachable=True) from exc
         except (TimeoutError, httpx.TimeoutException) as exc:
             raise _Retryable(f"timed out after {self.timeout_s:g}s ({type(exc).__name__})") \
                 from exc
         except httpx.RequestError as exc:
-            raise _Retryable(f"{type(exc).__name__}: {exc}") from exc
+            gone = isinstance(exc, httpx.NetworkError | httpx.RemoteProtocolError)
+            raise _Retryable(f"{type(exc).__name__}: {exc}", unreachable=gone) from exc
         status = response.status_code
+        if status not in _UNREACHABLE_STATUSES:
+            self.outage.note_answer()
         if status in _RETRY_STATUSES or status >= 500:
             wait = (retry_after_s(response.headers.get("retry-after"))
                     if status in _RETRY_AFTER_STATUSES else None)
-            raise _Retryable(f"HTTP {status}: {response.text[:_BODY_SNIPPET]}", wait)
+            raise _Retryable(f"HTTP {status}: {response.text[:_BODY_SNIPPET]}", wait,
+                             unreachable=status in _UNREACHABLE_STATUSES)
         if not 200 <= status < 300:
             error = RequestRejected if 400 <= status < 500 and status not in _SERVER_SIDE_4XX \
                 else BackendError
@@ -334,27 +374,6 @@ class OpenAIBackend:
         """Delay before retry ``attempt`` (1-based): exponential, with full-range jitter."""
         base = min(_MAX_BACKOFF_S, self.backoff_s * 2 ** (attempt - 1))
         return base * (0.5 + random.random() / 2)
-
-
-def prometheus_sum(text: str, name: str) -> float | None:
-    """The sum of every sample of metric ``name`` (over all label sets) in a Prometheus text
-    exposition; None when there is none."""
-    total, found = 0.0, False
-    for line in text.splitlines():
-        if not line.startswith(name):
-            continue
-        rest = line[len(name):]
-        if rest.startswith("{"):
-            rest = rest[rest.rfind("}") + 1:]
-        elif not rest[:1].isspace():
-            continue  # another metric whose name starts with this one
-        fields = rest.split()
-        try:
-            total += float(fields[0])
-        except (IndexError, ValueError):
-            continue
-        found = True
-    return total if found else None
 
 
 def _load_tokenizer(tokenizer: Any) -> Any:

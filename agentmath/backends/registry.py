@@ -30,11 +30,15 @@ class BackendSettings:
     timeout_s: float | None = None  # one HTTP request
     max_retries: int | None = None  # of a failed HTTP request
     max_concurrency: int | None = None  # HTTP requests in flight to one server
+    #: How long requests wait for an unreachable server (every server, behind a router) to
+    #: answer again before they fail; 0 or None: not at all (backends/outage.py).
+    max_outage_s: float | None = None
 
     def http_options(self) -> dict[str, Any]:
         """The HTTP settings that were given, as keyword arguments of an HTTP backend."""
         options = {"api_key": self.api_key, "timeout_s": self.timeout_s,
-                   "max_retries": self.max_retries, "max_concurrency": self.max_concurrency}
+                   "max_retries": self.max_retries, "max_concurrency": self.max_concurrency,
+                   "max_outage_s": self.max_outage_s}
         return {k: v for k, v in options.items() if v is not None}
 
 

@@ -32,6 +32,11 @@ Failures: a :class:`~agentmath.errors.BackendError` from a server (after its own
 it out of rotation, drops the homes on it and re-sends the same prompt ids elsewhere, so the
 episode loses nothing; a background probe brings it back. A
 :class:`~agentmath.errors.RequestRejected` (the request's own fault) is re-raised, no failover.
+When every server is down, a router built with ``max_outage_s`` > 0 waits instead of failing:
+its :class:`~agentmath.backends.outage.OutageGate` probes the down servers with backoff and the
+requests resume (with their failover memory cleared) as soon as one answers, or fail as before
+once the outage has lasted ``max_outage_s``. The servers' own gates stay off, so that one
+server's outage is a failover, not a wait.
 Hit rates are the servers' own counters (:meth:`Router.prefix_cache_stats`), never guesses;
 the records are in :mod:`agentmath.backends.router_stats`.
 """
@@ -53,6 +58,7 @@ from agentmath.backends.base import (
     SamplingParams,
     current_tag,
 )
+from agentmath.backends.outage import OutageGate, Passage
 from agentmath.backends.router_stats import (
     PrefixCacheStats,
     RouterStats,
@@ -73,23 +79,29 @@ T = TypeVar("T")
 class Router(Routing):
     """A :class:`~agentmath.backends.base.Backend` that spreads requests over ``servers``
     (see the module docstring for the policy; the decisions are :class:`Routing`'s); ``name``
-    is ``"router"``."""
+    is ``"router"``. ``max_outage_s`` (0: off) is how long requests wait when every server is
+    down before they fail."""
 
     name: str = "router"
 
-    def __init__(self, servers: Sequence[Backend], config: RouterConfig | None = None) -> None:
+    def __init__(self, servers: Sequence[Backend], config: RouterConfig | None = None, *,
+                 max_outage_s: float = 0.0) -> None:
         if not servers:
             raise ConfigError("Router needs at least one server")
         super().__init__([ServerSlot(_label(b, i), backend=b, index=i)
                           for i, b in enumerate(servers)], config)
         self._closed = False
+        self.outage = OutageGate(f"every server of the router ({len(servers)})",
+                                 self._any_back, max_outage_s=max_outage_s,
+                                 probe_timeout_s=self.config.probe_timeout_s)
 
     @classmethod
     def from_urls(cls, urls: Sequence[str], model: str, config: RouterConfig | None = None,
                   **openai_kwargs: Any) -> Router:
         """A router over one :class:`~agentmath.backends.openai.OpenAIBackend` per URL
         (``http(s)://host:port``, an optional ``/v1`` suffix accepted); ``openai_kwargs`` go
-        to each backend. ConfigError names an empty list, a malformed or a duplicate URL."""
+        to each backend, but ``max_outage_s`` is the router's (each server's gate stays off).
+        ConfigError names an empty list, a malformed or a duplicate URL."""
         from agentmath.backends.openai import OpenAIBackend
 
         config = config or RouterConfig()
@@ -103,7 +115,9 @@ class Router(Routing):
                 raise ConfigError(f"server URL {url!r} is listed twice (as {seen[key]!r})")
             seen[key] = url
         openai_kwargs.setdefault("cache_salt_by_version", config.cache_salt_by_version)
-        return cls([OpenAIBackend(url, model, **openai_kwargs) for url in seen.values()], config)
+        max_outage_s = float(openai_kwargs.pop("max_outage_s", 0.0))
+        return cls([OpenAIBackend(url, model, **openai_kwargs) for url in seen.values()], config,
+                    max_outage_s=max_outage_s)
 
     def use_model(self, name: str) -> None:
         """Every server sends ``name`` as the model from now on (a LoRA adapter per policy
@@ -147,6 +161,7 @@ class Router(Routing):
         weight = self.weight(len(prompt_ids))
         tried: set[int] = set()
         while True:
+            await self._wait_out_outage(tried)
             index = self.acquire(tag, weight, tried)
             server = self._servers[index]
             try:
@@ -161,6 +176,7 @@ class Router(Routing):
                 continue
             finally:
                 self.release(index, weight)
+            self.outage.note_answer()
             server.completed += 1
             server.tokens += len(prompt_ids) + len(generation.token_ids)
             return generation
@@ -176,6 +192,7 @@ class Router(Routing):
     async def aclose(self) -> None:
         """Cancel the probes and close every server."""
         self._closed = True
+        self.outage.close()
         probes = [s.probe for s in self._servers if s.probe is not None]
         for probe in probes:
             probe.cancel()
@@ -190,9 +207,12 @@ class Router(Routing):
         self._check_open()
         tried: set[int] = set()
         while True:  # not through route: tokenizing must not move round_robin's turn
+            await self._wait_out_outage(tried)
             server = self._least(tried)
             try:
-                return await call(server.backend)
+                result = await call(server.backend)
+                self.outage.note_answer()
+                return result
             except RequestRejected as exc:
                 raise _named(exc, server.server) from exc
             except BackendError as exc:
@@ -204,6 +224,31 @@ class Router(Routing):
             raise BackendError("the router is closed")
 
     # ------------------------------------------------------------------------------ health
+
+    async def _wait_out_outage(self, tried: set[int]) -> None:
+        """With every server down, hold the request until one answers a probe (its failover
+        memory ``tried`` is then cleared) or the outage bound passes (the caller's routing
+        then fails as before). Immediate while any server is up, or with the gate off."""
+        live = [s for s in self._servers if not s.retired]
+        if not self.outage.enabled or not live or any(s.up for s in live):
+            return
+        passage = await self.outage.hold(cause=self._no_server_error().args[0])
+        if passage is Passage.RESUMED:
+            tried.clear()
+
+    async def _any_back(self) -> tuple[bool, str]:
+        """The outage gate's probe: probe every down server at once and put those that answer
+        back in rotation; whether one is up, or each one's last error."""
+        if any(s.up for s in self._servers):
+            return True, "a server is up"
+        down = [s for s in self._servers if not s.retired]
+        answers = await asyncio.gather(*(self._probe(s) for s in down))
+        for server, ok in zip(down, answers, strict=True):
+            if ok and not self._closed:
+                server.up = True
+        if any(answers):
+            return True, "a server answered"
+        return False, "; ".join(f"{s.server}: {s.last_error or 'down'}" for s in down)
 
     def _mark_down(self, server: ServerSlot, exc: BaseException) -> None:
         """Take ``server`` out of rotation, forget the homes on it, start its probe."""

@@ -57,6 +57,9 @@ def eval_command(
         "Retries of a failed server request, with backoff and Retry-After (default 4).")),
     http_timeout: float = typer.Option(None, "--http-timeout", metavar="SECONDS", help=(
         "Time limit of one server request (default 120).")),
+    max_outage: float = typer.Option(None, "--max-outage", metavar="SECONDS", help=(
+        "How long samples wait for an unreachable model server to come back before they "
+        "fail (default 300; 0: no waiting).")),
     grade_timeout: float = typer.Option(None, "--grade-timeout", metavar="SECONDS", help=(
         "Grading limit per sample, extraction and verification together (default 10).")),
     sandbox_url: list[str] = SANDBOX_URL_OPTION,
@@ -81,7 +84,8 @@ def eval_command(
         "temperature": temperature, "top_p": top_p, "seed": seed, "limit": limit,
         "data_dir": data_dir, "problem_field": problem_field, "answer_field": answer_field,
         "id_field": id_field, "retry_errors": retry_errors, "http_retries": http_retries,
-        "http_timeout_s": http_timeout, "grade_timeout_s": grade_timeout,
+        "http_timeout_s": http_timeout, "max_outage_s": max_outage,
+        "grade_timeout_s": grade_timeout,
         "sandbox_url": list(sandbox_url) if sandbox_url else None,
         "sandbox_token_file": str(sandbox_token_file) if sandbox_token_file else None,
         "loop": {"max_tool_calls": max_tool_calls, "max_model_tokens": max_model_tokens,

@@ -208,10 +208,10 @@ async def _run_todo(run: _Run, engine: RolloutEngine | RayRolloutEngine,
 
 def backend_settings(config: EvalConfig) -> BackendSettings:
     """What the run's backend is built from (by the CLI here, or by each Ray worker): the
-    model, its server URLs, the HTTP retries and timeout (a backend that talks to no server
-    ignores those)."""
+    model, its server URLs, the HTTP retries, timeout and outage bound (a backend that talks to
+    no server ignores those)."""
     return BackendSettings(config.model, config.base_url, max_retries=config.http_retries,
-                           timeout_s=config.http_timeout_s)
+                           timeout_s=config.http_timeout_s, max_outage_s=config.max_outage_s)
 
 
 def worker_spec(config: EvalConfig) -> WorkerSpec:

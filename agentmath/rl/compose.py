@@ -65,7 +65,8 @@ def worker_spec(cfg: RLConfig, loop: LoopConfig) -> WorkerSpec:
 
     g = cfg.generator
     urls = g.base_urls[0] if len(g.base_urls) == 1 else list(g.base_urls)
-    settings = BackendSettings(served_name(cfg), urls, timeout_s=g.http_timeout_s)
+    settings = BackendSettings(served_name(cfg), urls, timeout_s=g.http_timeout_s,
+                               max_outage_s=g.max_outage_s)
     return WorkerSpec(backend="openai", settings=settings, format=cfg.format, loop=loop,
                       sandbox=cfg.sandbox, sandbox_url=cfg.sandbox_url,
                       sandbox_token_file=cfg.sandbox_token_file)
@@ -135,7 +136,8 @@ def build_generators(cfg: RLConfig, learner: Learner, out_dir: Path) -> Generato
     name = served_name(cfg)
     remote = None
     if cfg.ray is None:  # on Ray, every worker has its own client of the servers
-        remote = make_backend("openai", name, base_url=g.base_urls, timeout_s=g.http_timeout_s)
+        remote = make_backend("openai", name, base_url=g.base_urls, timeout_s=g.http_timeout_s,
+                              max_outage_s=g.max_outage_s)
     return Generators(remote, VLLMWeightSync(g.base_urls, g.sync_dir or out_dir / "weights",
                                              lora=cfg.optim.lora, served_name=name))
 

@@ -104,7 +104,9 @@ def test_malformed_replies_fail_samples_then_retry_errors_completes_them(
 def test_outage_errors_then_recovery(fault_server: FaultServer, tmp_path: Path) -> None:
     data, out = dataset(tmp_path / "data.jsonl", fault_server, ROWS[:2]), tmp_path / "run"
     fault_server.outage = Fault(status=503, headers={"Retry-After": "0"})
-    first = metrics_of(run_eval_cli(fault_server, data, out))
+    # --max-outage 0: fail at once, as without the outage gate (tests/unit/test_outage.py
+    # and tests/integration/test_outage_restart.py show the wait).
+    first = metrics_of(run_eval_cli(fault_server, data, out, "--max-outage", "0"))
     assert first["n_errors"] == 4
     assert all("HTTP 503" in r["error"] for r in records(out))
     fault_server.outage = None  # the server is back, but flaky: each fault is retried

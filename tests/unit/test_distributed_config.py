@@ -53,7 +53,7 @@ def test_worker_spec_carries_what_the_workers_need_but_no_token() -> None:
                      sandbox_token_file="/etc/agentmath/token", http_retries=7)
     spec = worker_spec(cfg)
     assert spec.settings == BackendSettings("m", ["http://a:1", "http://b:2"], max_retries=7,
-                                            timeout_s=120.0)
+                                            timeout_s=120.0, max_outage_s=300.0)
     assert spec.format == "markdown"
     assert pickle.loads(pickle.dumps(spec)) == spec  # sent to every worker
     assert spec.sandbox_url == ["http://s:8080"]
@@ -100,7 +100,8 @@ def test_rl_worker_spec_reaches_the_generators_and_sandboxes() -> None:
     loop = LoopConfig(max_tool_calls=5)
     spec = worker_spec(_rl(), loop)
     assert spec.backend == "openai" and spec.loop == loop
-    assert spec.settings == BackendSettings("tiny", ["http://a:1", "http://b:2"], timeout_s=30.0)
+    assert spec.settings == BackendSettings("tiny", ["http://a:1", "http://b:2"], timeout_s=30.0,
+                                            max_outage_s=300.0)
     assert spec.sandbox_url == ["http://s:8080"]
     one = worker_spec(_rl(generator={"backend": "openai", "base_urls": ["http://a:1"]}), loop)
     assert one.settings.base_url == "http://a:1"

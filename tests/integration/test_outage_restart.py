@@ -1,0 +1,108 @@
+"""A model server killed with SIGKILL during ``run_eval`` and started again on the same port a
+few seconds later: with the outage gate (``max_outage_s``) no sample is an error and the wait is
+logged; with it off (0), the same kill loses the samples in flight.
+
+The server is the stand-in of :mod:`tests.fixtures.outage_server` (a process of its own, the
+same HTTP client path as a vLLM server: ``/tokenize``, ``/v1/completions``, ``/health``)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from agentmath.backends import build_backend
+from agentmath.config import EvalConfig
+from agentmath.eval.runner import backend_settings, run_eval
+from tests.fixtures.outage_server import free_port, start_process
+
+pytestmark = pytest.mark.integration
+ROWS = [{"id": f"p{i}", "problem": f"What is {i} plus {i}?", "answer": str(2 * i)}
+        for i in range(1, 11)]
+DOWN_S = 4.0  # between the kill and the restart
+DELAY_S = 0.4  # per completion, so that requests are in flight when the server dies
+
+
+def records(out: Path) -> list[dict[str, Any]]:
+    path = out / "samples.jsonl"
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+async def kill_and_restart(procs: list[subprocess.Popen[bytes]], out: Path, port: int,
+                           answers: Path, timings: dict[str, float]) -> None:
+    """Once a few samples are recorded, SIGKILL the server; start it again DOWN_S later."""
+    while len(records(out)) < 4:
+        await asyncio.sleep(0.02)
+    os.kill(procs[-1].pid, signal.SIGKILL)
+    procs[-1].wait()
+    timings["killed"] = time.monotonic()
+    await asyncio.sleep(DOWN_S)
+    procs.append(await asyncio.to_thread(start_process, port, answers, DELAY_S))
+    timings["restarted"] = time.monotonic()
+
+
+def run_with_a_restart(tmp_path: Path, name: str, max_outage_s: float
+                       ) -> tuple[list[dict[str, Any]], dict[str, float]]:
+    data, answers = tmp_path / "data.jsonl", tmp_path / "answers.json"
+    data.write_text("".join(json.dumps(r) + "\n" for r in ROWS))
+    answers.write_text(json.dumps({r["problem"]: r["answer"] for r in ROWS}))
+    port, out = free_port(), tmp_path / name
+    procs = [start_process(port, answers, DELAY_S)]
+    config = EvalConfig.model_validate({
+        "dataset": str(data), "model": "m", "base_url": f"http://127.0.0.1:{port}",
+        "samples": 2, "concurrency": 4, "http_retries": 2, "max_outage_s": max_outage_s,
+        "sandbox": {"preload": [], "spare_workers": 0}})
+    timings: dict[str, float] = {}
+
+    async def main() -> None:
+        backend = build_backend("openai", backend_settings(config))
+        try:
+            await asyncio.gather(run_eval(config, out, backend),
+                                 kill_and_restart(procs, out, port, answers, timings))
+        finally:
+            await backend.aclose()
+
+    try:
+        asyncio.run(main())
+    finally:
+        for proc in procs:
+            proc.kill()
+            proc.wait()
+    return records(out), timings
+
+
+def test_a_killed_and_restarted_server_costs_no_sample(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.INFO, logger="agentmath.backends.outage")
+    started = time.monotonic()
+    rows, timings = run_with_a_restart(tmp_path, "gated", max_outage_s=60)
+    assert len(rows) == 20 and [r for r in rows if r["finish_reason"] == "error"] == []
+    assert all(r["correct"] for r in rows)
+    assert timings["restarted"] - timings["killed"] >= DOWN_S
+    messages = [r.getMessage() for r in caplog.records if r.name == "agentmath.backends.outage"]
+    held = [m for m in messages if "is unreachable" in m and "holding its requests" in m]
+    resumed = [m for m in messages if "answers again after" in m]
+    assert len(held) == 1 and len(resumed) == 1, messages
+    waited = float(resumed[0].split("answers again after ")[1].split(" s")[0])
+    assert DOWN_S - 1 <= waited <= DOWN_S + 6
+    print(f"\ngated: 0 errors of {len(rows)}; {resumed[0]} "
+          f"(run {time.monotonic() - started:.1f} s)")
+
+    caplog.clear()
+    rows, _ = run_with_a_restart(tmp_path, "ungated", max_outage_s=0)
+    errors = [r for r in rows if r["finish_reason"] == "error"]
+    assert len(rows) == 20 and errors, "without the gate the kill should cost samples"
+    assert all("Connect" in r["error"] or "Remote" in r["error"] or "Read" in r["error"]
+               for r in errors)
+    assert not [r for r in caplog.records if r.name == "agentmath.backends.outage"]
+    print(f"ungated: {len(errors)} errors of {len(rows)}")
