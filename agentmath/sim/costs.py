@@ -4,13 +4,16 @@ One engine step of a vLLM-like server decodes one token for every running reques
 prompt is computed and spends what is left of a per-step token budget on (chunked) prefill.
 Its duration is modelled as::
 
-    t_step = a + b * n_decode + c * prefill_tokens + d * context_tokens
+    t_step = a + b * n_decode + c * prefill_tokens + d * context_tokens + e * prefill_context
 
 ``a`` is the fixed cost of a forward pass (reading the weights, launching kernels), ``b`` the
 extra cost per sequence in the batch (sampling, the linear layers' per-row work), ``c`` the cost
-of one prefilled token, ``d`` the cost of attending over one cached token of context (reading
-its KV; this makes long agentic contexts slow, and is 0 when ignored). The numbers are either a
-preset (:meth:`ServerCostModel.h100_qwen3_8b`, :meth:`ServerCostModel.cpu_tiny`) or fitted to
+of one prefilled token's matmuls, ``d`` the cost of attending over one cached token of context
+in a decode step (reading its KV; this makes long agentic contexts slow), ``e`` the cost of one
+(query, key) pair of prefill attention (``prefill_context`` sums the positions of the tokens
+prefilled in the step: re-prefilling a long context grows quadratically). ``d`` and ``e`` are 0
+when ignored. The numbers are either a preset (:meth:`ServerCostModel.h100_qwen3_8b`, grounded
+in published measurements in :mod:`.hardware`; :meth:`ServerCostModel.cpu_tiny`) or fitted to
 measurements of a real server (:meth:`ServerCostModel.fit`).
 """
 
@@ -20,6 +23,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 import numpy as np
+
+from agentmath.sim.hardware import H100_SXM, QWEN3_8B, step_coefficients
 
 __all__ = ["ServerCostModel", "StepMeasurement"]
 
@@ -48,6 +53,8 @@ class ServerCostModel:
     c: float = 6e-5
     #: Seconds per token of cached context attended over in the step (KV reads; 0: ignored).
     d: float = 0.0
+    #: Seconds per (prefilled token, earlier token) pair of prefill attention (0: ignored).
+    e: float = 0.0
     #: Token budget of one step (decode tokens + prefill chunk), vLLM's max_num_batched_tokens.
     max_batched_tokens: int = 8192
     #: Most requests running at once (vLLM's max_num_seqs); the rest wait in the queue.
@@ -63,10 +70,22 @@ class ServerCostModel:
         """KV capacity in blocks."""
         return self.kv_tokens // self.block_size
 
-    def step_time(self, n_decode: int, prefill_tokens: int = 0, context_tokens: int = 0) -> float:
-        """Seconds of one engine step of this shape."""
+    def step_time(self, n_decode: int, prefill_tokens: int = 0, context_tokens: int = 0,
+                  prefill_context: int = 0) -> float:
+        """Seconds of one engine step of this shape (``prefill_context``: the summed positions
+        of the prefilled tokens, i.e. the keys their attention reads)."""
         return (self.a + self.b * n_decode + self.c * prefill_tokens
-                + self.d * context_tokens)
+                + self.d * context_tokens + self.e * prefill_context)
+
+    def prefill_time(self, tokens: int, cached: int = 0) -> float:
+        """Seconds to prefill ``tokens`` after ``cached`` tokens already in the cache, in
+        ``max_batched_tokens`` chunks, nothing else in the steps."""
+        total, pos = 0.0, cached
+        while pos < cached + tokens:
+            n = min(self.max_batched_tokens, cached + tokens - pos)
+            total += self.step_time(0, n, 0, n * pos + n * (n - 1) // 2)
+            pos += n
+        return total
 
     def decode_rate(self, n: int, context_tokens: int = 0) -> float:
         """Tokens per second decoded by ``n`` running requests holding ``context_tokens``."""
@@ -87,31 +106,30 @@ class ServerCostModel:
 
     @classmethod
     def h100_qwen3_8b(cls) -> ServerCostModel:
-        """An H100-80GB SXM serving an 8B dense model in bf16 (Qwen3-8B shape) with vLLM.
+        """An H100-80GB SXM serving Qwen3-8B in bf16 with vLLM, from the model's shape, the
+        card's specs and published vLLM measurements (:mod:`.hardware`, each figure cited
+        there; tested against them in ``tests/unit/test_simulator_costs.py``):
 
-        Derived from hardware specs and the model's shape; these are assumptions, not
-        measurements, to be replaced by :meth:`fit` on real servers:
+        * ``a`` = 6.85 ms: 16.4 GB of weights at 77% of 3.35 TB/s, plus 0.5 ms per step
+          (7.2 ms measured at batch <= 10 for Llama-3-8B);
+        * ``b`` = 8 us per sequence (12.7 ms measured at batch 256, short contexts);
+        * ``c`` = 18.7 us per prefilled token (13.9 GFLOP at 75% of 989 TFLOPS) and ``e`` =
+          0.85 ns per (token, earlier token) pair of attention: a 10k-token prompt ~0.23 s,
+          an 80k one ~4.4 s;
+        * ``d`` = 57 ns per context token per decode step: 144 KiB of KV per token (36 layers
+          x 8 KV heads x 128 x 2 x bf16) at 77% of 3.35 TB/s;
+        * ``kv_tokens`` = 392k: 0.9 x 79.6 GiB - 15.3 GiB of weights - 2.5 GiB, over 144 KiB;
+        * ``max_batched_tokens`` 8192, ``max_running`` 256 (``max-num-seq`` of the measured
+          runs), ``block_size`` 16: vLLM's defaults for online serving.
 
-        * ``a`` = 6 ms: one step reads the 16.4 GB of weights at 3.35 TB/s (HBM3, 4.9 ms) plus
-          launch and scheduler overhead. Cross-check: vLLM decodes Llama-3.1-8B at ~75 tok/s
-          at batch 1 on an A100-40GB, 77% of its 1.56 TB/s roofline (johnmusgrave.com, "vLLM
-          throughput-latency sweep on NVIDIA A100"); H100 bandwidth is 2.1x.
-        * ``b`` = 70 us per sequence: 16 GFLOP per token at ~40% of 989 dense bf16 TFLOPS
-          (40 us), plus sampling and per-row overhead.
-        * ``c`` = 60 us per prefilled token (~17k tok/s): the same FLOPs per token at ~30% MFU
-          with long-context attention; within the 10-20k tok/s assumed for the benchmark.
-        * ``d`` = 60 ns per context token per step: Qwen3-8B's KV is 147 KB per token (36
-          layers x 8 KV heads x 128 x 2 x bf16), read once per step at ~75% of 3.35 TB/s.
-        * ``kv_tokens`` = 360k: 0.9 x 80 GB minus weights and activations leaves ~53 GB.
-        * ``max_batched_tokens`` 8192, ``max_running`` 256, ``block_size`` 16: vLLM defaults
-          for online serving on a large GPU.
-
-        At batch 64 with 2k-token contexts a step is ~18 ms (~3.5k tok/s); at batch 256 with
-        1.4k-token contexts ~46 ms (~5.5k tok/s): the 2-4k tok/s per server the AgentMath
-        benchmark assumes, lower for the long contexts of agentic episodes.
+        Decode is bandwidth-bound: 256 sequences of 1.5k tokens step in ~31 ms (8.3k tok/s),
+        but a server's KV (392k tokens) holds only ~23 agentic contexts of 17k tokens, whose
+        steps take ~30 ms for 23 tokens (~770 tok/s).
         """
-        return cls(a=0.006, b=7e-5, c=6e-5, d=6e-8, max_batched_tokens=8192, max_running=256,
-                   kv_tokens=360_000, block_size=16)
+        coef = step_coefficients(QWEN3_8B, H100_SXM)
+        return cls(a=float(coef["a"]), b=float(coef["b"]), c=float(coef["c"]),
+                   d=float(coef["d"]), e=float(coef["e"]), max_batched_tokens=8192,
+                   max_running=256, kv_tokens=int(coef["kv_tokens"]), block_size=16)
 
     @classmethod
     def cpu_tiny(cls) -> ServerCostModel:

@@ -1,23 +1,26 @@
 """A lower bound on the makespan of a workload: what no scheduler, router or cache can beat.
 
-Each server step costs ``a + b*n_decode + c*prefill + d*context`` (:mod:`.costs`) and decodes
+Each server step costs ``a + b*n_decode + c*prefill + d*context + e*pairs`` (:mod:`.costs`;
+``pairs``: the earlier tokens each prefilled token attends to) and decodes
 at most ``n* = min(max_running, max_batched_tokens)`` tokens. Summing over the steps of a server
 that decodes ``D_s`` tokens and prefills ``U_s`` tokens::
 
     time_s >= (D_s / n*) * a + b * D_s + c * U_s + d * sum(context of every decoded token)
+              + e * sum(position of every prefilled token)
 
 because it needs at least ``D_s / n*`` steps, each paying ``a``, and the other terms are paid
 per token wherever and whenever it runs. The busiest server takes at least the average, so the
 **work bound** is::
 
-    work_s = (D * (a / n* + b) + c * U + d * C) / servers
+    work_s = (D * (a / n* + b) + c * U + d * C + e * P) / servers
 
 with ``D`` the model tokens of every episode that come out of decode steps (all but the
 first of each turn, which the step finishing the turn's prefill produces; one request per
 turn), ``U`` the *unavoidable* prefill (each group's
 prompt once, as if all G siblings shared it through a perfect prefix cache, plus every tool
 output once, since the rest of each turn's context is cached from the previous turn), and
-``C`` the summed context length under each decoded token (0 work when ``d`` = 0).
+``C`` the summed context length under each decoded token (0 work when ``d`` = 0), ``P`` the
+summed positions of the unavoidable prefilled tokens (0 work when ``e`` = 0).
 
 Two more bounds: the **critical path** (the slowest single episode running alone: each of its
 tokens in a step of at least ``a + b + d*context``, its prefill, its tool latencies) and the
@@ -46,6 +49,7 @@ class IdealMakespan:
     decode_tokens: int  # D: model tokens from decode steps (each turn's first comes from prefill)
     prefill_tokens: int  # U, unavoidable
     context_token_steps: int  # C
+    prefill_pairs: int  # P
     work_s: float
     critical_path_s: float
     sandbox_s: float
@@ -56,21 +60,25 @@ class IdealMakespan:
         return max(self.work_s, self.critical_path_s, self.sandbox_s)
 
 
-def _episode_terms(script: EpisodeScript) -> tuple[int, int, float]:
-    """(summed context under each decode-step token, tokens from decode steps, tool latency).
+def _episode_terms(script: EpisodeScript) -> tuple[int, int, float, int]:
+    """(summed context under each decode-step token, tokens from decode steps, tool latency,
+    summed positions of the tool-output tokens, which are prefilled).
 
     A turn's first token comes out of the step that finishes its prefill; its other ``g - 1``
     tokens are decode steps, at contexts ``x + 1 .. x + g - 1`` (``x``: the context before).
     """
     ctx = script.prompt_tokens
-    context_sum = decoded = 0
+    context_sum = decoded = pairs = 0
     for turn in script.turns:
         k = max(0, turn.gen_tokens - 1)
         context_sum += k * ctx + k * (k + 1) // 2
         decoded += k
-        ctx += turn.gen_tokens + turn.tool_tokens
+        ctx += turn.gen_tokens
+        t = turn.tool_tokens
+        pairs += t * ctx + t * (t - 1) // 2
+        ctx += t
     latency = sum(t.tool_latency_s for t in script.turns)
-    return context_sum, decoded, latency
+    return context_sum, decoded, latency, pairs
 
 
 def ideal_makespan(workload: Workload, servers: int, cost: ServerCostModel,
@@ -79,23 +87,29 @@ def ideal_makespan(workload: Workload, servers: int, cost: ServerCostModel,
     if servers < 1:
         raise ValueError("servers must be at least 1")
     n_star = min(cost.max_running, cost.max_batched_tokens)
-    decode = prefill = context = 0
+    decode = prefill = context = pairs = 0
     latency_total = 0.0
     critical = 0.0
     for g in range(workload.n_groups):
-        prefill += workload.group_prompt_tokens(g)
+        prompt = workload.group_prompt_tokens(g)
+        prefill += prompt
+        pairs += prompt * (prompt - 1) // 2
         for s in range(workload.group_size):
             script = workload.script(g, s)
-            ctx_sum, decoded, latency = _episode_terms(script)
+            ctx_sum, decoded, latency, tool_pairs = _episode_terms(script)
             decode += decoded
             prefill += script.tool_tokens
             context += ctx_sum
+            pairs += tool_pairs
             latency_total += latency
             first_tokens = sum(1 for t in script.turns if t.gen_tokens)
             alone = (decoded * (cost.a + cost.b) + cost.d * ctx_sum + first_tokens * cost.a
-                     + cost.c * (script.prompt_tokens + script.tool_tokens) + latency)
+                     + cost.c * (script.prompt_tokens + script.tool_tokens) + latency
+                     + cost.e * (prompt * (prompt - 1) // 2 + tool_pairs))
             critical = max(critical, alone)
-    work = (decode * (cost.a / n_star + cost.b) + cost.c * prefill + cost.d * context) / servers
+    work = (decode * (cost.a / n_star + cost.b) + cost.c * prefill + cost.d * context
+            + cost.e * pairs) / servers
     workers = (sandbox or SandboxModel()).workers
-    return IdealMakespan(servers, workload.episodes, decode, prefill, context, work, critical,
+    return IdealMakespan(servers, workload.episodes, decode, prefill, context, pairs, work,
+                         critical,
                          latency_total / workers)

@@ -220,7 +220,9 @@ class SimServer:
             return
         prefill = sum(c for _, c in chunks)
         context = sum(r.prompt_len + r.gen for r in decode) if cost.d else 0
-        dt = cost.step_time(len(decode), prefill, context)
+        pairs = sum(c * (r.prompt_len + r.gen - r.prefill_left) + c * (c - 1) // 2
+                    for r, c in chunks) if cost.e else 0  # keys prefill attention reads
+        dt = cost.step_time(len(decode), prefill, context, pairs)
         yield self.env.timeout(dt)
         now = self.env.now
         st = self.stats

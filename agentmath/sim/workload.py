@@ -10,18 +10,28 @@ Reproducibility: a script is drawn from its own random stream, seeded by ``(seed
 sample)`` only, so it does not depend on the order in which a scheduler starts or advances
 episodes: every scheduler variant of a benchmark table does exactly the same work.
 
-Distributions (defaults; assumptions shaped after AgentMath's description: G=8, ~8 tool calls
-per episode, episodes of up to 96k tokens with a long tail):
+What AgentMath states, and the defaults take as given: G = 8 samples per problem; trajectories
+average **8.3 tool calls** and **16.9k tokens**, with at most **96 tool calls** and **96k tokens**
+(the loop's budgets here: ``max_calls`` = 96, ``max_episode_tokens`` = 96 x 1024, whether the
+paper's "96k" is 96,000 or 98,304 is not stated). Batch 64 problems and the 10 s weight update
+are the benchmark's (``benchmarks/_rollout_sim.py``). "Tokens per trajectory" is read as the
+final context: prompt + model + tool tokens (an assumption). ``calls_mean`` (8.35) and the
+median of ``turn_tokens`` (1,040) are set so that the generated episodes have those means
+(``tests/unit/test_simulator_costs.py`` checks them on 8,192 episodes); they are not fitted to
+any benchmark row.
 
-* calls per episode: negative binomial with mean ``calls_mean`` and shape ``calls_shape``,
-  capped at ``max_calls``;
-* tokens per model turn: lognormal ``turn_tokens`` times a per-group and a per-episode
-  lognormal factor (mean 1), so that hard problems and unlucky samples are long in every turn;
-  the tail reaches the context cap ``max_episode_tokens``, where the episode is cut;
-* tool output tokens and tool latency: lognormal, capped.
+What the paper does not state, assumed here (the shapes of the distributions):
 
-With the defaults an episode averages ~15k tokens (prompt + model + tool), so 4096 episodes
-(512 groups) are ~60M tokens.
+* calls per episode: negative binomial (a gamma-Poisson mixture) with mean ``calls_mean`` and
+  shape ``calls_shape`` = 4, capped at ``max_calls``: p99 ~24 calls, the longest ~40 of 8k;
+* tokens per model turn: lognormal ``turn_tokens`` (sigma 1.0) times a per-group (sigma 0.4)
+  and a per-episode (sigma 0.6) lognormal factor of mean 1, so that hard problems and unlucky
+  samples are long in every turn; median episode ~11.5k tokens, p90 ~36k, p99 ~93k; the tail
+  reaches the context cap (~0.8% of episodes are cut there);
+* prompt tokens (median 400), tool output tokens (median 80, at most 1,024) and tool latency
+  (median 0.4 s): lognormal, capped.
+
+So 4096 episodes (512 groups) are ~69M tokens.
 """
 
 from __future__ import annotations
@@ -113,14 +123,15 @@ class Workload:
     group_size: int = 8
     #: Prompt tokens (system prompt + problem), shared by the samples of a group.
     prompt_tokens: LogNormal = field(default_factory=lambda: LogNormal(400, 0.5, 64, 4096))
-    #: Mean tool calls per episode.
-    calls_mean: float = 8.0
+    #: Mean of the calls' mixture (8.35 gives the paper's 8.3 calls per episode after the
+    #: context cap cuts a few episodes short).
+    calls_mean: float = 8.35
     #: Shape of the negative binomial of calls (smaller: more spread; inf: Poisson).
     calls_shape: float = 4.0
-    #: Most tool calls of an episode.
-    max_calls: int = 32
+    #: Most tool calls of an episode (the paper: up to 96).
+    max_calls: int = 96
     #: Tokens per model turn, before the group and episode factors.
-    turn_tokens: LogNormal = field(default_factory=lambda: LogNormal(900, 1.0, 16, 16384))
+    turn_tokens: LogNormal = field(default_factory=lambda: LogNormal(1040, 1.0, 16, 16384))
     #: Log-space sigma of the per-group length factor (hard problems are long).
     group_sigma: float = 0.4
     #: Log-space sigma of the per-episode length factor.
@@ -232,7 +243,7 @@ def _script(workload: Workload, group: int, sample: int) -> EpisodeScript:
         if i == calls:
             turns.append(Turn(g))
             break
-        t = int(tools[i])
+        t = min(int(tools[i]), cap - used - g)  # the cap cuts a tool output too
         turns.append(Turn(g, t, float(latency[i])))
         used += g + t
     return EpisodeScript(group, sample, prompt, tuple(turns), "answer")
