@@ -123,6 +123,12 @@ def add_sim_arguments(parser: argparse.ArgumentParser) -> None:
                             "seconds per RL step are measured (0: run every group to the end)")
     group.add_argument("--kv-tokens", type=int, default=None,
                        help="override the preset's KV cache capacity (tokens per server)")
+    group.add_argument("--stale-kv", action="store_true",
+                       help="keep KV computed under older weights reusable after a weight "
+                            "update (no cache salt by version); moves +partial and +router")
+    group.add_argument("--router-option", action="append", default=[], metavar="KEY=VALUE",
+                       help="a RouterConfig field for the +router row (w_base, l_base, "
+                            "spill_factor, spill_slack, max_in_flight_per_server); repeatable")
 
 
 def _config(variant: Variant, workload: Workload, cost: ServerCostModel,
@@ -144,9 +150,14 @@ def simulate(variant: Variant, workload: Workload, cost: ServerCostModel,
              ns: argparse.Namespace, measure_after: int = 0) -> dict[str, Any]:
     """One row: the run of ``workload`` under ``variant``, in simulated time (the makespan
     counts from the end of the first ``measure_after`` iterations: a warm-up)."""
-    fleet = build_fleet(workload, ns.servers, cost, SandboxModel(workers=ns.sandbox_workers))
-    router = Router(fleet.backends, RouterConfig(policy=variant.policy,
-                                                 max_in_flight_per_server=cost.max_running))
+    fleet = build_fleet(workload, ns.servers, cost, SandboxModel(workers=ns.sandbox_workers),
+                        stale_kv=getattr(ns, "stale_kv", False))
+    options: dict[str, Any] = {"max_in_flight_per_server": cost.max_running}
+    if variant.policy == "prefix_aware":
+        for item in getattr(ns, "router_option", None) or []:
+            key, _, value = item.partition("=")
+            options[key] = float(value) if "." in value else int(value)
+    router = Router(fleet.backends, RouterConfig(policy=variant.policy, **options))
     bound = HitBound(router, cost.block_size, getattr(ns, "request_overhead_s", 0.0))
     engine = RolloutEngine(bound, fleet.sandbox, get_format("code_interpreter"),
                            loop=workload.loop_config(), config=_config(variant, workload, cost, ns))
@@ -212,7 +223,8 @@ def run_sim(ns: argparse.Namespace) -> dict[str, Any]:
     pauses = (rows[-1]["iterations"] - 1) * ns.sync_s
     return {"workload": asdict(replace(workload)), "servers": ns.servers,
             "cost_model": asdict(cost), "batch_groups": ns.batch_groups,
-            "sync_s": ns.sync_s, "ideal_makespan_s": ideal,
+            "sync_s": ns.sync_s, "kv_fraction": ns.kv_fraction, "stale_kv": ns.stale_kv,
+            "router_options": ns.router_option, "ideal_makespan_s": ideal,
             "ideal_plus_weight_updates_s": ideal + pauses, "rows": rows}
 
 

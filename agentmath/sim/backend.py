@@ -3,9 +3,12 @@ server, so that the real agent loop, scheduler and router run against it unchang
 
 ``generate`` asks the simulated model (:class:`~.policy.SimPolicy`) what it writes, hashes the
 context's blocks (salted with the request tag's policy version, so a weight update invalidates
-the prefix cache), submits the request to the :class:`~.server.SimServer` and awaits its
-completion through the clock bridge: the coroutine resumes at the simulated time the server
-finished it. ``render_prompt`` and ``tokenize`` cost no simulated time.
+the prefix cache, as vLLM's ``cache_salt`` per version does; with ``salt_by_version=False`` KV
+computed under older weights is reused, as an engine that keeps stale KV across a weight
+update within the staleness bound does), submits the request to the
+:class:`~.server.SimServer` and awaits its completion through the clock bridge: the coroutine
+resumes at the simulated time the server finished it. ``render_prompt`` and ``tokenize`` cost
+no simulated time.
 
 For the router it has the optional methods of a real server backend: ``prefix_cache_counters``
 (vLLM's hit/query counters in tokens), ``healthy``, and ``metrics`` (vLLM's gauge names).
@@ -33,7 +36,7 @@ class SimServerBackend:
     """The Backend of one :class:`SimServer`, playing ``policy``'s scripts."""
 
     def __init__(self, server: SimServer, policy: SimPolicy,
-                 hasher: BlockHasher | None = None) -> None:
+                 hasher: BlockHasher | None = None, *, salt_by_version: bool = True) -> None:
         self.server = server
         self.policy = policy
         self.name = server.name
@@ -41,6 +44,7 @@ class SimServerBackend:
             raise ValueError("the hasher's block size differs from the server's")
         self.hasher = hasher or BlockHasher(server.cost.block_size)
         self.closed = False
+        self.salt_by_version = salt_by_version
 
     async def render_prompt(self, messages: Sequence[dict[str, str]]) -> list[int]:
         """The prompt ids of the workload problem in ``messages``."""
@@ -59,7 +63,7 @@ class SimServerBackend:
             raise RuntimeError(f"{self.name} belongs to another simpy environment")
         tag = current_tag.get()
         planned = self.policy.plan(prompt_ids, tag, max_tokens, stop)
-        salt = tag.policy_version if tag is not None else 0
+        salt = tag.policy_version if tag is not None and self.salt_by_version else 0
         hashes = self.hasher.hashes(tag.episode_id if tag is not None else None, salt,
                                     prompt_ids, planned.token_ids)
         fut: asyncio.Future[SimRequest] = asyncio.get_running_loop().create_future()

@@ -79,16 +79,18 @@ class SimFleet:
 def build_fleet(workload: Workload | None = None, servers: int = 1,
                 cost: ServerCostModel | None = None, sandbox: SandboxModel | None = None, *,
                 fmt: ToolFormat | str = "code_interpreter",
-                env: simpy.Environment | None = None) -> SimFleet:
+                env: simpy.Environment | None = None, stale_kv: bool = False) -> SimFleet:
     """``servers`` simulated servers with cost model ``cost`` (default: the H100 preset), their
     backends (one shared simulated model and block hasher, so an episode moved between servers
-    behaves the same), and a simulated sandbox, all on ``env`` (a new one by default)."""
+    behaves the same), and a simulated sandbox, all on ``env`` (a new one by default).
+    ``stale_kv``: KV computed under an older policy version stays reusable (no salt by
+    version; see :class:`SimServerBackend`)."""
     env = env or simpy.Environment()
     workload = workload or Workload()
     cost = cost or ServerCostModel.h100_qwen3_8b()
     policy = SimPolicy(workload, fmt)
     hasher = BlockHasher(cost.block_size)
     sims = [SimServer(env, cost, name=f"sim-{i}") for i in range(servers)]
-    backends = [SimServerBackend(s, policy, hasher) for s in sims]
+    backends = [SimServerBackend(s, policy, hasher, salt_by_version=not stale_kv) for s in sims]
     return SimFleet(env, workload, cost, policy, sims, backends,
                     SimSandbox(env, sandbox or SandboxModel()))
