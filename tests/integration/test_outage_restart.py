@@ -13,6 +13,7 @@ import logging
 import os
 import signal
 import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -29,6 +30,7 @@ ROWS = [{"id": f"p{i}", "problem": f"What is {i} plus {i}?", "answer": str(2 * i
         for i in range(1, 11)]
 DOWN_S = 4.0  # between the kill and the restart
 DELAY_S = 0.4  # per completion, so that requests are in flight when the server dies
+RL_DOWN_S = 10.0  # longer than RL's retries (4, backoff ~0.5 to 4 s) ride out on their own
 
 
 def records(out: Path) -> list[dict[str, Any]]:
@@ -106,3 +108,55 @@ def test_a_killed_and_restarted_server_costs_no_sample(
                for r in errors)
     assert not [r for r in caplog.records if r.name == "agentmath.backends.outage"]
     print(f"ungated: {len(errors)} errors of {len(rows)}")
+
+
+def test_rl_with_the_openai_generator_waits_out_a_restart(tiny_model_dir: Path,
+                                                         tmp_path: Path) -> None:
+    """``agentmath rl`` (local engine, openai generator, the stand-in as its server): the server
+    is killed once step 1 is logged and started again RL_DOWN_S later; every step's episodes
+    are all correct (an errored episode would be wrong), and the wait is in the run's log.
+    (With max_outage_s = 0 the same kill made errored episodes: step 2's accuracy fell.)"""
+    pytest.importorskip("torch")
+    tasks = [json.loads(line) for line in
+             (tiny_model_dir.parent / "test.jsonl").read_text().splitlines()[:8]]
+    answers = tmp_path / "answers.json"
+    answers.write_text(json.dumps({t["problem"]: t["answer"] for t in tasks}))
+    data = tmp_path / "train.jsonl"
+    data.write_text("".join(json.dumps(t) + "\n" for t in tasks))
+    port, out = free_port(), tmp_path / "rl"
+    cfg = tmp_path / "rl.toml"
+    cfg.write_text(
+        f'model = "{tiny_model_dir}"\nsteps = 3\ngroup_size = 2\nprompts_per_step = 2\n'
+        f'tensorboard = false\n[data]\ndataset = "{data}"\n[loop]\nmax_model_tokens = 64\n'
+        f'[generator]\nbackend = "openai"\nbase_urls = ["http://127.0.0.1:{port}"]\n'
+        f'served_name = "m"\nmax_outage_s = 60\n')
+    procs = [start_process(port, answers, DELAY_S)]
+    run = subprocess.Popen([sys.executable, "-m", "agentmath.cli", "rl", "--config", str(cfg),
+                            "--out", str(out), "--json"], stdout=subprocess.PIPE,
+                           stderr=subprocess.PIPE, text=True)
+    try:
+        metrics = out / "metrics.jsonl"
+        deadline = time.monotonic() + 240
+        while not (metrics.exists() and metrics.read_text().strip()):
+            assert run.poll() is None and time.monotonic() < deadline, run.stderr
+            time.sleep(0.02)
+        os.kill(procs[-1].pid, signal.SIGKILL)
+        procs[-1].wait()
+        time.sleep(RL_DOWN_S)
+        procs.append(start_process(port, answers, DELAY_S))
+        stdout, stderr = run.communicate(timeout=240)
+    finally:
+        run.kill()
+        for proc in procs:
+            proc.kill()
+            proc.wait()
+    assert run.returncode == 0, stderr[-3000:]
+    rows = [json.loads(line) for line in metrics.read_text().splitlines()]
+    assert [r["step"] for r in rows] == [1, 2, 3]
+    # Every episode is correct (no reward variance: dynamic sampling drops every group).
+    assert all(r["accuracy"] == 1.0 and r["groups_dropped"] >= 2 for r in rows), [
+        (r["accuracy"], r["groups_dropped"]) for r in rows]
+    held = [line for line in stderr.splitlines() if "is unreachable" in line]
+    resumed = [line for line in stderr.splitlines() if "answers again after" in line]
+    assert len(held) == 1 and len(resumed) == 1, stderr[-3000:]
+    print(f"\nrl: 3 steps, accuracy 1.0 in each; {resumed[0]}")
