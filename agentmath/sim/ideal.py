@@ -5,14 +5,17 @@ Each server step costs ``a + b*n_decode + c*prefill + d*context + e*pairs`` (:mo
 at most ``n* = min(max_running, max_batched_tokens)`` tokens. Summing over the steps of a server
 that decodes ``D_s`` tokens and prefills ``U_s`` tokens::
 
-    time_s >= (D_s / n*) * a + b * D_s + c * U_s + d * sum(context of every decoded token)
+    time_s >= max(D_s / n*, C_s / K) * a + b * D_s + c * U_s + d * C_s
               + e * sum(position of every prefilled token)
 
-because it needs at least ``D_s / n*`` steps, each paying ``a``, and the other terms are paid
-per token wherever and whenever it runs. The busiest server takes at least the average, so the
-**work bound** is::
+because it needs at least ``D_s / n*`` steps, each paying ``a``, and at least ``C_s / K``
+steps, since the contexts decoded in one step must all be in its KV cache of ``K`` tokens
+(``C_s``: the summed context under every token it decodes); the other terms are paid per token
+wherever and whenever it runs. With agentic contexts the KV term is the larger: 392k tokens of
+KV hold ~23 contexts of 17k, so steps are small and ``a`` is paid often. The busiest server
+takes at least the average, so the **work bound** is::
 
-    work_s = (D * (a / n* + b) + c * U + d * C + e * P) / servers
+    work_s = (a * max(D / n*, C / K) + b * D + c * U + d * C + e * P) / servers
 
 with ``D`` the model tokens of every episode that come out of decode steps (all but the
 first of each turn, which the step finishing the turn's prefill produces; one request per
@@ -107,7 +110,8 @@ def ideal_makespan(workload: Workload, servers: int, cost: ServerCostModel,
                      + cost.c * (script.prompt_tokens + script.tool_tokens) + latency
                      + cost.e * (prompt * (prompt - 1) // 2 + tool_pairs))
             critical = max(critical, alone)
-    work = (decode * (cost.a / n_star + cost.b) + cost.c * prefill + cost.d * context
+    steps = max(decode / n_star, context / max(1, cost.kv_tokens))
+    work = (cost.a * steps + cost.b * decode + cost.c * prefill + cost.d * context
             + cost.e * pairs) / servers
     workers = (sandbox or SandboxModel()).workers
     return IdealMakespan(servers, workload.episodes, decode, prefill, context, pairs, work,

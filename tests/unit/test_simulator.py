@@ -335,8 +335,8 @@ def test_ideal_makespan_formula() -> None:
     workload = _small_workload()
     ideal = ideal_makespan(workload, 2, COST, SandboxModel(workers=1))
     n_star = min(COST.max_running, COST.max_batched_tokens)
-    work = (ideal.decode_tokens * (COST.a / n_star + COST.b)
-            + COST.c * ideal.prefill_tokens) / 2
+    steps = max(ideal.decode_tokens / n_star, ideal.context_token_steps / COST.kv_tokens)
+    work = (COST.a * steps + COST.b * ideal.decode_tokens + COST.c * ideal.prefill_tokens) / 2
     assert ideal.work_s == pytest.approx(work)
     assert ideal.prefill_tokens == sum(workload.group_prompt_tokens(g) for g in range(4)) + sum(
         s.tool_tokens for s in workload.scripts())

@@ -125,3 +125,14 @@ def test_stale_kv_keeps_the_cache_across_a_weight_update() -> None:
         cached[stale] = fleet.run(main)
     assert cached[False] == 0  # salted by version: re-prefilled
     assert cached[True] > 0  # stale KV reused
+
+
+def test_the_ideal_counts_the_steps_the_kv_capacity_forces() -> None:
+    from agentmath.sim import ideal_makespan
+
+    workload = Workload(n_groups=16)
+    ideal = ideal_makespan(workload, 1, H100)
+    # agentic contexts: the KV cache holds few of them, so decode steps are small and many
+    assert ideal.context_token_steps / H100.kv_tokens > ideal.decode_tokens / H100.max_running
+    bigger = ideal_makespan(workload, 1, H100.with_(kv_tokens=10 * H100.kv_tokens))
+    assert bigger.work_s < ideal.work_s
