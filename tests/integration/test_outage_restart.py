@@ -160,3 +160,50 @@ def test_rl_with_the_openai_generator_waits_out_a_restart(tiny_model_dir: Path,
     resumed = [line for line in stderr.splitlines() if "answers again after" in line]
     assert len(held) == 1 and len(resumed) == 1, stderr[-3000:]
     print(f"\nrl: 3 steps, accuracy 1.0 in each; {resumed[0]}")
+
+
+@pytest.mark.ray
+def test_eval_on_ray_waits_out_a_restart(tmp_path: Path) -> None:
+    """``agentmath eval --ray``: each worker's client has the bound (WorkerSpec); the same
+    kill and restart costs no sample, and the wait is in the worker's log."""
+    from tests.fixtures.ray_cluster import local_cluster
+
+    data, answers = tmp_path / "data.jsonl", tmp_path / "answers.json"
+    data.write_text("".join(json.dumps(r) + "\n" for r in ROWS))
+    answers.write_text(json.dumps({r["problem"]: r["answer"] for r in ROWS}))
+    port, out = free_port(), tmp_path / "ray"
+    with local_cluster(2) as cluster:
+        procs = [start_process(port, answers, DELAY_S)]
+        run = subprocess.Popen(
+            [sys.executable, "-m", "agentmath.cli", "eval", "--dataset", str(data), "--model",
+             "m", "--base-url", f"http://127.0.0.1:{port}", "--out", str(out), "--json",
+             "--samples", "2", "--concurrency", "4", "--http-retries", "2", "--ray",
+             cluster.address, "--ray-workers", "1", "--set", "sandbox.preload=[]",
+             "--set", "sandbox.spare_workers=0"],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        try:
+            deadline = time.monotonic() + 180
+            while len(records(out)) < 4:
+                assert run.poll() is None and time.monotonic() < deadline
+                time.sleep(0.02)
+            os.kill(procs[-1].pid, signal.SIGKILL)
+            procs[-1].wait()
+            time.sleep(DOWN_S)
+            procs.append(start_process(port, answers, DELAY_S))
+            stdout, stderr = run.communicate(timeout=180)
+        finally:
+            run.kill()
+            for proc in procs:
+                proc.kill()
+                proc.wait()
+        # Workers' logs stay in Ray's session directory (log_to_driver is off).
+        logs = Path(cluster.head_node.get_logs_dir_path())
+        resumed = [line for path in logs.rglob("worker-*") if path.is_file()
+                   for line in path.read_text(errors="replace").splitlines()
+                   if "answers again after" in line]
+    assert run.returncode == 0, stderr[-3000:]
+    rows = records(out)
+    assert len(rows) == 20 and [r for r in rows if r["finish_reason"] == "error"] == []
+    assert json.loads(stdout)["n_errors"] == 0
+    assert len(resumed) == 1, resumed
+    print(f"\nray: 0 errors of {len(rows)}; {resumed[0]}")
