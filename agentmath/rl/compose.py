@@ -51,6 +51,7 @@ if TYPE_CHECKING:
     from agentmath.config import LoopConfig, RolloutConfig
     from agentmath.datasets import Task
     from agentmath.distributed.worker import WorkerSpec
+    from agentmath.rl.sync_vllm import VLLMWeightSync
 
 
 def served_name(cfg: RLConfig) -> str:
@@ -138,8 +139,20 @@ def build_generators(cfg: RLConfig, learner: Learner, out_dir: Path) -> Generato
     if cfg.ray is None:  # on Ray, every worker has its own client of the servers
         remote = make_backend("openai", name, base_url=g.base_urls, timeout_s=g.http_timeout_s,
                               max_outage_s=g.max_outage_s)
-    return Generators(remote, VLLMWeightSync(g.base_urls, g.sync_dir or out_dir / "weights",
-                                             lora=cfg.optim.lora, served_name=name))
+    sync = VLLMWeightSync(g.base_urls, g.sync_dir or out_dir / "weights", lora=cfg.optim.lora,
+                          served_name=name)
+    _restore_after_outages(remote, sync)
+    return Generators(remote, sync)
+
+
+def _restore_after_outages(remote: Backend | None, sync: VLLMWeightSync) -> None:
+    """A server restarted during an outage gets the current weights back before the held
+    requests go on (the outage gate's resume hook)."""
+    from agentmath.backends.openai import OpenAIBackend
+    from agentmath.backends.router import Router
+
+    if isinstance(remote, OpenAIBackend | Router):
+        remote.outage.on_resume(sync.restore)
 
 
 @contextlib.asynccontextmanager

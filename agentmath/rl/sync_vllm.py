@@ -114,6 +114,7 @@ class VLLMWeightSync:
         self.version: int | None = None
         self.last_timings: dict[str, float] = {}
         self._pushed: list[int] = []  # versions on disk (and loaded, with LoRA), oldest first
+        self._last_path: Path | None = None  # what the servers load for self.version
         self._lock = asyncio.Lock()
         self._client = httpx.AsyncClient(timeout=http_timeout_s, transport=transport)
 
@@ -141,11 +142,28 @@ class VLLMWeightSync:
                 name = self.served_name or await self._base_name()
                 await self._each(lambda url: self._reload(url, path))
             self.last_timings = {"save_s": saved - started, "load_s": time.perf_counter() - saved}
-            self.version = version
+            self.version, self._last_path = version, path
             if version not in self._pushed:
                 self._pushed.append(version)
             await self._retire()
             return name
+
+    async def restore(self) -> None:
+        """Load the last pushed version into every server again: a server restarted during
+        an outage runs the weights it was started from and, with LoRA, does not know the
+        adapter requests name (a 404). The outage gate's hook (``OutageGate.on_resume``) runs
+        it before the held requests go on. Nothing to do before the first push."""
+        async with self._lock:
+            if self.version is None or self._last_path is None:
+                return
+            path, version = self._last_path, self.version
+            if self.lora:
+                name = self.adapter_name(version)
+                await self._each(lambda url: self._load_lora(url, name, path, True))
+            else:
+                await self._each(lambda url: self._reload(url, path))
+            log.info("policy-v%d loaded again into %d server(s) after an outage", version,
+                     len(self.urls))
 
     async def aclose(self) -> None:
         """Close the HTTP client (the servers and the files on disk stay)."""

@@ -114,7 +114,8 @@ def test_rl_with_the_openai_generator_waits_out_a_restart(tiny_model_dir: Path,
                                                          tmp_path: Path) -> None:
     """``agentmath rl`` (local engine, openai generator, the stand-in as its server): the server
     is killed once step 1 is logged and started again RL_DOWN_S later; every step's episodes
-    are all correct (an errored episode would be wrong), and the wait is in the run's log.
+    are all correct (an errored episode would be wrong), the wait is in the run's log, and the
+    restarted server is given the current weights before the held requests go on.
     (With max_outage_s = 0 the same kill made errored episodes: step 2's accuracy fell.)"""
     pytest.importorskip("torch")
     tasks = [json.loads(line) for line in
@@ -143,7 +144,7 @@ def test_rl_with_the_openai_generator_waits_out_a_restart(tiny_model_dir: Path,
         os.kill(procs[-1].pid, signal.SIGKILL)
         procs[-1].wait()
         time.sleep(RL_DOWN_S)
-        procs.append(start_process(port, answers, DELAY_S))
+        procs.append(start_process(port, answers, DELAY_S, post_log=tmp_path / "posts.log"))
         stdout, stderr = run.communicate(timeout=240)
     finally:
         run.kill()
@@ -159,7 +160,10 @@ def test_rl_with_the_openai_generator_waits_out_a_restart(tiny_model_dir: Path,
     held = [line for line in stderr.splitlines() if "is unreachable" in line]
     resumed = [line for line in stderr.splitlines() if "answers again after" in line]
     assert len(held) == 1 and len(resumed) == 1, stderr[-3000:]
-    print(f"\nrl: 3 steps, accuracy 1.0 in each; {resumed[0]}")
+    # The restarted server got the current weights (policy-v0) back before any held request.
+    posts = (tmp_path / "posts.log").read_text().splitlines()
+    assert posts[:2] == ["/collective_rpc", "/reset_prefix_cache"], posts[:6]
+    print(f"\nrl: 3 steps, accuracy 1.0 in each; {resumed[0]}; then {posts[:3]}")
 
 
 @pytest.mark.ray

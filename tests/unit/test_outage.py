@@ -189,3 +189,24 @@ async def test_gate_resolves_held_requests_when_closed() -> None:
     assert await held is Passage.CLEAR and not gate.is_open
     with pytest.raises(ValueError, match="max_outage_s"):
         OutageGate("s", never, max_outage_s=-1)
+
+
+async def test_resume_hooks_run_before_the_held_requests_go_on(
+        caplog: pytest.LogCaptureFixture) -> None:
+    servers = Servers("a")
+    b = backend(servers, max_outage_s=30)
+    seen: list[int] = []
+
+    async def restore_weights() -> None:
+        seen.append(servers.served["a"])
+
+    async def broken() -> None:
+        raise BackendError("the weights could not be loaded")
+
+    b.outage.on_resume(restore_weights)
+    b.outage.on_resume(broken)
+    results, _ = await asyncio.gather(generate_all(b, 4), back_after(servers, "a", 0.5))
+    assert seen == [0]  # before any held request was served
+    assert all(r.token_ids == [5, 6] for r in results)  # a failed hook is logged, not fatal
+    assert any("broken failed: BackendError" in r.getMessage() for r in caplog.records)
+    await b.aclose()

@@ -206,3 +206,27 @@ def test_config_errors_server_options_and_use_model(tmp_path: Path) -> None:
     assert [s.backend.model for s in router._servers] == ["policy-v4", "policy-v4"]
     with pytest.raises(TypeError):
         use_model(object(), "x")
+
+
+async def test_restore_loads_the_last_version_again_after_an_outage(tmp_path: Path) -> None:
+    log: list[tuple[str, str, Any]] = []
+    full = make(tmp_path, vllm(log), urls=[A, B], served_name="tiny")
+    await full.restore()  # nothing pushed yet: the servers run what they were started from
+    assert log == []
+    await full.push(FakeModel(), None, 1)
+    log.clear()
+    await full.restore()
+    assert sorted((u, p) for u, p, _ in log) == [
+        (A, "/collective_rpc"), (A, "/reset_prefix_cache?reset_running_requests=true"),
+        (B, "/collective_rpc"), (B, "/reset_prefix_cache?reset_running_requests=true")]
+    assert log[0][2]["kwargs"]["weights_path"] == str(tmp_path / "out" / "policy-v1")
+    await full.aclose()
+    lora_log: list[tuple[str, str, Any]] = []
+    lora = make(tmp_path / "lora", vllm(lora_log), lora=True)
+    await lora.push(FakePeft(), None, 2)
+    lora_log.clear()
+    await lora.restore()  # a restarted server learns the adapter requests name
+    assert [(p, b and b.get("lora_name")) for _, p, b in lora_log] == [
+        ("/v1/load_lora_adapter", "policy-v2"),
+        ("/reset_prefix_cache?reset_running_requests=true", None)]
+    await lora.aclose()
