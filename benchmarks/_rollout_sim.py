@@ -123,6 +123,10 @@ def add_sim_arguments(parser: argparse.ArgumentParser) -> None:
                             "seconds per RL step are measured (0: run every group to the end)")
     group.add_argument("--kv-tokens", type=int, default=None,
                        help="override the preset's KV cache capacity (tokens per server)")
+    group.add_argument("--warmup", type=int, default=0,
+                       help="partial rows: run this many RL steps first and measure the "
+                            "--steps after them, so that parked work is carried in as well as "
+                            "out (steady state); moves +partial and +router")
     group.add_argument("--stale-kv", action="store_true",
                        help="keep KV computed under older weights reusable after a weight "
                             "update (no cache salt by version); moves +partial and +router")
@@ -174,7 +178,8 @@ def simulate(variant: Variant, workload: Workload, cost: ServerCostModel,
             totals["iterations"] += 1
             if totals["iterations"] == measure_after:
                 started[0] = float(fleet.env.now)
-            totals["groups"] += len(result.groups)
+            if totals["iterations"] > measure_after:  # the groups of measured iterations
+                totals["groups"] += len(result.groups)
             for key in ("regenerated", "dropped_groups", "wasted_tokens"):
                 totals[key] += getattr(result.stats, key)
             if result.exhausted or totals["iterations"] == ns.steps:
@@ -203,8 +208,14 @@ def simulate(variant: Variant, workload: Workload, cost: ServerCostModel,
             "preemptions": report["preemptions"], **totals,
             "ideal_makespan_s": report["ideal_makespan_s"] * (
                 totals["groups"] / workload.n_groups),
-            "s_per_step": report["sim_time_s"] / totals["iterations"],
+            "s_per_step": (report["sim_time_s"] - started[0]) / max(
+                1, totals["iterations"] - measure_after),
             "wall_s": time.perf_counter() - wall}
+
+
+def replace_ns(ns: argparse.Namespace, **changes: Any) -> argparse.Namespace:
+    """A copy of ``ns`` with some options changed."""
+    return argparse.Namespace(**{**vars(ns), **changes})
 
 
 def run_sim(ns: argparse.Namespace) -> dict[str, Any]:
@@ -213,17 +224,23 @@ def run_sim(ns: argparse.Namespace) -> dict[str, Any]:
     cost = (ServerCostModel.h100_qwen3_8b() if ns.cost == "h100" else ServerCostModel.cpu_tiny())
     if ns.kv_tokens:
         cost = cost.with_(kv_tokens=ns.kv_tokens)
-    rows = [simulate(v, workload, cost, ns) for v in VARIANTS
-            if v.name == "sync" or not ns.rows or v.name in ns.rows]
+    rows = []
+    for v in VARIANTS:
+        if v.name != "sync" and ns.rows and v.name not in ns.rows:
+            continue
+        warmup = ns.warmup if v.partial and ns.steps else 0  # parked work carried in
+        rows.append(simulate(v, workload, cost, replace_ns(ns, steps=ns.steps + warmup),
+                             measure_after=warmup))
     base = rows[0]["makespan_s"]
     for row in rows:
         row["speedup_vs_sync"] = base / row["makespan_s"]
         row["vs_ideal"] = row["makespan_s"] / row["ideal_makespan_s"]
     ideal = rows[0]["ideal_makespan_s"]
-    pauses = (rows[-1]["iterations"] - 1) * ns.sync_s
+    pauses = (rows[0]["iterations"] - 1) * ns.sync_s
     return {"workload": asdict(replace(workload)), "servers": ns.servers,
             "cost_model": asdict(cost), "batch_groups": ns.batch_groups,
             "sync_s": ns.sync_s, "kv_fraction": ns.kv_fraction, "stale_kv": ns.stale_kv,
+            "warmup": ns.warmup,
             "router_options": ns.router_option, "ideal_makespan_s": ideal,
             "ideal_plus_weight_updates_s": ideal + pauses, "rows": rows}
 
