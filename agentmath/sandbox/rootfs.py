@@ -9,6 +9,16 @@ site-packages, system libraries, zoneinfo, three device nodes), each bind-mounte
 nosuid. Every worker forked from the zygote inherits that view: any other path does not exist.
 Landlock still applies on top of it.
 
+What a snippet sees of the path to the interpreter: each allow-listed directory exists at its
+real path (the interpreter and its modules name themselves by it: ``sys.prefix``, ``sys.path``,
+every ``__file__``; moving them would break lazy imports and editable installs), so the
+directories above it exist too, as empty read-only directories on the tmpfs that each hold
+only the next name on that path (and a symlink on it is recreated with its target). A checkout
+and venv under ``/tmp/x/.venv`` thus show ``/tmp`` and ``/tmp/x``, holding ``x`` and ``.venv``
+only; nothing else of the host's ``/tmp`` (or of ``/``, ``/etc``, ``/dev``, a home directory
+above a pyenv) exists. The names on those paths are all a snippet learns; it could read them
+from ``sys.prefix`` anyway.
+
 Written by hand because no library does this from Python (bubblewrap and nsjail are separate
 programs that would cost a process launch per worker; the zygote design forks instead). Only
 the zygote runs this code, before it serves any request.

@@ -158,6 +158,49 @@ class Case:
 
 X86_64 = pytest.mark.skipif(platform.machine() != "x86_64", reason="x86_64 syscall numbers")
 
+
+# What a snippet may see of the host (agentmath/sandbox/rootfs.py, docs/sandbox.md): the read
+# allow-list (the interpreter's own directories, agentmath's package, system libraries, three
+# devices) at its real paths, and the directories on the way to it, each holding only the next
+# name on that way. Wherever the checkout and its venv live (/work/x, /tmp/x/.venv, a pyenv under
+# /root), nothing else of the host exists: none of the host's own entries in those directories.
+def _ancestors(path: str) -> list[str]:
+    parts = [p for p in path.split("/") if p]
+    return ["/" + "/".join(parts[:i]) for i in range(len(parts))]
+
+
+def _allow_list() -> list[str]:
+    import agentmath
+    from agentmath.sandbox import isolation
+
+    return isolation.python_read_paths([os.path.dirname(os.path.abspath(agentmath.__file__))])
+
+
+ALLOWED = sorted({q for p in _allow_list() for q in (os.path.abspath(p), os.path.realpath(p))})
+ON_THE_WAY = sorted({a for p in ALLOWED for a in _ancestors(p)})
+
+
+def may_see(path: str) -> bool:
+    """The path is on the way to an allow-listed path, or is one, or lies inside one."""
+    return path in ON_THE_WAY or any(path == a or path.startswith(a.rstrip("/") + "/")
+                                     for a in ALLOWED)
+
+
+def _host_entries(directory: str, limit: int = 200) -> list[str]:
+    try:
+        names = sorted(os.listdir(directory))[:limit]
+    except OSError:
+        return []
+    return [os.path.join(directory, n) for n in names]
+
+
+# The usual places, then every host entry of each directory on the way (/, /tmp when the
+# checkout is there, /etc, /dev, /root above a pyenv, ...): all absent but the way itself.
+HOST_PATHS = list(dict.fromkeys(
+    ["/proc", "/sys", "/home", "/tmp", "/var", "/run", "/boot", "/mnt", "/etc/passwd",
+     "/etc/hostname", "/bin/sh", "/usr/bin", "/root/.bashrc", "/dev/tty", "/dev/mem"]
+    + [e for d in ON_THE_WAY for e in _host_entries(d)]))
+
 CASES = [
     # --- 1. System V / POSIX IPC: nothing shared with the host, nothing that outlives a session
     Case("ipc_shmget_private", "@ESC@libc.shmget(0, 1 << 20, 0o1600), ctypes.get_errno()", eperm),
@@ -207,9 +250,8 @@ CASES = [
     Case("statvfs_home", "@ESC@os.statvfs('/home')", denied),
     Case("listdir_root_denied", "@ESC@os.listdir('/')", denied),
     Case("usual_host_paths_absent",
-         "@ESC@[p for p in ('/proc', '/sys', '/home', '/tmp', '/var', '/run', '/boot', '/mnt',"
-         " '/etc/passwd', '/etc/hostname', '/bin/sh', '/usr/bin', '/root/.bashrc', '/dev/tty',"
-         " '/dev/mem', @TMPDIR@) if os.path.lexists(p)]", value("[]")),
+         f"@ESC@[p for p in {HOST_PATHS!r} + [@TMPDIR@] if os.path.lexists(p)]",
+         value(repr([p for p in HOST_PATHS if may_see(p)]))),
     Case("listdir_etc", "@ESC@os.listdir('/etc')", denied),
     Case("write_into_site_packages",
          "import numpy\n@ESC@open(os.path.join(os.path.dirname(numpy.__file__), 'evil.py'), 'w')",
