@@ -7,7 +7,9 @@ virtual time, and launchers for real local vLLM servers to measure it against.
 * ``server.py``: :class:`SimServer`, a continuous-batching server (token budget, chunked
   prefill, KV capacity, preemption, block-level prefix cache) stepped analytically;
   ``backend.py``: :class:`SimServerBackend`, its :class:`~agentmath.backends.base.Backend`.
-* ``costs.py``: :class:`ServerCostModel` (step cost, presets, ``fit`` to measurements).
+* ``costs.py``: :class:`ServerCostModel` (step cost, presets, ``fit`` to measurements);
+  ``hardware.py``: where the H100 preset's figures come from (model shape, card, cited vLLM
+  measurements).
 * ``sandbox.py``: :class:`SimSandbox`, a worker pool with scripted tool latencies.
 * ``workload.py``: :class:`Workload`, AgentMath-like episode scripts, reproducible per episode.
 * ``policy.py``: :class:`SimPolicy`, the simulated model (synthetic ids, parseable text).
