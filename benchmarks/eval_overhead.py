@@ -3,7 +3,12 @@
 Run: ``.venv/bin/python benchmarks/eval_overhead.py`` (``--quick`` for a smoke run).
 
 * overhead per sample: ``run_eval`` with a scripted backend (no model) on a synthetic dataset,
-  through the real sandbox, grading and the samples.jsonl store — what the harness itself costs;
+  through the real sandbox, grading and the samples.jsonl store — what the harness itself costs,
+  at concurrency 1 and 64 (``--overhead-concurrency``), each beside the same run with a zygote
+  that does not preload ``matplotlib.pyplot`` (what that preload costs every sample: a larger
+  zygote makes every worker's fork and exit dearer), interleaved, best of ``--rounds``; with the
+  CPU time of the whole process tree (host, zygote, workers) per sample, which a shared machine
+  disturbs less than the wall time (``--overhead-only`` skips the model rows);
 * throughput: a tiny tool model (agentmath's own, grown offline with the test model's recipe
   by :func:`agentmath.recipes.tool_model.cached_tool_model` and cached under
   ``~/.cache/agentmath-bench``) on its held-out problems through the ``hf`` backend, which batches
@@ -16,6 +21,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import tempfile
 import time
 from pathlib import Path
@@ -23,7 +29,7 @@ from pathlib import Path
 from _common import print_table, tool_model_dataset  # noqa: E402
 
 from agentmath.backends.scripted import ScriptedBackend  # noqa: E402
-from agentmath.config import EvalConfig, LoopConfig  # noqa: E402
+from agentmath.config import DEFAULT_PRELOAD, EvalConfig, LoopConfig, SandboxConfig  # noqa: E402
 from agentmath.eval.runner import run_eval  # noqa: E402
 
 
@@ -34,21 +40,75 @@ def write_dataset(path: Path, n: int) -> Path:
     return path
 
 
-async def overhead(tmp: Path, problems: int, samples: int) -> tuple[float, float]:
-    """(start-up ms, steady-state ms per sample) of the harness with an instant model.
+def tree_cpu_s(pid: int | None = None) -> float:
+    """CPU seconds of a process tree from /proc: each live process's own time and that of the
+    children it reaped (so workers the zygote reaped count too); 0 where /proc is missing."""
+    pid = pid or os.getpid()
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            fields = fh.read().rsplit(")", 1)[1].split()
+        children: list[int] = []
+        for task in os.listdir(f"/proc/{pid}/task"):
+            with open(f"/proc/{pid}/task/{task}/children") as fh:
+                children += [int(c) for c in fh.read().split()]
+    except OSError:
+        return 0.0
+    own = sum(int(x) for x in fields[11:15]) / os.sysconf("SC_CLK_TCK")
+    return own + sum(tree_cpu_s(c) for c in children)
+
+
+NO_PYPLOT = tuple(m for m in DEFAULT_PRELOAD if m != "matplotlib.pyplot")
+
+
+async def overhead(tmp: Path, problems: int, samples: int, concurrency: int = 64,
+                   preload: tuple[str, ...] = DEFAULT_PRELOAD) -> tuple[float, float, float]:
+    """(start-up ms, steady-state ms per sample, CPU ms per sample) of the harness with an
+    instant model.
 
     Start-up (sandbox pool, grading workers) is paid once per run; the steady state is the
-    time between the first and the last finished sample divided by the samples in between.
+    time between the first and the last finished sample divided by the samples in between, and
+    the CPU is that of the process tree over the same span.
     """
     data = write_dataset(tmp / "data.jsonl", problems)
     turns = ["Compute.\n<code>\nprint(6 * 7)\n</code>", "The answer is \\boxed{42}."]
-    cfg = EvalConfig(dataset=str(data), model="scripted", samples=samples, concurrency=64)
-    stamps: list[float] = []
+    cfg = EvalConfig(dataset=str(data), model="scripted", samples=samples,
+                     concurrency=concurrency, sandbox=SandboxConfig(preload=preload))
+    stamps: list[tuple[float, float]] = []
     start = time.perf_counter()
-    await run_eval(cfg, tmp / "run-overhead", ScriptedBackend(turns),
-                   progress=lambda _: stamps.append(time.perf_counter()))
-    steady = (stamps[-1] - stamps[0]) * 1000 / (len(stamps) - 1)
-    return (stamps[0] - start) * 1000, steady
+    await run_eval(cfg, tmp / f"run-overhead-{len(list(tmp.iterdir()))}", ScriptedBackend(turns),
+                   progress=lambda _: stamps.append((time.perf_counter(), tree_cpu_s())))
+    (t0, c0), (t1, c1) = stamps[0], stamps[-1]
+    between = len(stamps) - 1
+    return (t0 - start) * 1000, (t1 - t0) * 1000 / between, (c1 - c0) * 1000 / between
+
+
+async def overhead_rows(tmp: Path, problems: int, samples: int, concurrencies: list[int],
+                        rounds: int) -> list[tuple[str, str, str]]:
+    """Today's preload and the one without pyplot, interleaved (A, B, A, B), best of rounds."""
+    variants = {"today": DEFAULT_PRELOAD, "no pyplot": NO_PYPLOT}
+    best: dict[tuple[int, str], tuple[float, float]] = {}
+    startup = []
+    for _ in range(rounds):
+        for conc in concurrencies:
+            for name, preload in variants.items():
+                up, per, cpu = await overhead(tmp, problems, samples, conc, preload)
+                startup.append(up)
+                old = best.get((conc, name), (float("inf"), float("inf")))
+                best[(conc, name)] = (min(old[0], per), min(old[1], cpu))
+    rows = [("harness start-up (sandbox pool, grading workers, first sample)",
+             f"{min(startup):.0f} ms", "")]
+    for conc in concurrencies:
+        per, cpu = best[(conc, "today")]
+        rows.append((f"harness overhead per sample, steady state, concurrency {conc} (scripted "
+                     "model, real sandbox, grading, store)", f"{per:.2f} ms",
+                     f"CPU {cpu:.2f} ms/sample"))
+        alt_per, alt_cpu = best[(conc, "no pyplot")]
+        rows.append(("  the same, zygote without matplotlib.pyplot preloaded", f"{alt_per:.2f} ms",
+                     f"CPU {alt_cpu:.2f} ms/sample ({alt_per / per:.2f}x wall, "
+                     f"{alt_cpu / cpu:.2f}x CPU)"))
+    rows.append(("  load average (1 min) at the end", f"{os.getloadavg()[0]:.1f}",
+                 f"{os.cpu_count()} CPUs; best of {rounds} interleaved rounds"))
+    return rows
 
 
 async def throughput(tmp: Path, model_root: Path, concurrency: int,
@@ -72,18 +132,15 @@ async def throughput(tmp: Path, model_root: Path, concurrency: int,
     return n / (time.perf_counter() - start), metrics
 
 
-async def main(quick: bool, model_root: Path) -> None:
+async def main(quick: bool, model_root: Path | None, concurrencies: list[int],
+               rounds: int) -> None:
     rows = []
     with tempfile.TemporaryDirectory() as d:
         tmp = Path(d)
-        startup, per = await overhead(tmp, 20 if quick else 100, 4)
-        rows.append(("harness start-up (sandbox pool, grading workers, first sample)",
-                     f"{startup:.0f} ms", ""))
-        rows.append(("harness overhead per sample, steady state (scripted model, real "
-                     "sandbox, grading, store)", f"{per:.2f} ms", ""))
+        rows += await overhead_rows(tmp, 20 if quick else 100, 4, concurrencies, rounds)
         n = 16 if quick else 64
         base = None
-        for conc in (1, 4, 16) if quick else (1, 4, 16, 64):
+        for conc in (() if model_root is None else (1, 4, 16) if quick else (1, 4, 16, 64)):
             rate, metrics = await throughput(tmp, model_root, conc, n)
             base = base or rate
             rows.append((f"tiny model (hf backend), concurrency {conc}", f"{rate:.2f} samples/s",
@@ -102,10 +159,22 @@ if __name__ == "__main__":
     parser.add_argument("--quick", action="store_true", help="smaller (smoke run)")
     parser.add_argument("--model", type=Path, default=None, help=(
         "a grown tool-model directory (final/ and test.jsonl) to use instead of growing one"))
+    parser.add_argument("--overhead-only", action="store_true",
+                        help="only the overhead rows (no model is grown or loaded)")
+    parser.add_argument("--overhead-concurrency", default="1,64",
+                        help="comma-separated concurrencies of the overhead rows (default 1,64)")
+    parser.add_argument("--rounds", type=int, default=None,
+                        help="interleaved rounds of the overhead rows, best kept (default 3; 1 "
+                             "with --quick)")
     args = parser.parse_args()
     quick = args.quick
-    from agentmath.recipes.tool_model import TEST_MODEL, cached_tool_model
+    concs = [int(c) for c in args.overhead_concurrency.split(",") if c.strip()]
+    rounds = args.rounds or (1 if quick else 3)
+    root = None
+    if not args.overhead_only:
+        from agentmath.recipes.tool_model import TEST_MODEL, cached_tool_model
 
-    root = Path.home() / ".cache" / "agentmath-bench"
-    # Built (or loaded from the cache) before the event loop: building runs its own.
-    asyncio.run(main(quick, args.model or cached_tool_model(TEST_MODEL, root)))
+        # Built (or loaded from the cache) before the event loop: building runs its own.
+        cache = Path.home() / ".cache" / "agentmath-bench"
+        root = args.model or cached_tool_model(TEST_MODEL, cache)
+    asyncio.run(main(quick, root, concs, rounds))
