@@ -4,9 +4,11 @@ Run: ``.venv/bin/python benchmarks/eval_overhead.py`` (``--quick`` for a smoke r
 
 * overhead per sample: ``run_eval`` with a scripted backend (no model) on a synthetic dataset,
   through the real sandbox, grading and the samples.jsonl store — what the harness itself costs,
-  at concurrency 1 and 64 (``--overhead-concurrency``), each beside the same run with a zygote
-  that does not preload ``matplotlib.pyplot`` (what that preload costs every sample: a larger
-  zygote makes every worker's fork and exit dearer), interleaved, best of ``--rounds``; with the
+  at concurrency 1 and 64 (``--overhead-concurrency``), each beside the same run with
+  ``Segment.to_dict`` as it was before it stopped using ``dataclasses.asdict`` (the baseline of
+  that fix) and with a zygote that does not preload ``matplotlib.pyplot`` (what that preload
+  costs every sample: a larger zygote makes every worker's fork and exit dearer), interleaved,
+  best of ``--rounds``; with the
   CPU time of the whole process tree (host, zygote, workers) per sample, which a shared machine
   disturbs less than the wall time (``--overhead-only`` skips the model rows);
 * throughput: a tiny tool model (agentmath's own, grown offline with the test model's recipe
@@ -24,10 +26,15 @@ import json
 import os
 import tempfile
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import asdict
 from pathlib import Path
+from typing import Any
 
 from _common import print_table, tool_model_dataset  # noqa: E402
 
+from agentmath.agent.trajectory import Segment  # noqa: E402
 from agentmath.backends.scripted import ScriptedBackend  # noqa: E402
 from agentmath.config import DEFAULT_PRELOAD, EvalConfig, LoopConfig, SandboxConfig  # noqa: E402
 from agentmath.eval.runner import run_eval  # noqa: E402
@@ -60,6 +67,24 @@ def tree_cpu_s(pid: int | None = None) -> float:
 NO_PYPLOT = tuple(m for m in DEFAULT_PRELOAD if m != "matplotlib.pyplot")
 
 
+def _segment_to_dict_before(self: Segment) -> dict[str, Any]:
+    """Segment.to_dict as it was before the fix (dataclasses.asdict), the same run's baseline."""
+    data = asdict(self)
+    data["result"] = self.result.to_dict() if self.result is not None else None
+    return data
+
+
+@contextmanager
+def segment_to_dict(before: bool) -> Iterator[None]:
+    fixed = Segment.to_dict
+    if before:
+        Segment.to_dict = _segment_to_dict_before  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        Segment.to_dict = fixed  # type: ignore[method-assign]
+
+
 async def overhead(tmp: Path, problems: int, samples: int, concurrency: int = 64,
                    preload: tuple[str, ...] = DEFAULT_PRELOAD) -> tuple[float, float, float]:
     """(start-up ms, steady-state ms per sample, CPU ms per sample) of the harness with an
@@ -67,31 +92,47 @@ async def overhead(tmp: Path, problems: int, samples: int, concurrency: int = 64
 
     Start-up (sandbox pool, grading workers) is paid once per run; the steady state is the
     time between the first and the last finished sample divided by the samples in between, and
-    the CPU is that of the process tree over the same span.
+    the CPU is that of the process tree over the same span (read at those two samples only:
+    walking /proc costs milliseconds).
     """
     data = write_dataset(tmp / "data.jsonl", problems)
     turns = ["Compute.\n<code>\nprint(6 * 7)\n</code>", "The answer is \\boxed{42}."]
     cfg = EvalConfig(dataset=str(data), model="scripted", samples=samples,
                      concurrency=concurrency, sandbox=SandboxConfig(preload=preload))
-    stamps: list[tuple[float, float]] = []
+    stamps: list[float] = []
+    cpu: list[float] = []
+    total = problems * samples
+
+    def progress(_: object) -> None:
+        stamps.append(time.perf_counter())
+        if len(stamps) in (1, total):
+            cpu.append(tree_cpu_s())
+
     start = time.perf_counter()
     await run_eval(cfg, tmp / f"run-overhead-{len(list(tmp.iterdir()))}", ScriptedBackend(turns),
-                   progress=lambda _: stamps.append((time.perf_counter(), tree_cpu_s())))
-    (t0, c0), (t1, c1) = stamps[0], stamps[-1]
+                   progress=progress)
     between = len(stamps) - 1
-    return (t0 - start) * 1000, (t1 - t0) * 1000 / between, (c1 - c0) * 1000 / between
+    cpu_ms = (cpu[1] - cpu[0]) * 1000 / between if len(cpu) == 2 else float("nan")
+    return (stamps[0] - start) * 1000, (stamps[-1] - stamps[0]) * 1000 / between, cpu_ms
+
+
+VARIANTS = {  # name: (zygote preload, Segment.to_dict as before the fix)
+    "today": (DEFAULT_PRELOAD, False),
+    "before the to_dict fix": (DEFAULT_PRELOAD, True),
+    "no pyplot preloaded": (NO_PYPLOT, False),
+}
 
 
 async def overhead_rows(tmp: Path, problems: int, samples: int, concurrencies: list[int],
                         rounds: int) -> list[tuple[str, str, str]]:
-    """Today's preload and the one without pyplot, interleaved (A, B, A, B), best of rounds."""
-    variants = {"today": DEFAULT_PRELOAD, "no pyplot": NO_PYPLOT}
+    """Each variant at each concurrency, interleaved (A, B, C, A, B, C), best of rounds."""
     best: dict[tuple[int, str], tuple[float, float]] = {}
     startup = []
     for _ in range(rounds):
         for conc in concurrencies:
-            for name, preload in variants.items():
-                up, per, cpu = await overhead(tmp, problems, samples, conc, preload)
+            for name, (preload, before) in VARIANTS.items():
+                with segment_to_dict(before):
+                    up, per, cpu = await overhead(tmp, problems, samples, conc, preload)
                 startup.append(up)
                 old = best.get((conc, name), (float("inf"), float("inf")))
                 best[(conc, name)] = (min(old[0], per), min(old[1], cpu))
@@ -102,10 +143,11 @@ async def overhead_rows(tmp: Path, problems: int, samples: int, concurrencies: l
         rows.append((f"harness overhead per sample, steady state, concurrency {conc} (scripted "
                      "model, real sandbox, grading, store)", f"{per:.2f} ms",
                      f"CPU {cpu:.2f} ms/sample"))
-        alt_per, alt_cpu = best[(conc, "no pyplot")]
-        rows.append(("  the same, zygote without matplotlib.pyplot preloaded", f"{alt_per:.2f} ms",
-                     f"CPU {alt_cpu:.2f} ms/sample ({alt_per / per:.2f}x wall, "
-                     f"{alt_cpu / cpu:.2f}x CPU)"))
+        for name in list(VARIANTS)[1:]:
+            alt_per, alt_cpu = best[(conc, name)]
+            rows.append((f"  the same, {name}", f"{alt_per:.2f} ms",
+                         f"CPU {alt_cpu:.2f} ms/sample (today: {per / alt_per:.2f}x wall, "
+                         f"{cpu / alt_cpu:.2f}x CPU)"))
     rows.append(("  load average (1 min) at the end", f"{os.getloadavg()[0]:.1f}",
                  f"{os.cpu_count()} CPUs; best of {rounds} interleaved rounds"))
     return rows

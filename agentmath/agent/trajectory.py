@@ -54,9 +54,20 @@ class Segment:
         return [1 if self.source == "model" else 0] * len(self.token_ids)
 
     def to_dict(self) -> dict[str, Any]:
-        data = asdict(self)
-        data["result"] = self.result.to_dict() if self.result is not None else None
-        return data
+        # What dataclasses.asdict gave (same keys, order and values), built directly: asdict
+        # deep-copies every token id and logprob one call at a time, which cost the eval
+        # harness about a millisecond per sample (docs/benchmarks.md, evaluation harness).
+        return {
+            "source": self.source,
+            "text": self.text,
+            "token_ids": list(self.token_ids),
+            "logprobs": list(self.logprobs) if self.logprobs is not None else None,
+            "finish_reason": self.finish_reason,
+            "code": self.code,
+            "result": self.result.to_dict() if self.result is not None else None,
+            "duration_ms": self.duration_ms,
+            "policy_version": self.policy_version,
+        }
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Segment:
