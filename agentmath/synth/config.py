@@ -35,6 +35,9 @@ class EndpointConfig(StrictModel):
     http_retries: int = Field(4, ge=0, le=100, description="Retries of a failed request.")
     max_concurrency: int = Field(64, ge=1, le=100_000, description=(
         "Requests in flight to this endpoint at once."))
+    max_outage_s: float = Field(300.0, ge=0, le=86_400, description=(
+        "openai: while the server is unreachable (restarting), hold requests and probe it, up "
+        "to this long, instead of failing them (0: fail at once, after the retries)."))
 
 
 class ChecksConfig(StrictModel):

@@ -87,7 +87,8 @@ def make_endpoint(endpoint: EndpointConfig) -> Backend:
                           "is not set")
     return make_backend("openai", endpoint.model, base_url=endpoint.base_url, api_key=key,
                         timeout_s=endpoint.http_timeout_s, max_retries=endpoint.http_retries,
-                        max_concurrency=endpoint.max_concurrency)
+                        max_concurrency=endpoint.max_concurrency,
+                        max_outage_s=endpoint.max_outage_s)
 
 
 def make_converter(config: SynthConfig, teacher: Backend | None) -> Converter:

@@ -54,3 +54,17 @@ def test_http_options_carry_only_what_was_given() -> None:
     assert BackendSettings("m").http_options() == {}
     assert BackendSettings("m", timeout_s=1.0, api_key="k").http_options() == {
         "api_key": "k", "timeout_s": 1.0}
+
+
+async def test_a_synth_endpoint_waits_out_an_outage_as_configured() -> None:
+    from agentmath.synth.run import make_endpoint
+
+    held = make_endpoint(EndpointConfig(model="m", base_url="http://127.0.0.1:1"))
+    off = make_endpoint(EndpointConfig(model="m", base_url="http://127.0.0.1:1",
+                                       max_outage_s=0))
+    assert isinstance(held, OpenAIBackend) and isinstance(off, OpenAIBackend)
+    assert (held.outage.max_outage_s, off.outage.max_outage_s) == (300.0, 0.0)
+    for backend in (held, off):
+        await backend.aclose()
+    with pytest.raises(ValidationError):
+        EndpointConfig(max_outage_s=-1)
