@@ -16,7 +16,12 @@ from typing import Any
 
 from agentmath.errors import DataError
 
-__all__ = ["iter_jsonl", "parse_line", "read_jsonl", "write_jsonl"]
+__all__ = ["is_number", "iter_jsonl", "parse_line", "read_jsonl", "write_jsonl"]
+
+
+def is_number(value: Any) -> bool:
+    """A JSON number as read: an int or a float, not a bool (``True`` is an int in Python)."""
+    return isinstance(value, int | float) and not isinstance(value, bool)
 
 
 def parse_line(path: str | Path, lineno: int, line: str | bytes,

@@ -34,6 +34,7 @@ from typing import Any, Protocol
 
 from agentmath.config import TRACKERS, TrackerName, WandbConfig
 from agentmath.errors import ConfigError
+from agentmath.jsonl import is_number
 
 __all__ = ["TRACKERS", "FanOut", "JsonlSink", "MetricsSink", "TensorBoardSink", "TrackerName",
            "WandbConfig", "WandbSink", "default_scalars", "open_sink", "truncate_jsonl"]
@@ -62,7 +63,7 @@ class MetricsSink(Protocol):
 def default_scalars(record: Mapping[str, Any]) -> dict[str, float]:
     """The record's top-level numbers, ``step`` and booleans excluded."""
     return {k: v for k, v in record.items()
-            if k != "step" and isinstance(v, int | float) and not isinstance(v, bool)}
+            if k != "step" and is_number(v)}
 
 
 def truncate_jsonl(path: Path, step: int) -> None:

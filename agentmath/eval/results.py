@@ -16,6 +16,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from agentmath.jsonl import is_number
+
 
 @dataclass(frozen=True, slots=True)
 class Score:
@@ -32,22 +34,18 @@ class Score:
     @classmethod
     def from_dict(cls, data: Any) -> Score | None:
         """None when ``data`` holds no numeric value (a block an older file lacks)."""
-        if not isinstance(data, dict) or not _is_number(data.get("value")):
+        if not isinstance(data, dict) or not is_number(data.get("value")):
             return None
         ci = data.get("ci95")
         ci95 = (float(ci[0]), float(ci[1])) if (isinstance(ci, list | tuple) and len(ci) == 2
-                                                and all(_is_number(v) for v in ci)) else None
+                                                and all(is_number(v) for v in ci)) else None
         stderr = data.get("stderr")
-        return cls(float(data["value"]), float(stderr) if _is_number(stderr) else 0.0, ci95)
-
-
-def _is_number(value: Any) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool)
+        return cls(float(data["value"]), float(stderr) if is_number(stderr) else 0.0, ci95)
 
 
 def _floats(data: Any, keys: tuple[str, ...]) -> dict[str, float | None]:
     data = data if isinstance(data, dict) else {}
-    return {k: float(data[k]) if _is_number(data.get(k)) else None for k in keys}
+    return {k: float(data[k]) if is_number(data.get(k)) else None for k in keys}
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,7 +102,7 @@ def _group_fields(data: dict[str, Any]) -> dict[str, Any]:
     return {"n_problems": int(data.get("n_problems") or 0),
             "n_samples": int(data.get("n_samples") or 0), "k": int(data.get("k") or 0),
             "avg": Score.from_dict(data.get("avg")), "maj": Score.from_dict(data.get("maj")),
-            "pass_at": {str(j): float(v) for j, v in passes.items() if _is_number(v)},
+            "pass_at": {str(j): float(v) for j, v in passes.items() if is_number(v)},
             "tokens": TokenStats.from_dict(data.get("tokens"))}
 
 
@@ -144,8 +142,8 @@ class RunMetrics:
         duration = data.get("duration_ms_mean")
         return cls(**_group_fields(data), tools=ToolStats.from_dict(data.get("tools")),
                    finish_reasons={str(k): int(v) for k, v in reasons.items()
-                                   if _is_number(v)},
-                   duration_ms_mean=float(duration) if _is_number(duration) else None,
+                                   if is_number(v)},
+                   duration_ms_mean=float(duration) if is_number(duration) else None,
                    by_level=_groups(data.get("by_level")),
                    by_subject=_groups(data.get("by_subject")),
                    n_errors=int(data.get("n_errors") or 0), document=dict(data))
@@ -203,7 +201,7 @@ class RunInfo:
 
         def number(key: str) -> int | None:
             value = data.get(key)
-            return int(value) if _is_number(value) else None
+            return int(value) if is_number(value) else None
 
         return cls(name=text("name"), model=text("model"), backend=text("backend"),
                    format=text("format"), dataset=text("dataset"), samples=number("samples"),

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from agentmath.errors import DataError
 from agentmath.eval.results import RunInfo, RunMetrics
+from agentmath.jsonl import is_number
 from agentmath.runs.files import CONFIG_FILE, METRICS_FILE, SAMPLES_FILE
 
 if TYPE_CHECKING:
@@ -84,14 +85,10 @@ def _check_metrics(path: Path, metrics: dict[str, Any]) -> None:
                 raise DataError(f"{path}: missing key {'.'.join(keys)!r}")
             node = node[key]
         expected_dict = keys == ("pass",)
-        ok = isinstance(node, dict) if expected_dict else _is_number(node)
+        ok = isinstance(node, dict) if expected_dict else is_number(node)
         if not ok:
             kind = "an object" if expected_dict else "a number"
             raise DataError(f"{path}: key {'.'.join(keys)!r} must be {kind}, got {node!r}")
-
-
-def _is_number(value: Any) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool)
 
 
 def load_run(path: str | Path) -> Run:
@@ -160,7 +157,7 @@ def format_cell(key: str, value: Any) -> str:
     """A value as people read it: accuracies and rates in percent, tokens rounded."""
     if value is None:
         return "-"
-    if not _is_number(value):
+    if not is_number(value):
         return str(value)
     if key in _PERCENT_KEYS or key.startswith("pass@"):
         return f"{100 * value:.1f}"
@@ -235,7 +232,7 @@ def render_rich_table(rows: Sequence[dict[str, Any]], title: str | None = None,
     table = Table(title=title, show_lines=False)
     for header, label in columns.items():
         longest = max((len(format_cell(header, row[header])) for row in rows), default=0)
-        if any(_is_number(row[header]) for row in rows):  # values never wrap; titles may
+        if any(is_number(row[header]) for row in rows):  # values never wrap; titles may
             table.add_column(label, justify="right", min_width=longest)
         else:
             table.add_column(label, overflow="fold", min_width=min(longest, 16), max_width=40)
