@@ -18,27 +18,18 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from agentmath._lazy import require
 from agentmath.backends.base import Generation, SamplingParams, chat_prompt_ids
 from agentmath.backends.hf_continuous import ContinuousBatcher
+from agentmath.backends.hf_decode import Request
 from agentmath.errors import BackendError
 
 T = TypeVar("T")
 
 
-@dataclass
-class _Request:
-    prompt: list[int]
-    stop: tuple[str, ...]
-    max_tokens: int
-    sampling: SamplingParams
-    future: asyncio.Future[Generation]
-
-
-def _batch_key(req: _Request) -> tuple[Any, ...]:
+def _batch_key(req: Request) -> tuple[Any, ...]:
     """Requests that can share one ``generate`` call. Per-request seeds are not part of it: a
     batch samples from one generator seeded by its first request, so sampled outputs are
     reproducible for the same schedule but not per request (greedy decoding is unaffected)."""
@@ -77,7 +68,7 @@ class HFBackend:
         self.eos_ids = self._eos_ids()
         self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None \
             else self.eos_ids[0]
-        self._queue: asyncio.Queue[_Request] | None = None
+        self._queue: asyncio.Queue[Request] | None = None
         self._worker: asyncio.Task[None] | None = None
         # One OS thread for every call into the model: each thread that runs torch gets its own
         # OpenMP pool, and two pools spinning on a small CPU slow each other down (measured: a
@@ -117,7 +108,7 @@ class HFBackend:
             self._queue = asyncio.Queue()
             self._worker = asyncio.create_task(self._serve())
         fut: asyncio.Future[Generation] = asyncio.get_running_loop().create_future()
-        await self._queue.put(_Request(list(prompt_ids), tuple(stop), max_tokens, sampling, fut))
+        await self._queue.put(Request(list(prompt_ids), tuple(stop), max_tokens, sampling, fut))
         return await fut
 
     async def _serve(self) -> None:
@@ -142,7 +133,7 @@ class HFBackend:
                 if not req.future.done():
                     req.future.set_result(out)
 
-    def _generate_batch(self, batch: list[_Request]) -> list[Generation]:
+    def _generate_batch(self, batch: list[Request]) -> list[Generation]:
         torch = self.torch
         width = max(len(r.prompt) for r in batch)
         ids = torch.full((len(batch), width), self.pad_id, dtype=torch.long)
@@ -178,7 +169,7 @@ class HFBackend:
         return [self._cut(row, req, logprobs[i] if logprobs else None)
                 for i, (row, req) in enumerate(zip(new, batch, strict=True))]
 
-    def _cut(self, row: list[int], req: _Request, logprobs: list[float] | None) -> Generation:
+    def _cut(self, row: list[int], req: Request, logprobs: list[float] | None) -> Generation:
         """Trim a batch row at its own end: the first stop string, end-of-turn or max_tokens."""
         text, end, reason, matched = "", len(row), "length", None
         for i, tok in enumerate(row[: req.max_tokens]):

@@ -31,14 +31,20 @@ RunOnModelThread = Callable[..., Awaitable[Any]]
 
 
 @dataclass(eq=False)
-class Row:
-    """One request, from the queue to the end of its generation (compared by identity)."""
+class Request:
+    """One generation request as the in-process backend queues it (compared by identity)."""
 
     prompt: list[int]
     stop: tuple[str, ...]
     max_tokens: int
     sampling: SamplingParams
     future: asyncio.Future[Generation]
+
+
+@dataclass(eq=False)
+class Row(Request):
+    """A request in continuous batching, from the queue to the end of its generation."""
+
     ids: list[int] = field(default_factory=list)
     logprobs: list[float] = field(default_factory=list)
     tail: str = ""  # the last stop_len characters of the pieces decoded so far

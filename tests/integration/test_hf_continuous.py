@@ -21,7 +21,8 @@ pytest.importorskip("transformers")
 
 from agentmath.backends import hf_decode  # noqa: E402
 from agentmath.backends.base import Generation, SamplingParams  # noqa: E402
-from agentmath.backends.hf import HFBackend, _Request  # noqa: E402
+from agentmath.backends.hf import HFBackend  # noqa: E402
+from agentmath.backends.hf_decode import Request as Queued  # noqa: E402
 from agentmath.backends.hf_sampling import BatchSampling, RowRandom, sample  # noqa: E402
 from agentmath.errors import BackendError, RequestRejected  # noqa: E402
 from agentmath.models.tiny import build_model, build_tokenizer  # noqa: E402
@@ -107,7 +108,7 @@ def _cut_alone(model: Any, tok: Any, requests: Sequence[Request]) -> list[Genera
     would end a row early that ``_cut`` then reports as ``length``."""
     backend = HFBackend(model, tok, max_batch=1, continuous=False)
     full = asyncio.run(_one_at_a_time(backend, [(p, (), m, s) for p, _, m, s in requests]))
-    return [backend._cut(g.token_ids, _Request(p, stop, m, s, None), g.logprobs)  # type: ignore[arg-type]
+    return [backend._cut(g.token_ids, Queued(p, stop, m, s, None), g.logprobs)  # type: ignore[arg-type]
             for g, (p, stop, m, s) in zip(full, requests, strict=True)]
 
 
