@@ -52,6 +52,7 @@ class Setup:
     tool_ids: list[int]
     max_tokens: int
     turns: int = 3
+    device: str = "cpu"
 
 
 @dataclass
@@ -63,7 +64,7 @@ class Result:
     seconds: float
 
 
-def build(n: int, prompt_len: int, max_tokens: int) -> Setup:
+def build(n: int, prompt_len: int, max_tokens: int, device: str = "cpu") -> Setup:
     """A micro model on a tokenizer grown from arithmetic text, and ``n`` prompts."""
     from agentmath.models.tiny import build_model, build_tokenizer
 
@@ -71,12 +72,12 @@ def build(n: int, prompt_len: int, max_tokens: int) -> Setup:
     texts = [f"What is {rng.randint(0, 999)} * {rng.randint(0, 99)}? We compute it step by "
              f"step: first the tens, then the units, then we add them up." for _ in range(400)]
     tokenizer = build_tokenizer(texts, vocab_size=1024)
-    model = build_model(tokenizer, "micro", seed=0).eval()
+    model = build_model(tokenizer, "micro", seed=0).eval().to(device)
     stream = tokenizer.encode(" ".join(texts), add_special_tokens=False)
     prompts = [stream[i * 37 : i * 37 + prompt_len] for i in range(n)]
     tool_ids = tokenizer.encode("\n<interpreter>\n31415\n</interpreter>\n",
                                 add_special_tokens=False)[:16]
-    return Setup(model, tokenizer, prompts, tool_ids, max_tokens)
+    return Setup(model, tokenizer, prompts, tool_ids, max_tokens, device=device)
 
 
 def _sampling(i: int) -> Any:
@@ -98,7 +99,8 @@ def plain_generate(s: Setup) -> Result:
     eos = s.tokenizer.eos_token_id
     started = time.perf_counter()
     with torch.no_grad():
-        out = s.model.generate(input_ids=ids, attention_mask=mask, do_sample=True,
+        out = s.model.generate(input_ids=ids.to(s.device), attention_mask=mask.to(s.device),
+                               do_sample=True,
                                temperature=1.0, top_k=0, top_p=1.0,  # no cut (default top-k 50)
                                max_new_tokens=s.max_tokens, eos_token_id=eos,
                                pad_token_id=s.tokenizer.pad_token_id)
@@ -118,7 +120,7 @@ MODES = {  # row name -> HFBackend settings
 def _backend(s: Setup, mode: str) -> Any:
     from agentmath.backends.hf import HFBackend
 
-    return HFBackend(s.model, s.tokenizer, max_batch=len(s.prompts), device="cpu",
+    return HFBackend(s.model, s.tokenizer, max_batch=len(s.prompts), device=s.device,
                      **MODES[mode])
 
 
@@ -187,6 +189,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--max-tokens", type=int, default=256)
     parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--quick", action="store_true", help="16 requests x 48 tokens, once")
+    parser.add_argument("--device", default="cpu", help="cpu (one thread), cuda, cuda:N")
     args = parser.parse_args(argv)
     if args.quick:
         args.requests, args.max_tokens, args.repeats = 16, 48, 1
@@ -194,7 +197,7 @@ def main(argv: list[str] | None = None) -> int:
     import torch
 
     torch.set_num_threads(1)
-    s = build(args.requests, args.prompt_len, args.max_tokens)
+    s = build(args.requests, args.prompt_len, args.max_tokens, args.device)
     rows = best(args.repeats, [
         lambda: plain_generate(s), lambda: one_turn(s, "gathered"),
         lambda: one_turn(s, "continuous"),
@@ -203,7 +206,8 @@ def main(argv: list[str] | None = None) -> int:
     print_table(
         f"{args.requests} requests, {args.prompt_len}-token prompts, {args.max_tokens} new "
         f"tokens each (multi-turn: {s.turns} turns of ~{args.max_tokens // s.turns}); micro "
-        f"model, 1 thread, best of {args.repeats}",
+        f"model on {args.device}{' (1 thread)' if args.device == 'cpu' else ''}, best of "
+        f"{args.repeats}",
         ["row", "tokens", "wall s", "tokens/s", "vs model.generate"],
         [[r.row, str(r.tokens), f"{r.seconds:.2f}", f"{r.tokens / r.seconds:,.0f}",
           f"{r.tokens / r.seconds / base:.2f}x"] for r in rows])

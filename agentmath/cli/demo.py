@@ -56,6 +56,9 @@ def demo(
                                       help="Held-out problems (default 300)."),
     save_model: bool = typer.Option(True, "--save-model/--no-save-model",
                                     help="Save the tool model as solve's default."),
+    device: str = typer.Option("cpu", "--device", help=(
+        "Where SFT, GRPO and evaluation run: cpu (the README's figures), cuda, cuda:N, auto.")),
+    bf16: bool = typer.Option(False, "--bf16", help="bfloat16 autocast in SFT and GRPO (GPU)."),
     json_out: bool = JSON_OPTION,
 ) -> None:
     """Train a text-only and a tool-using tiny model with the same budget on synthetic
@@ -66,8 +69,11 @@ def demo(
     from agentmath.recipes.demo import DemoConfig, run_demo
 
     overrides = {"seed": seed, "steps": steps, "train_problems": train_problems,
-                 "test_problems": test_problems}
-    cfg = DemoConfig(**{k: v for k, v in overrides.items() if v is not None})
+                 "test_problems": test_problems, "device": device, "bf16": bf16}
+    try:
+        cfg = DemoConfig(**{k: v for k, v in overrides.items() if v is not None})
+    except ValueError as exc:  # pydantic's ValidationError: names the field and the value
+        usage_error(f"bad demo setting: {exc}")
     console = err_console()
     try:
         with console.status("starting") as status:

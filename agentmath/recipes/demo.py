@@ -81,6 +81,11 @@ class DemoConfig(StrictModel):
     headroom_problems: int = Field(100, ge=1, le=100_000, description=(
         "Held-out problems on which the start's pass@k at the RL temperature is measured."))
     headroom_k: int = Field(8, ge=1, le=256, description="k of that pass@k (samples each).")
+    device: str = Field("cpu", pattern=r"^(cpu|auto|cuda(:[0-9]+)?)$", description=(
+        "Where SFT, GRPO and evaluation run: 'cpu' (the README's figures were measured "
+        "there, one core per stage), 'cuda', 'cuda:N', or 'auto' (cuda when there is one)."))
+    bf16: bool = Field(False, description=(
+        "bfloat16 autocast in SFT and GRPO (weights and optimizer stay fp32); for a GPU."))
 
 
 Stage = Callable[[str], None]
@@ -99,7 +104,8 @@ async def _evaluate(cfg: DemoConfig, model_dir: str, system: str, data: Path, ou
                       temperature=temperature, seed=cfg.seed, concurrency=64, limit=limit,
                       loop=LoopConfig(system_prompt=system, max_model_tokens=cfg.eval_max_tokens,
                                       max_tool_calls=MAX_TOOL_CALLS))
-    backend = HFBackend(model_dir, max_batch=64)
+    backend = HFBackend(model_dir, max_batch=64,
+                        device=None if cfg.device == "auto" else cfg.device)
     try:
         return (await run_eval(ecfg, out, backend)).metrics
     finally:
@@ -121,7 +127,7 @@ def rl_config(cfg: DemoConfig, model_dir: str, train_file: Path, *, masked: bool
         "steps": cfg.rl_steps, "group_size": cfg.rl_group_size,
         "prompts_per_step": cfg.rl_prompts, "seed": cfg.seed,
         "rewards": [{"name": "accuracy", "weight": 1.0}],
-        "optim": {"learning_rate": cfg.rl_learning_rate},
+        "optim": {"learning_rate": cfg.rl_learning_rate, "bf16": cfg.bf16},
         "temperature": {"start": cfg.rl_temperature},
         "loss": {"mask_tool_tokens": masked, "micro_batch_size": 32},
         "filters": {"drop_void_turns": True},
@@ -129,7 +135,7 @@ def rl_config(cfg: DemoConfig, model_dir: str, train_file: Path, *, masked: bool
                    "window": samples},
         "loop": {"system_prompt": TOOL_SYSTEM, "max_model_tokens": cfg.eval_max_tokens,
                  "max_tool_calls": MAX_TOOL_CALLS},
-        "rollout": {"mode": "async", "max_in_flight": 128},
+        "rollout": {"mode": "async", "max_in_flight": 128}, "device": cfg.device,
         "generator": {"max_batch": 64}, "checkpoint_every": 0, "tensorboard": False})
 
 
@@ -147,7 +153,8 @@ def sft_job(cfg_data: dict[str, Any], examples: list[dict], tokenizer_dir: str, 
     tokenizer = transformers.AutoTokenizer.from_pretrained(tokenizer_dir)
     result = train_model(examples, tokenizer, Path(out), size=cfg.model_size, steps=cfg.steps,
                          batch_size=cfg.batch_size, learning_rate=cfg.learning_rate,
-                         max_length=cfg.max_length, seed=cfg.seed, progress=False)
+                         max_length=cfg.max_length, seed=cfg.seed, progress=False,
+                         device=cfg.device, bf16=cfg.bf16)
     metrics = None
     if evaluate is not None:
         system, data, run_dir = evaluate
@@ -180,9 +187,24 @@ def eval_job(cfg_data: dict[str, Any], model_dir: str, system: str, data: str,
                                  samples=samples, temperature=temperature, limit=limit))
 
 
+def check_device(cfg: DemoConfig) -> None:
+    """Fail before any work when ``cfg.device`` names a CUDA device this machine lacks."""
+    if not cfg.device.startswith("cuda"):
+        return
+    from agentmath._lazy import require
+    from agentmath.errors import ConfigError
+
+    torch = require("torch", "train")
+    index = int(cfg.device.partition(":")[2] or 0)
+    if index >= torch.cuda.device_count():
+        raise ConfigError(f"demo device {cfg.device!r}: this machine has "
+                          f"{torch.cuda.device_count()} CUDA device(s)")
+
+
 def run_demo(cfg: DemoConfig, out: Path, save_model_to: Path | None,
              stage: Stage = print) -> DemoSummary:
     """Run every stage; returns the summary (also written to ``out/summary.json``)."""
+    check_device(cfg)
     from agentmath.data.synthetic import to_task_rows
     from agentmath.jsonl import write_jsonl
     from agentmath.models.tiny import build_tokenizer

@@ -192,16 +192,19 @@ def corpus_texts(records: Sequence[dict]) -> list[str]:
 
 def train_model(records: list[dict], tokenizer: Any, out: Path, *, size: str, steps: int,
                 batch_size: int, learning_rate: float, max_length: int, seed: int,
-                progress: bool = True, group_by_length: int = 0) -> Any:
-    """A fresh tiny model of ``size`` fine-tuned on ``records``; returns the SFTResult (the
-    model + tokenizer are in its ``final_dir``)."""
+                progress: bool = True, group_by_length: int = 0, device: str = "auto",
+                bf16: bool = False) -> Any:
+    """A fresh tiny model of ``size`` fine-tuned on ``records`` (on ``device``, bfloat16
+    autocast with ``bf16``); returns the SFTResult (the model + tokenizer are in its
+    ``final_dir``)."""
     from agentmath.models.tiny import build_model
     from agentmath.train.sft import SFTConfig, train_sft
 
     model = build_model(tokenizer, size, seed=seed)
     sft = SFTConfig(learning_rate=learning_rate, max_steps=steps, batch_size=batch_size,
                     max_length=max_length, warmup_steps=min(50, steps // 10), seed=seed,
-                    checkpoint_every=0, group_by_length=group_by_length)
+                    checkpoint_every=0, group_by_length=group_by_length, device=device,
+                    bf16=bf16)
     return train_sft(sft, records, model, out, tokenizer=tokenizer, progress=progress,
                      resume=False)
 

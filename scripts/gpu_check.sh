@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# The checks that need a CUDA GPU, in priority order, within one time budget:
+#   1. benchmarks/device_steps.py: the demo's SFT and GRPO steps on cpu fp32 / cuda fp32 / bf16;
+#   2. pytest -m gpu (tests/integration/test_cuda.py) and the generator's tests on the GPU;
+#   3. benchmarks/generator.py --device cuda: the continuous generator beside model.generate;
+#   4. agentmath demo --device cuda --bf16 (the whole demo on the GPU).
+# Usage: scripts/gpu_check.sh OUT_DIR [SECONDS]   (default 540). Each step gets what is left of
+# the budget (a step cut off by it says so in its log); logs and JSON land in OUT_DIR.
+# Run from the repository root with the package importable (installed, or on PYTHONPATH).
+set -u
+out=${1:?usage: scripts/gpu_check.sh OUT_DIR [SECONDS]}
+budget=${2:-540}
+mkdir -p "$out"
+deadline=$(( $(date +%s) + budget ))
+py=${PYTHON:-python3}
+export PYTHONUNBUFFERED=1 OMP_NUM_THREADS=1 TOKENIZERS_PARALLELISM=false
+
+step() {  # step NAME MAX_SECONDS COMMAND...: run with min(MAX, what is left), log to OUT/NAME.log
+    local name=$1 max=$2; shift 2
+    local left=$(( deadline - $(date +%s) ))
+    (( left < max )) && max=$left
+    if (( max < 20 )); then echo "== $name: skipped, $left s left" | tee -a "$out/steps.log"; return; fi
+    local t0=$(date +%s)
+    timeout "$max" "$@" > "$out/$name.log" 2>&1
+    local rc=$?
+    echo "== $name: rc=$rc in $(( $(date +%s) - t0 )) s (limit $max s)" | tee -a "$out/steps.log"
+    tail -n 25 "$out/$name.log"
+}
+
+nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | tee "$out/gpu.txt"
+step device_steps 230 "$py" benchmarks/device_steps.py --sft-steps 80 --rl-steps 3 \
+    --model "${START_MODEL:-runs/demo/model-tool/final}" --out /tmp/bench-device-steps \
+    --json-out "$out/device_steps.json"
+step pytest_gpu 150 "$py" -m pytest -q -p no:cacheprovider tests/integration/test_cuda.py \
+    tests/integration/test_hf_continuous.py
+step generator_cuda 60 "$py" benchmarks/generator.py --device cuda --repeats 1
+step demo_cuda 400 "$py" -m agentmath.cli demo --device cuda --bf16 --out /tmp/demo-cuda \
+    --no-save-model --json
+cp /tmp/demo-cuda/summary.json "$out/demo_cuda_summary.json" 2>/dev/null || true
+cat "$out/steps.log"

@@ -1,0 +1,94 @@
+"""The training and generation paths on a CUDA GPU: bf16 SFT, a GRPO run that learns with
+bf16 autocast and the in-process generator on the GPU, and the continuous-batching generator on
+the GPU against one-at-a-time generation. Skipped where there is no CUDA device (CI has none:
+these run on a lent GPU machine, ``pytest -m gpu``)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import random
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("accelerate")
+
+from agentmath.backends.base import SamplingParams  # noqa: E402
+from agentmath.backends.hf import HFBackend  # noqa: E402
+from agentmath.models.tiny import build_model, build_tokenizer  # noqa: E402
+from agentmath.rl.metrics import read_metrics  # noqa: E402
+from agentmath.rl.trainer import train_rl  # noqa: E402
+from agentmath.train.sft import SFTConfig, train_sft  # noqa: E402
+from tests.fixtures.corpus import synthetic_conversations  # noqa: E402
+from tests.integration.test_rl_train import _config as rl_config  # noqa: E402
+
+pytestmark = [pytest.mark.integration, pytest.mark.gpu,
+              pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]
+
+
+def _examples(n: int = 32) -> list[dict[str, Any]]:
+    rng = random.Random(0)
+    rows = []
+    for i in range(n):
+        a, b = rng.randint(2, 99), rng.randint(2, 9)
+        rows.append({"id": f"p{i}", "answer": str(a * b), "messages": [
+            {"role": "user", "content": f"What is {a} * {b}?"}], "completion": [
+            {"text": f"<code>\nprint({a} * {b})\n</code>", "train": True},
+            {"text": f"\n<interpreter>\n{a * b}\n</interpreter>\n", "train": False},
+            {"text": f"The answer is \\boxed{{{a * b}}}.", "train": True}]})
+    return rows
+
+
+def test_bf16_sft_on_cuda_lowers_the_loss(tmp_path: Path) -> None:
+    tok = build_tokenizer(synthetic_conversations(120), vocab_size=512)
+    model = build_model(tok, "nano", seed=0)
+    cfg = SFTConfig(learning_rate=3e-3, max_steps=30, batch_size=8, warmup_steps=3, seed=0,
+                    checkpoint_every=0, device="cuda", bf16=True)
+    result = train_sft(cfg, _examples(), model, tmp_path / "sft", tokenizer=tok,
+                       progress=False, resume=False)
+    log = [json.loads(line) for line in Path(result.loss_log).read_text().splitlines()]
+    losses = [row["loss"] for row in log if "loss" in row]
+    assert result.steps == 30 and result.final_dir is not None
+    assert all(loss == loss for loss in losses)  # no NaN under bf16
+    assert sum(losses[-5:]) / 5 < 0.7 * sum(losses[:5]) / 5, losses
+
+
+def test_grpo_learns_on_cuda_with_bf16(tiny_model_dir: Path, tmp_path: Path) -> None:
+    """The CPU test's learnable reward (brevity) rises on the GPU too, with the in-process
+    generator on the GPU and the update under bf16 autocast."""
+    cfg = rl_config(tiny_model_dir, device="cuda", optim__bf16=True)
+    result = train_rl(cfg, tmp_path / "run", progress=False)
+    rows = read_metrics(result.metrics)
+    first = sum(r["reward_mean"] for r in rows[:2]) / 2
+    last = sum(r["reward_mean"] for r in rows[-2:]) / 2
+    assert last > first + 0.1, [round(r["reward_mean"], 3) for r in rows]
+    assert all(r["grad_norm"] == r["grad_norm"] for r in rows)  # finite under bf16
+
+
+def test_continuous_generator_on_cuda_matches_one_at_a_time() -> None:
+    tok = build_tokenizer(synthetic_conversations(120), vocab_size=512)
+    model = build_model(tok, "nano", seed=0).eval()
+    texts = synthetic_conversations(8, seed=1)
+    prompts = [tok.encode(t, add_special_tokens=False)[: 6 + 12 * i]
+               for i, t in enumerate(texts)]
+    greedy = SamplingParams(temperature=0, logprobs=True)
+
+    async def run(backend: HFBackend, together: bool) -> list[list[int]]:
+        try:
+            calls = [backend.generate(p, stop=(), max_tokens=24 + 4 * i, sampling=greedy)
+                     for i, p in enumerate(prompts)]
+            outs = (await asyncio.gather(*calls) if together
+                    else [await c for c in calls])
+            return [o.token_ids for o in outs]
+        finally:
+            await backend.aclose()
+
+    alone = asyncio.run(run(HFBackend(model, tok, max_batch=1, continuous=False,
+                                      device="cuda"), together=False))
+    batched = asyncio.run(run(HFBackend(model, tok, max_batch=8, device="cuda"),
+                              together=True))
+    assert next(model.parameters()).device.type == "cuda"
+    assert batched == alone
