@@ -16,7 +16,10 @@ extended one token at a time until it is not (or the stop completes), tokens the
 would have sampled anyway.
 
 A lost sandbox session (its process died, a remote service expired it) is rebuilt before the
-next snippet by replaying the episode's recorded cells in a new session.
+next snippet by replaying the episode's recorded cells in a new session. The same replay moves a
+parked episode to another process: :meth:`Episode.progress` is what it has done (a picklable
+:class:`Progress`), and :meth:`Episode.restore` continues it in a fresh episode (the Ray
+rollout workers do this when the worker holding a parked episode is gone).
 
 The model side is a driver (:mod:`agentmath.agent.drivers`): token-exact text formats, or a
 server's native chat tool calling. Budgets, time limits, tool calls, answers and the sandbox are
@@ -45,6 +48,25 @@ Status = Literal["new", "parked", "finished"]
 TurnHook = Callable[["Episode"], Awaitable[None]]
 _PARK = "parked"  # internal: the segment budget is spent, the episode goes on later
 _ids = itertools.count()
+
+
+@dataclasses.dataclass(slots=True)
+class Progress:
+    """What a started episode has done, enough to continue it elsewhere: its trajectory so far
+    (every token id, the chat messages in ``meta``), its counters, the cells its session holds
+    (replayed in a new session before the next snippet) and the calls of a finished turn not
+    yet run. Picklable (sent between Ray workers)."""
+
+    trajectory: Trajectory
+    status: Status
+    model_used: int
+    calls: int
+    advances: int
+    active_s: float
+    replays: int
+    cells: list[str]
+    pending: list[Call]
+    context_tokens: int  # the driver's context length (a chat driver cannot recount it)
 
 
 def _extract(text: str) -> str | None:
@@ -178,6 +200,29 @@ class Episode:
         if self.session is not None:
             session, self.session = self.session, None
             await session.close()
+
+    def progress(self) -> Progress:
+        """What this episode has done (see :class:`Progress`); the lists are copies."""
+        return Progress(self.trajectory, self.status, self.model_used, self.calls,
+                        self.advances, self.active_s, self.replays, list(self.cells),
+                        list(self._pending), self.driver.context_tokens())
+
+    def restore(self, progress: Progress) -> None:
+        """Continue ``progress`` in this (new) episode: the next ``advance`` goes on where it
+        stopped, its cells replayed in a new session before the next snippet runs."""
+        if self.status != "new" or self.session is not None:
+            raise ValueError("only a new episode can restore another's progress")
+        self.trajectory = progress.trajectory
+        self.status = progress.status
+        self.model_used, self.calls = progress.model_used, progress.calls
+        self.advances, self.active_s = progress.advances, progress.active_s
+        self.replays = progress.replays
+        self.cells, self._pending = list(progress.cells), list(progress.pending)
+        if isinstance(self.driver, TextDriver):
+            self.driver.context = self.trajectory.token_ids
+        else:
+            self.driver.messages = self.trajectory.meta.get("messages", [])
+            self.driver.context = progress.context_tokens
 
     def snapshot(self) -> dict[str, Any]:
         """What a parked episode is, as JSON-ready data (its trajectory and counters)."""

@@ -21,7 +21,10 @@ episode is one call on one worker actor:
 
 An RL trainer changes the :class:`~agentmath.distributed.worker.EpisodePolicy` between steps
 (``set_policy_version``, ``use_model``, ``set_budgets``, the methods the trainer calls on the
-local engine too); every episode placed after that carries it to its worker.
+local engine too); every episode placed after that carries it to its worker. The stage's
+:class:`~agentmath.config.RolloutConfig` (``rollout``: segment budgets, staleness) is read by
+:class:`~agentmath.distributed.iterations.RayIterations`, which runs partial rollout on the
+workers (:mod:`agentmath.distributed.partial`) with the slots and placement kept here.
 
 Written here rather than taken from Ray: Ray's actor pools (``ray.util.ActorPool``) place by
 submission order with no notion of groups, in-flight bounds or re-placement after a node loss.
@@ -49,8 +52,12 @@ from agentmath.rollout.scheduler import SampleHook, SamplingFn
 log = logging.getLogger(__name__)
 
 
+#: Calls a worker serves beside its episodes: a stop of the iteration, releasing parked ones.
+CONTROL_CALLS = 2
+
+
 @dataclass(eq=False)
-class _Slot:
+class Slot:
     """One worker actor as the driver sees it."""
 
     actor: Any
@@ -80,7 +87,8 @@ class RayRolloutEngine:
         self.max_in_flight = max_in_flight
         self.stats = RolloutStats()
         self.policy = EpisodePolicy()
-        self.slots: list[_Slot] = []
+        self.rollout = RolloutConfig(max_in_flight=max_in_flight)
+        self.slots: list[Slot] = []
         self.replacements_left = 0  # workers that may still be started for dead ones
         self._started_ray = False
         self._actor_cls: Any = None
@@ -99,11 +107,11 @@ class RayRolloutEngine:
         self.policy = replace(self.policy, model=name)
 
     def set_budgets(self, loop: LoopConfig, rollout: RolloutConfig) -> None:
-        """A stage's episode budgets for the episodes placed from now on. Segment budgets
-        (partial rollout) are not run on Ray: refused here as in the config's validation."""
-        if rollout.segment_tokens is not None or rollout.segment_tool_calls is not None:
-            raise ValueError("partial rollout (segment budgets) is not run on Ray")
+        """A stage's budgets: episodes placed from now on get ``loop``; segments run from now
+        on get ``rollout``'s segment budgets and staleness bound (``max_in_flight`` stays the
+        one the workers were started with)."""
         self.policy = replace(self.policy, loop=loop)
+        self.rollout = rollout
 
     # ----------------------------------------------------------------------------- workers
     async def start(self) -> None:
@@ -114,20 +122,20 @@ class RayRolloutEngine:
         per = max(1, math.ceil(self.max_in_flight / n))
         self.spec = replace(self.spec, in_flight=per)
         self.replacements_left = n * self.config.max_attempts
-        self._actor_cls = ray.remote(RolloutWorker).options(
-            num_cpus=self.config.worker_cpus, max_concurrency=per, max_restarts=0,
+        self._actor_cls = ray.remote(RolloutWorker).options(  # + room for stop and release calls
+            num_cpus=self.config.worker_cpus, max_concurrency=per + CONTROL_CALLS, max_restarts=0,
             scheduling_strategy="SPREAD")
         self.slots = [self._new_slot() for _ in range(n)]
-        await self._wait_ready()
+        await self.wait_ready()
 
-    def _new_slot(self) -> _Slot:
+    def _new_slot(self) -> Slot:
         actor = self._actor_cls.remote(self.spec)
-        ready = asyncio.ensure_future(_await_ref(actor.ready.remote()))
-        slot = _Slot(actor, ready)
+        ready = asyncio.ensure_future(await_ref(actor.ready.remote()))
+        slot = Slot(actor, ready)
         ready.add_done_callback(lambda fut: self._on_ready(slot, fut))
         return slot
 
-    def _on_ready(self, slot: _Slot, fut: asyncio.Future[Any]) -> None:
+    def _on_ready(self, slot: Slot, fut: asyncio.Future[Any]) -> None:
         if fut.cancelled() or fut.exception() is not None:
             slot.dead = True
             if not fut.cancelled():
@@ -135,13 +143,14 @@ class RayRolloutEngine:
             return
         log.debug("rollout worker ready: %s", fut.result())
 
-    def _usable(self) -> list[_Slot]:
+    def usable(self) -> list[Slot]:
+        """The workers that are started and alive."""
         return [s for s in self.slots if not s.dead and s.ready.done()]
 
-    async def _wait_ready(self) -> None:
+    async def wait_ready(self) -> None:
         """Return once a worker is usable; ClusterError if none is within the timeout."""
         deadline = asyncio.get_running_loop().time() + self.config.start_timeout_s
-        while not self._usable():
+        while not self.usable():
             pending = [s.ready for s in self.slots if not s.dead and not s.ready.done()]
             left = deadline - asyncio.get_running_loop().time()
             if not pending or left <= 0:
@@ -153,13 +162,15 @@ class RayRolloutEngine:
                 raise ClusterError(f"no Ray rollout worker is alive: {why}")
             await asyncio.wait(pending, timeout=left, return_when=asyncio.FIRST_COMPLETED)
 
-    def _lose(self, slot: _Slot) -> None:
+    def lose(self, slot: Slot) -> None:
         """A worker failed: kill it and start a replacement (bounded)."""
         if slot.dead:
             return
         slot.dead = True
+        ray = import_ray()
         with contextlib.suppress(Exception):  # noqa: BLE001 - it may be gone already
-            import_ray().kill(slot.actor)
+            if ray.is_initialized():  # (ray.kill would start a Ray instance otherwise)
+                ray.kill(slot.actor)
         if self.replacements_left > 0:  # workers x max_attempts over the whole run
             self.replacements_left -= 1
             self.slots.append(self._new_slot())
@@ -169,7 +180,7 @@ class RayRolloutEngine:
         ray = import_ray()
         for slot in self.slots:
             slot.ready.cancel()
-        closing = [_await_ref(s.actor.close.remote()) for s in self.slots if not s.dead]
+        closing = [await_ref(s.actor.close.remote()) for s in self.slots if not s.dead]
         with contextlib.suppress(Exception):  # noqa: BLE001 - best effort on the way out
             await asyncio.wait_for(asyncio.gather(*closing, return_exceptions=True), 30)
         for slot in self.slots:
@@ -181,12 +192,12 @@ class RayRolloutEngine:
             self._started_ray = False
 
     # ----------------------------------------------------------------------------- placement
-    def _place(self, job: _Job, homes: dict[str, _Slot]) -> _Slot | None:
+    def _place(self, job: _Job, homes: dict[str, Slot]) -> Slot | None:
         cap = self.spec.in_flight
         home = homes.get(job.request.group_id)
         if home is not None and not home.dead and home.inflight < cap:
             return home
-        free = [s for s in self._usable() if s.inflight < cap]
+        free = [s for s in self.usable() if s.inflight < cap]
         return min(free, key=lambda s: s.inflight) if free else None
 
     async def stream(self, requests: Iterable[GroupRequest],
@@ -194,8 +205,8 @@ class RayRolloutEngine:
         """Run every request's episodes on the workers; yield each group once complete."""
         todo: deque[_Job] = deque()
         groups: dict[str, Group] = {}
-        homes: dict[str, _Slot] = {}
-        running: dict[asyncio.Future[Any], tuple[_Slot, _Job]] = {}
+        homes: dict[str, Slot] = {}
+        running: dict[asyncio.Future[Any], tuple[Slot, _Job]] = {}
         source = iter(requests)
         try:
             while True:
@@ -218,7 +229,7 @@ class RayRolloutEngine:
                 if not running:
                     if not todo:
                         return
-                    await self._wait_ready()
+                    await self.wait_ready()
                     continue
                 done, _ = await asyncio.wait(running, return_when=asyncio.FIRST_COMPLETED)
                 for fut in done:
@@ -243,14 +254,14 @@ class RayRolloutEngine:
             for fut in running:
                 fut.cancel()
 
-    def _submit(self, slot: _Slot, job: _Job) -> asyncio.Future[Any]:
+    def _submit(self, slot: Slot, job: _Job) -> asyncio.Future[Any]:
         slot.inflight += 1
         job.attempts += 1
         sampling = self.sampling(job.request, job.index)
-        return asyncio.ensure_future(_await_ref(slot.actor.run.remote(
+        return asyncio.ensure_future(await_ref(slot.actor.run.remote(
             job.request, job.index, sampling, self.policy)))
 
-    def _finish(self, fut: asyncio.Future[Any], slot: _Slot, job: _Job,
+    def _finish(self, fut: asyncio.Future[Any], slot: Slot, job: _Job,
                 todo: deque[_Job]) -> Sample | None:
         """The finished sample; None when the episode goes back to the queue."""
         exc = fut.exception()
@@ -261,17 +272,23 @@ class RayRolloutEngine:
         job.errors.append(f"{type(exc).__name__}: {str(exc)[:500]}")
         log.warning("episode %s#%d lost its worker (attempt %d): %s", job.request.group_id,
                     job.index, job.attempts, job.errors[-1])
-        self._lose(slot)
+        self.lose(slot)
         if job.attempts < self.config.max_attempts:
             todo.appendleft(job)
             return None
-        traj = Trajectory(problem=job.request.task.problem, finish_reason="error",
-                          error=f"ClusterError: the episode's Ray worker failed "
-                                f"{job.attempts} times; last: {job.errors[-1]}",
-                          problem_id=job.request.task.id, sample_index=job.index)
-        return Sample(job.request.group_id, job.index, traj)
+        return failed_sample(job.request, job.index, job.errors)
 
 
-async def _await_ref(ref: Any) -> Any:
+def failed_sample(request: GroupRequest, index: int, errors: list[str],
+                  restarts: int = 0) -> Sample:
+    """The error record of an episode whose Ray worker failed ``len(errors)`` times."""
+    traj = Trajectory(problem=request.task.problem, finish_reason="error",
+                      error=f"ClusterError: the episode's Ray worker failed {len(errors)} "
+                            f"times; last: {errors[-1]}",
+                      problem_id=request.task.id, sample_index=index)
+    return Sample(request.group_id, index, traj, restarts)
+
+
+async def await_ref(ref: Any) -> Any:
     """An ObjectRef as a coroutine (asyncio.wait takes futures, not refs)."""
     return await ref

@@ -2,15 +2,20 @@
 
 :class:`RayIterations` has the contract the trainer uses of
 :class:`~agentmath.rollout.partial.PartialRollout` (``iteration``, ``pending_task_ids``,
-``parked``, ``aclose``) in its request-level mode without segment budgets: each iteration
-draws exactly the groups it needs from the request stream and runs every episode to its end on
-the workers (:class:`~agentmath.distributed.engine.RayRolloutEngine`: group affinity, least
-load, an episode whose node died re-run from scratch with the same seed). The batch comes back
-in the order its prompts were drawn, as the local engine's does, so that a run on Ray trains on
-the same batch, in the same order, as the same run in one process.
+``parked``, ``aclose``), in its request-level mode:
 
-Partial rollout (episodes parked across steps with their sandbox sessions) is not run on Ray:
-parked episodes would have to live on the workers between calls; the config refuses it.
+* without segment budgets (the stage's ``RolloutConfig`` on the engine), each iteration draws
+  exactly the groups it needs from the request stream and runs every episode to its end on the
+  workers (:class:`~agentmath.distributed.engine.RayRolloutEngine`: group affinity, least
+  load, an episode whose node died re-run from scratch with the same seed);
+* with segment budgets, partial rollout: episodes cut into segments and parked on their
+  workers between iterations, with their sandbox sessions, under the staleness bound
+  (:class:`~agentmath.distributed.partial.SegmentedIterations`). Episodes parked or groups
+  held back by an earlier stage with segments are finished that way too.
+
+Without segments the batch comes back in the order its prompts were drawn, as the local
+engine's does, so that a run on Ray trains on the same batch, in the same order, as the same
+run in one process.
 """
 
 from __future__ import annotations
@@ -18,6 +23,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from agentmath.distributed.engine import RayRolloutEngine
+from agentmath.distributed.partial import SegmentedIterations
 from agentmath.rollout.partial import IterationResult
 from agentmath.rollout.records import Group, GroupRequest, RolloutStats
 
@@ -25,32 +31,52 @@ from agentmath.rollout.records import Group, GroupRequest, RolloutStats
 class RayIterations:
     """Successive RL iterations over ``requests`` on a started :class:`RayRolloutEngine`."""
 
-    parked = 0  # nothing waits between iterations: every episode runs to its end
-
     def __init__(self, engine: RayRolloutEngine, requests: Iterable[GroupRequest]) -> None:
         self.engine = engine
         self._requests = iter(requests)
         self._exhausted = False
+        self._segments = SegmentedIterations(engine, self._next_request)
+
+    @property
+    def parked(self) -> int:
+        """Episodes parked on the workers, waiting for the next iteration."""
+        return self._segments.parked
+
+    def _next_request(self) -> GroupRequest | None:
+        if self._exhausted:
+            return None
+        request = next(self._requests, None)
+        self._exhausted = request is None
+        return request
 
     async def iteration(self, batch_groups: int) -> IterationResult:
-        """``batch_groups`` new groups run to their end (fewer once the requests run out)."""
+        """``batch_groups`` complete groups (fewer once the requests run out)."""
         if batch_groups < 1:
             raise ValueError("batch_groups must be at least 1")
-        drawn: list[GroupRequest] = []
-        while len(drawn) < batch_groups and not self._exhausted:
-            request = next(self._requests, None)
-            self._exhausted = request is None
-            if request is not None:
-                drawn.append(request)
         self.engine.stats = stats = RolloutStats()
+        rollout = self.engine.rollout
+        segmented = rollout.segment_tokens is not None or rollout.segment_tool_calls is not None
+        if segmented or self._segments.holding:
+            groups = await self._segments.iteration(batch_groups)
+        else:
+            groups = await self._whole(batch_groups)
+        exhausted = self._exhausted and not self._segments.holding
+        return IterationResult(self.engine.version, groups, stats, exhausted)
+
+    async def _whole(self, batch_groups: int) -> list[Group]:
+        """``batch_groups`` new groups run to their end, in draw order."""
+        drawn: list[GroupRequest] = []
+        while len(drawn) < batch_groups and (request := self._next_request()) is not None:
+            drawn.append(request)
         groups: list[Group] = [group async for group in self.engine.stream(drawn)]
         rank = {id(request): i for i, request in enumerate(drawn)}
         groups.sort(key=lambda g: rank[id(g.request)])
-        return IterationResult(self.engine.version, groups, stats, self._exhausted)
+        return groups
 
     def pending_task_ids(self) -> list[str]:
-        """Nothing is parked or held back between iterations."""
-        return []
+        """Problems whose groups are parked or held back, in order (none without segments)."""
+        return self._segments.pending_task_ids()
 
     async def aclose(self) -> None:
-        """Nothing to close: the engine's owner closes the workers."""
+        """Forget the parked episodes on the workers (the engine's owner closes them)."""
+        await self._segments.aclose()

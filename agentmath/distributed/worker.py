@@ -8,6 +8,15 @@ router over several), the sandbox (a local pool on the node, or the sandbox serv
 to its end with the sampling the driver chose, and returns the finished
 :class:`~agentmath.rollout.records.Sample` (its trajectory holds every token and tool result;
 ``meta["ray_node"]`` names the node it ran on).
+
+Partial rollout (:mod:`agentmath.distributed.partial`) calls ``advance`` instead: one segment
+of an episode under the segment budgets of a :class:`SegmentOrder`. An episode that parks
+stays on this worker, its sandbox session open, until the driver sends its next segment here
+(under the policy version of that step); what it has done goes back to the driver too (a
+:class:`~agentmath.agent.episode.Progress`), so that another worker can continue it, replaying
+its cells in a new session, when this one is gone. ``stop`` parks this iteration's running
+segments at their next turn boundary (the batch is complete); ``release`` closes parked
+episodes' sessions (and forgets them, when the driver regenerates, drops or gives them up).
 """
 
 from __future__ import annotations
@@ -16,12 +25,15 @@ import asyncio
 import contextlib
 import os
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from agentmath.backends.base import SamplingParams
 from agentmath.backends.registry import BackendSettings
 from agentmath.config import LoopConfig, SandboxConfig
 from agentmath.rollout.records import GroupRequest, Sample
+
+if TYPE_CHECKING:
+    from agentmath.agent.episode import Episode, Progress
 
 
 @dataclass(frozen=True)
@@ -54,6 +66,35 @@ class EpisodePolicy:
     loop: LoopConfig | None = None
 
 
+@dataclass(frozen=True)
+class SegmentOrder:
+    """One segment of one episode, as the driver sends it: the episode (``key``, unique in
+    the run; its group's request, sample index, sampling and restarts), the driver's
+    iteration (a ``stop`` of that iteration parks it) and the segment budgets. ``progress``
+    is set only when the episode was parked on another worker, now gone: it is continued
+    here from what it had done."""
+
+    key: str
+    request: GroupRequest
+    index: int
+    sampling: SamplingParams
+    iteration: int
+    max_tokens: int | None = None
+    max_tool_calls: int | None = None
+    restarts: int = 0
+    resume: bool = False  # it ran before: parked on this worker, or continued from progress
+    progress: Progress | None = None
+
+
+@dataclass(frozen=True)
+class SegmentOutcome:
+    """A segment's end: the finished ``sample``, or the parked episode's ``progress`` (the
+    driver keeps the latest, for a replay elsewhere and for the staleness bound)."""
+
+    sample: Sample | None = None
+    progress: Progress | None = None
+
+
 class RolloutWorker:
     """An async actor that runs episodes; one per slot of the cluster."""
 
@@ -64,6 +105,8 @@ class RolloutWorker:
         self._starting: asyncio.Lock | None = None
         self._model = spec.settings.model
         self._node_id = ""  # the Ray node this actor runs on (set by _start)
+        self._parked: dict[str, Episode] = {}  # parked episodes by key, sessions open
+        self._stops: dict[int, asyncio.Event] = {}  # by driver iteration
 
     async def _start(self) -> Any:
         """The worker's rollout engine, built on first use (once, even under concurrency)."""
@@ -109,6 +152,62 @@ class RolloutWorker:
         sample.trajectory.meta["ray_node"] = self._node_id
         return sample
 
+    async def advance(self, order: SegmentOrder, policy: EpisodePolicy) -> SegmentOutcome:
+        """One segment of ``order``'s episode under ``policy``: the episode parked here, or
+        one continued from ``order.progress``, or a new one."""
+        engine = await self._start()
+        self._apply(engine, policy)
+        episode = self._parked.pop(order.key, None) or self._episode(engine, order)
+        try:
+            finished = await engine.advance(
+                episode, max_tokens=order.max_tokens, max_tool_calls=order.max_tool_calls,
+                stop=self._stop_event(order.iteration))
+        except BaseException:  # cancelled: the episode's sandbox session must not leak
+            await episode.close()
+            raise
+        if not finished:
+            self._parked[order.key] = episode
+            return SegmentOutcome(progress=episode.progress())
+        sample = Sample(order.request.group_id, order.index, episode.trajectory, order.restarts)
+        sample.trajectory.meta["ray_node"] = self._node_id
+        return SegmentOutcome(sample=sample)
+
+    def _episode(self, engine: Any, order: SegmentOrder) -> Episode:
+        """A new episode for ``order`` (the id the local engine gives it), continuing
+        ``order.progress`` when set. A resumed episode that is neither parked here nor comes
+        with its progress is an error (never silently a new episode: that is a restart)."""
+        from agentmath.rollout.scheduler import GroupState
+
+        if order.resume and order.progress is None:
+            raise LookupError(f"episode {order.key} is not parked on this worker")
+
+        state = GroupState(order.request, restarts={order.index: order.restarts})
+        episode: Episode = engine.new_episode(state, order.index, order.sampling)
+        if order.progress is not None:
+            episode.restore(order.progress)
+        return episode
+
+    def _stop_event(self, iteration: int) -> asyncio.Event:
+        """The event that parks iteration ``iteration``'s segments (older ones forgotten)."""
+        if iteration not in self._stops:
+            for old in [i for i in self._stops if i < iteration - 1]:
+                del self._stops[old]
+            self._stops[iteration] = asyncio.Event()
+        return self._stops[iteration]
+
+    async def stop(self, iteration: int) -> None:
+        """The driver's batch is complete: iteration ``iteration``'s running segments park at
+        their next turn boundary, and those not started yet park at once."""
+        self._stop_event(iteration).set()
+
+    async def release(self, keys: list[str], forget: bool) -> None:
+        """Close the sessions of the parked episodes ``keys`` (their cells are replayed if
+        they resume here); ``forget`` also drops them (regenerated, dropped, given up)."""
+        for key in keys:
+            episode = self._parked.pop(key, None) if forget else self._parked.get(key)
+            if episode is not None:
+                await episode.close()
+
     def _apply(self, engine: Any, policy: EpisodePolicy) -> None:
         if engine.version != policy.version:
             engine.set_policy_version(policy.version)
@@ -120,6 +219,10 @@ class RolloutWorker:
             self._model = policy.model
 
     async def close(self) -> None:
-        """Close the sandbox and the model client (the driver kills the actor after)."""
+        """Close the parked episodes' sessions, the sandbox and the model client (the driver
+        kills the actor after)."""
+        parked, self._parked = list(self._parked.values()), {}
+        for episode in parked:
+            await episode.close()
         await self._stack.aclose()
         self._engine = None

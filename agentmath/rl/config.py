@@ -186,8 +186,9 @@ class RLConfig(StrictModel):
     generator: GeneratorConfig = Field(default_factory=GeneratorConfig)
     ray: RayConfig | None = Field(None, description=(
         "Run the rollouts on a Ray cluster (the ray extra; None: in this process). Needs "
-        "generator.backend 'openai' and whole episodes (rollout.mode 'async', no segment "
-        "budgets); same seeds give the same samples as in process."))
+        "generator.backend 'openai' and rollout.mode 'async'; partial rollout (segment "
+        "budgets) parks episodes on their workers between steps. Same seeds give the same "
+        "samples as in process."))
     checkpoint_every: int = Field(10, ge=0, le=10**7, description=(
         "Save OUT/checkpoint-STEP every this many steps and at the end; 0: only at the end."))
     keep_checkpoints: int = Field(2, ge=0, le=10**5, description="Newest kept; 0 keeps all.")
@@ -239,15 +240,6 @@ class RLConfig(StrictModel):
         if self.rollout.mode != "async":
             raise ValueError("rollout.mode: rollouts on Ray are request-level ('async'); "
                              "the lockstep baseline ('sync') runs in one process")
-        segmented = [f"stages.stages[{i}].segment_tokens"
-                     for i, st in enumerate(self.stages.stages) if st.segment_tokens is not None]
-        if self.rollout.segment_tokens is not None:
-            segmented.insert(0, "rollout.segment_tokens")
-        if self.rollout.segment_tool_calls is not None:
-            segmented.insert(0, "rollout.segment_tool_calls")
         if self.rollout.max_in_flight_tokens is not None:
             raise ValueError("rollout.max_in_flight_tokens: the context-token admission bound "
                              "is not applied on Ray (only max_in_flight is); leave it unset")
-        if segmented:
-            raise ValueError(f"{segmented[0]}: partial rollout (episodes parked across steps) "
-                             f"is not run on Ray; every episode runs to its end there")

@@ -43,6 +43,21 @@ class IterationResult:
     exhausted: bool  # no request left and nothing parked: the run is over
 
 
+def is_stale(versions: list[int], version: int, max_staleness: int) -> bool:
+    """Whether a parked sample whose model segments were sampled by ``versions`` (oldest
+    first) is stale when resumed under ``version``: its oldest segment lags more than
+    ``max_staleness`` versions (the rule of the local and the Ray partial rollout)."""
+    return bool(versions) and version - versions[0] > max_staleness
+
+
+def take_batch(held: list[Group], new: list[Group], batch_groups: int
+               ) -> tuple[list[Group], list[Group]]:
+    """An iteration's batch: the groups held back from earlier iterations first, then this
+    one's, at most ``batch_groups``; and the rest, held back for the next iteration."""
+    groups = held + new
+    return groups[:batch_groups], groups[batch_groups:]
+
+
 class PartialRollout:
     """Successive RL iterations over ``requests``; parked work carries across iterations."""
 
@@ -75,8 +90,7 @@ class PartialRollout:
             groups = await self._lockstep(batch_groups)
         else:
             groups = await self._request_level(batch_groups)
-        groups = self._ready + groups
-        groups, self._ready = groups[:batch_groups], groups[batch_groups:]
+        groups, self._ready = take_batch(self._ready, groups, batch_groups)
         exhausted = self._exhausted and not self._parked and not self._ready
         return IterationResult(engine.version, groups, stats, exhausted)
 
@@ -183,7 +197,7 @@ class PartialRollout:
                 continue
             episode = state.episodes[index]
             versions = episode.trajectory.policy_versions
-            if not versions or engine.version - versions[0] <= config.max_staleness:
+            if not is_stale(versions, engine.version, config.max_staleness):
                 out.append((state, index))
                 continue
             if config.stale == "drop":

@@ -76,14 +76,7 @@ def _rl(**over: object) -> Any:
 @pytest.mark.parametrize(("over", "field"), [
     ({"generator": {"backend": "hf"}}, "generator.backend"),
     ({"rollout": {"mode": "sync"}}, "rollout.mode"),
-    ({"rollout": {"segment_tokens": 512}}, "rollout.segment_tokens"),
-    ({"rollout": {"segment_tool_calls": 2}}, "rollout.segment_tool_calls"),
     ({"rollout": {"max_in_flight_tokens": 100_000}}, "rollout.max_in_flight_tokens"),
-    ({"stages": {"stages": [{"max_total_tokens": 4096, "max_model_tokens": 2048,
-                             "max_tool_calls": 4},
-                            {"max_total_tokens": 8192, "max_model_tokens": 4096,
-                             "max_tool_calls": 8, "segment_tokens": 1024}]}},
-     r"stages.stages\[1\].segment_tokens"),
 ])
 def test_rl_on_ray_refuses_what_it_cannot_run_naming_the_field(over: dict[str, Any],
                                                                field: str) -> None:
@@ -91,6 +84,18 @@ def test_rl_on_ray_refuses_what_it_cannot_run_naming_the_field(over: dict[str, A
         _rl(**over)
     if "generator" not in over:
         assert _rl(**over, ray=None).ray is None  # the same settings run in one process
+
+
+def test_rl_on_ray_runs_partial_rollout() -> None:
+    """Segment budgets (in the rollout section or a stage's) are accepted on Ray: episodes
+    park on their workers between steps (agentmath/distributed/partial.py)."""
+    cfg = _rl(rollout={"segment_tokens": 512, "segment_tool_calls": 2, "max_staleness": 1})
+    assert cfg.rollout.segment_tokens == 512 and cfg.ray is not None
+    staged = _rl(stages={"stages": [
+        {"max_total_tokens": 4096, "max_model_tokens": 2048, "max_tool_calls": 4},
+        {"max_total_tokens": 8192, "max_model_tokens": 4096, "max_tool_calls": 8,
+         "segment_tokens": 1024}]})
+    assert staged.stages.stages[1].segment_tokens == 1024
 
 
 def test_rl_worker_spec_reaches_the_generators_and_sandboxes() -> None:
@@ -108,7 +113,8 @@ def test_rl_worker_spec_reaches_the_generators_and_sandboxes() -> None:
     assert one.settings.model == "tiny"  # the model dir's name
 
 
-def test_the_engines_policy_goes_with_every_episode_and_refuses_segments() -> None:
+def test_the_engines_policy_goes_with_every_episode_and_the_budgets_with_every_segment(
+        ) -> None:
     from agentmath.config import LoopConfig, RolloutConfig
     from agentmath.distributed.engine import RayRolloutEngine
     from agentmath.distributed.worker import EpisodePolicy, WorkerSpec
@@ -122,15 +128,18 @@ def test_the_engines_policy_goes_with_every_episode_and_refuses_segments() -> No
     engine.set_budgets(loop, RolloutConfig())
     assert engine.policy == EpisodePolicy(version=3, model="policy-v3", loop=loop)
     assert engine.version == 3
-    with pytest.raises(ValueError, match="partial rollout"):
-        engine.set_budgets(loop, RolloutConfig(segment_tokens=64))
+    engine.set_budgets(loop, RolloutConfig(segment_tokens=64, max_staleness=1))
+    assert engine.rollout.segment_tokens == 64 and engine.rollout.max_staleness == 1
 
 
 class _FakeEngine:
     """RayRolloutEngine's stream contract without a cluster: groups come back in reverse."""
 
     def __init__(self) -> None:
+        from agentmath.config import RolloutConfig
+
         self.version = 7
+        self.rollout = RolloutConfig()
         self.stats: Any = None
         self.calls: list[list[str]] = []
 
