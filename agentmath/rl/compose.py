@@ -125,7 +125,10 @@ def build_generators(cfg: RLConfig, learner: Learner, out_dir: Path) -> Generato
         from agentmath.backends.hf import HFBackend
         from agentmath.rl.sync import InProcessSync
 
+        # on the learner's device: the backend would otherwise pick cuda whenever there is
+        # one, moving the shared model away from a run told to train on the CPU
         backend = HFBackend(learner.unwrapped, learner.tokenizer,
+                            device=str(learner.accelerator.device),
                             max_batch=cfg.generator.max_batch,
                             continuous=cfg.generator.continuous,
                             prefix_cache_rows=cfg.generator.prefix_cache_rows)

@@ -92,3 +92,18 @@ def test_continuous_generator_on_cuda_matches_one_at_a_time() -> None:
                               together=True))
     assert next(model.parameters()).device.type == "cuda"
     assert batched == alone
+
+
+def test_a_cpu_run_on_a_gpu_machine_keeps_its_generator_on_the_cpu(tmp_path: Path) -> None:
+    """``device: cpu`` holds for the in-process generator too (it used to pick cuda whenever
+    there was one, moving the shared model away from the CPU trainer)."""
+    tok = build_tokenizer(synthetic_conversations(120), vocab_size=512)
+    build_model(tok, "nano", out_dir=tmp_path / "model", seed=0)
+    (tmp_path / "test.jsonl").write_text("".join(
+        json.dumps({"id": f"p{i}", "problem": f"What is {i} + 2?", "answer": str(i + 2)}) + "\n"
+        for i in range(8)))
+    cfg = rl_config(tmp_path / "model", device="cpu", steps=1, prompts_per_step=2,
+                    group_size=2, rewards=[{"name": "tests.integration.test_rl_train:brevity",
+                                            "weight": 1.0}])
+    result = train_rl(cfg, tmp_path / "run", progress=False)
+    assert result.steps == 1 and len(read_metrics(result.metrics)) == 1

@@ -145,9 +145,9 @@ def test_logprobs_are_those_of_a_full_forward(tok: Any, model: Any,
                                for i, p in enumerate(prompts[:4])]
     got = asyncio.run(_staggered(HFBackend(model, tok, max_batch=8), requests))
     for (prompt, _, _, sampling), g in zip(requests, got, strict=True):
-        ids = torch.tensor([prompt + g.token_ids])
+        ids = torch.tensor([prompt + g.token_ids], device=model.device)  # cuda where any
         with torch.no_grad():
-            logits = model(input_ids=ids).logits[0, len(prompt) - 1 : -1].float()
+            logits = model(input_ids=ids).logits[0, len(prompt) - 1 : -1].float().cpu()
         if sampling.temperature > 0:
             logits = logits / sampling.temperature
         full = logits.log_softmax(-1).gather(1, torch.tensor(g.token_ids)[:, None])
