@@ -82,13 +82,15 @@ def sft_row(records: list[dict], tokenizer: Any, device: str, bf16: bool,
     from agentmath.recipes.tool_model import train_model
 
     demo, runs = DemoConfig(), []
-    for steps in (max(1, args.sft_steps // 4), args.sft_steps):
+    # a 2-step run first, discarded: CUDA's context and first kernels are set up once per
+    # process, and would otherwise fall on the short run alone
+    for steps in (2, max(3, args.sft_steps // 4), args.sft_steps):
         runs.append(train_model(
             records, tokenizer, args.out / f"sft-{device}-{'bf16' if bf16 else 'fp32'}-{steps}",
             size=args.size, steps=steps, batch_size=demo.batch_size,
             learning_rate=demo.learning_rate, max_length=demo.max_length, seed=0,
             progress=False, device=device, bf16=bf16))
-    short, long = runs
+    _, short, long = runs
     per_step = (long.wall_time_s - short.wall_time_s) / max(1, long.steps - short.steps)
     return {"sft_step_s": per_step, "sft_wall_s": long.wall_time_s,
             "sft_final_loss": long.final_loss, "sft_model": long.final_dir}
@@ -120,7 +122,7 @@ def rl_row(model: str, problems: Path, device: str, bf16: bool,
 
 
 def available(device: str) -> bool:
-    import torch
+    import torch  # noqa: PLC0415 - the parent process imports torch only here
 
     return device == "cpu" or torch.cuda.is_available()
 
@@ -135,6 +137,35 @@ def environment() -> dict[str, Any]:
             "cpu_threads": torch.get_num_threads(), "load_avg": os.getloadavg()[0]}
 
 
+ROW_MARK = "ROW "
+
+
+def run_rows(args: argparse.Namespace, env: dict[str, Any]) -> list[dict[str, Any]]:
+    """Every row on a device this machine has, each in a process of its own (accelerate's
+    state, the precision included, is fixed once per process; and one row's caches must not
+    speed up the next). The rows so far are written to ``--json-out`` after each."""
+    import subprocess
+
+    results = []
+    for device, bf16 in ROWS:
+        if not available(device):
+            continue
+        name = f"{device} {'bf16' if bf16 else 'fp32'}"
+        cmd = [sys.executable, __file__, "--only", name, *sys.argv[1:]]
+        done = subprocess.run(cmd, stdout=subprocess.PIPE, text=True, check=False)
+        found = [line[len(ROW_MARK):] for line in done.stdout.splitlines()
+                 if line.startswith(ROW_MARK)]
+        if done.returncode != 0 or not found:
+            print(f"row {name!r} failed (exit {done.returncode})", file=sys.stderr, flush=True)
+            continue
+        results.append(json.loads(found[-1]))
+        print(found[-1], file=sys.stderr, flush=True)
+        if args.json_out is not None:  # after every row: a later failure loses nothing
+            args.json_out.write_text(json.dumps({"environment": env, "rows": results},
+                                                indent=2) + "\n")
+    return results
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--model", type=Path, default=None, help="GRPO start model directory")
@@ -145,31 +176,29 @@ def main() -> None:
     ap.add_argument("--out", type=Path, default=Path("runs/bench-device-steps"))
     ap.add_argument("--quick", action="store_true", help="nano model, tiny steps")
     ap.add_argument("--json-out", type=Path, default=None, help="also write the rows here")
+    ap.add_argument("--only", default=None, help=argparse.SUPPRESS)  # one row (internal)
     args = ap.parse_args()
     if args.quick:
         args.sft_steps, args.rl_steps, args.problems, args.size = 8, 2, 40, "nano"
-    import torch
+    if args.only is not None:  # one row, in a process of its own (see run_rows)
+        device, _, precision = args.only.partition(" ")
+        import torch
 
-    torch.set_num_threads(1)
-    env = environment()
-    print(json.dumps(env), file=sys.stderr, flush=True)
-    records, tokenizer, problems = demo_data(args)
-    results = []
-    for device, bf16 in ROWS:
-        if not available(device):
-            continue
-        name = f"{device} {'bf16' if bf16 else 'fp32'}"
-        row = {"row": name, **sft_row(records, tokenizer, device, bf16, args)}
+        torch.set_num_threads(1)
+        records, tokenizer, problems = demo_data(args)
+        row = {"row": args.only, **sft_row(records, tokenizer, device, precision == "bf16",
+                                           args)}
         start = str(args.model) if args.model is not None else row["sft_model"]
-        row.update(rl_row(start, problems, device, bf16, args))
+        row.update(rl_row(start, problems, device, precision == "bf16", args))
         if device == "cuda":
             row["cuda_peak_mib"] = torch.cuda.max_memory_allocated() / 2**20
-            torch.cuda.reset_peak_memory_stats()
-        results.append(row)
-        print(json.dumps(row), file=sys.stderr, flush=True)
-        if args.json_out is not None:  # after every row: a later failure loses nothing
-            args.json_out.write_text(json.dumps({"environment": env, "rows": results},
-                                                indent=2) + "\n")
+        print(ROW_MARK + json.dumps(row), flush=True)
+        return
+    env = environment()
+    print(json.dumps(env), file=sys.stderr, flush=True)
+    results = run_rows(args, env)
+    if not results:
+        raise SystemExit("no row finished (see the errors above)")
     base = next((r for r in results if r["row"] == "cpu fp32"), results[0])
     print_table(f"The demo's SFT and GRPO steps by device ({env['gpu'] or 'no GPU'}; "
                 f"torch {env['torch']})",
