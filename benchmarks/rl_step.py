@@ -1,24 +1,32 @@
-"""One GRPO step of the demo's configuration, today's generator against the one it replaced.
+"""GRPO steps of the demo's configuration: the code of the day the step was first measured
+against today's, generator by generator, in one run.
 
-    python benchmarks/rl_step.py                  # 4 steps per generator, the demo's settings
+    python benchmarks/rl_step.py                  # 4 steps per row
     python benchmarks/rl_step.py --model DIR      # e.g. runs/demo/model-tool/final
     python benchmarks/rl_step.py --quick --json   # a smoke run: nano model, 2 steps
+    python benchmarks/rl_step.py --baseline-rev none   # without the old commit's row
 
-The demo's GRPO run (``agentmath.recipes.demo.rl_config``: 8 prompts x 8 samples, 320 model
-tokens, up to 6 tool calls, async rollouts on the in-process model, one CPU thread) runs
-``--steps`` steps from the same start model once per generator, one after the other in this
-process:
+The demo's GRPO run (8 prompts x 8 samples, 320 model tokens, up to 6 tool calls, async
+rollouts on the in-process model, one CPU thread) runs ``--steps`` steps from the same start
+model and problems once per row, each row in a process of its own
+(``benchmarks/_rl_step_driver.py``), one after the other:
 
-* ``gathered``: the generator before continuous batching (a batch takes what is queued when
-  its first request arrives, and runs to its longest row);
+* ``b333b8a``: the code of that commit (main when the 18-46 s step was measured and issue 20
+  filed), from a git worktree put first on PYTHONPATH, with the demo's GRPO settings of that day
+  (``frozen``: no budget stages, no filters);
+* today's code with the same settings and the generator before continuous batching
+  (``gathered``: a batch takes what is queued when its first request arrives, and runs to its
+  longest row);
 * ``continuous``: continuous batching (``agentmath/backends/hf_continuous.py``): episodes
   waiting for the model share one decode batch whatever turn they are in; every turn's prompt
   prefilled whole;
 * ``continuous + prefix cache`` (the default): a finished turn's KV cache is kept for the
   episode's next turn, which prefills only the tool output and the next turn's header
-  (``agentmath/backends/hf_prefix.py``).
+  (``agentmath/backends/hf_prefix.py``);
+* today's demo settings (``agentmath.recipes.demo.rl_config``: a first budget stage of 2 tool
+  calls, void-turn filtering), which change what a step generates, not only how fast.
 
-Reported per generator: mean seconds per step over the steps after the first (the first also
+Reported per row: mean seconds per step over the steps after the first (the first also
 warms caches), its rollout and update parts, model tokens generated per step and per second
 of rollout, and the speed-up of the step over the first row's. Every run samples its own
 episodes (same seeds, different batch compositions), so tokens per step differ a little; the
@@ -34,22 +42,41 @@ import argparse
 import json
 import os
 import statistics
+import subprocess
 import sys
-import time
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
-
-os.environ.setdefault("OMP_NUM_THREADS", "1")  # one core per run, as in the demo
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _common import print_table  # noqa: E402
 
-GENERATORS = {  # name -> GeneratorConfig overrides
-    "gathered": {"continuous": False},
-    "continuous": {"continuous": True, "prefix_cache_rows": 0},
-    "continuous + prefix cache": {"continuous": True, "prefix_cache_rows": 64},
-}
+BASELINE_REV = "b333b8a"  # main when the 18-46 s step was measured (issue 20 was filed)
+DRIVER = Path(__file__).resolve().parent / "_rl_step_driver.py"
+
+
+@dataclass
+class Row:
+    """One row: which code (None: this checkout; else a commit), which settings, generator."""
+
+    name: str
+    rev: str | None
+    config: str  # "frozen" (the demo's GRPO settings at BASELINE_REV) or "demo" (today's)
+    generator: dict[str, Any] = field(default_factory=dict)
+
+
+def rows(rev: str) -> list[Row]:
+    """The rows in order; ``rev`` "none" leaves out the old commit's (a shallow clone)."""
+    old = [] if rev == "none" else [
+        Row(f"{rev} (the code when the step was first measured)", rev, "frozen")]
+    return old + [
+        Row("today, gathered generator", None, "frozen", {"continuous": False}),
+        Row("today, continuous batching", None, "frozen",
+            {"continuous": True, "prefix_cache_rows": 0}),
+        Row("today, continuous + prefix cache (default)", None, "frozen"),
+        Row("today, the demo's own GRPO settings (stages, filters)", None, "demo"),
+    ]
 
 
 def start_model(args: argparse.Namespace) -> tuple[Path, Path]:
@@ -78,47 +105,63 @@ def start_model(args: argparse.Namespace) -> tuple[Path, Path]:
     return root / "final", data
 
 
-def run_generator(name: str, model: Path, data: Path, args: argparse.Namespace) -> dict[str, Any]:
-    """``--steps`` GRPO steps with one generator; per-step timings from its metrics."""
-    from agentmath.recipes.demo import DemoConfig, rl_config
-    from agentmath.rl.trainer import train_rl
+def worktree(rev: str, root: Path) -> Path:
+    """A detached worktree of ``rev`` (made once, under ``root``)."""
+    path = root / f"worktree-{rev}"
+    if not (path / "agentmath").is_dir():
+        repo = Path(__file__).resolve().parent.parent
+        subprocess.run(["git", "-C", str(repo), "worktree", "add", "--detach", "--force",
+                        str(path), rev], check=True, capture_output=True)
+    return path
 
-    demo = DemoConfig(rl_steps=args.steps, max_digits=3)
-    cfg = rl_config(demo, str(model), data, masked=True)
-    cfg = cfg.model_copy(update={"generator": cfg.generator.model_copy(
-        update=GENERATORS[name])})
-    if args.quick:
-        cfg = cfg.model_copy(update={"prompts_per_step": 2, "group_size": 4})
-    rows: list[Any] = []
-    started = time.monotonic()
-    train_rl(cfg, args.out / f"run-{name.replace(' + ', '-').replace(' ', '-')}",
-             progress=False, resume=False, on_step=rows.append)
-    timed = rows[1:] or rows
+
+def run_row(row: Row, model: Path, data: Path, args: argparse.Namespace) -> dict[str, Any]:
+    """``--steps`` GRPO steps of ``row`` in a process of its own; means over the steps after
+    the first (it also warms caches)."""
+    code = worktree(row.rev, args.out.resolve()) if row.rev else DRIVER.parent.parent
+    env = {**os.environ, "PYTHONPATH": str(code), "OMP_NUM_THREADS": "1"}
+    spec = {"model": str(model.resolve()), "data": str(data.resolve()),
+            "out": str(args.out.resolve() / f"run-{len(row.name)}-{row.config}"),
+            "steps": args.steps, "config": row.config, "generator": row.generator,
+            "quick": args.quick}
+    done = subprocess.run([sys.executable, str(DRIVER), json.dumps(spec)], env=env,
+                          stdout=subprocess.PIPE, text=True, check=False, cwd=str(code))
+    found = [line[4:] for line in done.stdout.splitlines() if line.startswith("ROW ")]
+    if done.returncode != 0 or not found:
+        raise SystemExit(f"row {row.name!r} failed (exit {done.returncode})")
+    steps = json.loads(found[-1])["steps"]
+    timed = steps[1:] or steps
     # every sample generated in the step (trained, dropped or filtered): samples_per_s is
     # their count over the rollout time
-    tokens = [r.model_tokens_mean * r.samples_per_s * r.rollout_s for r in timed]
-    rollout = [r.rollout_s for r in timed]
-    return {"generator": name, "steps": len(rows), "wall_s": time.monotonic() - started,
-            "step_s": statistics.fmean(r.step_s for r in timed),
+    tokens = [r["model_tokens_mean"] * r["samples_per_s"] * r["rollout_s"] for r in timed]
+    rollout = [r["rollout_s"] for r in timed]
+    return {"row": row.name, "rev": row.rev or "HEAD", "config": row.config,
+            "steps": len(steps), "step_s": statistics.fmean(r["step_s"] for r in timed),
             "rollout_s": statistics.fmean(rollout),
-            "train_s": statistics.fmean(r.train_s for r in timed),
+            "train_s": statistics.fmean(r["train_s"] for r in timed),
             "model_tokens_per_step": statistics.fmean(tokens),
             "rollout_tokens_per_s": sum(tokens) / max(1e-9, sum(rollout)),
-            "step_s_each": [round(r.step_s, 2) for r in rows]}
+            "reward_mean": statistics.fmean(r["reward_mean"] for r in steps),
+            "step_s_each": [round(r["step_s"], 2) for r in steps]}
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--model", type=Path, default=None, help="start model directory")
-    ap.add_argument("--steps", type=int, default=4, help="GRPO steps per generator (>= 2)")
+    ap.add_argument("--steps", type=int, default=4, help="GRPO steps per row (>= 2)")
     ap.add_argument("--out", type=Path, default=Path("runs/bench-rl-step"))
     ap.add_argument("--quick", action="store_true", help="smoke run: nano model, tiny steps")
     ap.add_argument("--json", action="store_true", help="print one JSON object")
+    ap.add_argument("--baseline-rev", default=BASELINE_REV,
+                    help="the commit whose code the first row runs ('none': no such row)")
     args = ap.parse_args()
     if args.quick:
         args.steps = 2
     model, data = start_model(args)
-    results = [run_generator(name, model, data, args) for name in GENERATORS]
+    results = []
+    for row in rows(args.baseline_rev):
+        results.append(run_row(row, model, data, args))
+        print(json.dumps(results[-1]), file=sys.stderr, flush=True)
     base = results[0]["step_s"]
     for r in results:
         r["speedup"] = base / r["step_s"] if r["step_s"] else 0.0
@@ -127,11 +170,12 @@ def main() -> None:
         print(json.dumps(out, indent=2))
         return
     print_table(f"GRPO step of the demo's configuration, one thread ({model})",
-                ["generator", "s / step", "rollout s", "update s", "model tokens / step",
-                 "rollout tokens / s", "speed-up", "each step (s)"],
-                [[r["generator"], f"{r['step_s']:.2f}", f"{r['rollout_s']:.2f}",
+                ["row", "s / step", "rollout s", "update s", "model tokens / step",
+                 "rollout tokens / s", "speed-up", "reward", "each step (s)"],
+                [[r["row"], f"{r['step_s']:.2f}", f"{r['rollout_s']:.2f}",
                   f"{r['train_s']:.2f}", f"{r['model_tokens_per_step']:.0f}",
                   f"{r['rollout_tokens_per_s']:.0f}", f"{r['speedup']:.2f}x",
+                  f"{r['reward_mean']:.2f}",
                   " ".join(map(str, r["step_s_each"]))] for r in results])
 
 

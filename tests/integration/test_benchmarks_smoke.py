@@ -50,19 +50,22 @@ def test_ray_eval_benchmark_json(tiny_model_dir: Path) -> None:
 
 
 def test_rl_step_benchmark_json(tiny_model_dir: Path, tmp_path: Path) -> None:
-    """benchmarks/rl_step.py --quick --json: one JSON object, a row per generator, each with
-    its timed steps (the test model stands in for the demo's)."""
+    """benchmarks/rl_step.py --quick --json: one JSON object, a row per generator and one for
+    the demo's own settings, each with its timed steps (the test model stands in for the
+    demo's; no old commit's row: a CI clone may be shallow)."""
     import json
 
     env = {"PATH": "/usr/bin:/bin", "OMP_NUM_THREADS": "1"}
     env.update({k: os.environ[k] for k in ("HOME", "AGENTMATH_TEST_CACHE") if k in os.environ})
     proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "rl_step.py"), "--quick",
-                           "--json", "--model", str(tiny_model_dir), "--out", str(tmp_path)],
+                           "--json", "--model", str(tiny_model_dir), "--out", str(tmp_path),
+                           "--baseline-rev", "none"],
                           capture_output=True, text=True, timeout=600, cwd=str(ROOT), env=env)
     assert proc.returncode == 0, proc.stderr[-3000:]
     out = json.loads(proc.stdout)
-    assert [r["generator"] for r in out["results"]] == ["gathered", "continuous",
-                                                       "continuous + prefix cache"]
+    assert [(r["config"], r["rev"]) for r in out["results"]] == [
+        ("frozen", "HEAD")] * 3 + [("demo", "HEAD")]
+    assert "gathered" in out["results"][0]["row"]
     for r in out["results"]:
         assert r["steps"] == 2 and r["step_s"] > 0 and r["model_tokens_per_step"] > 0
     assert out["results"][0]["speedup"] == 1.0
