@@ -181,4 +181,28 @@ class OpenAIToolsFormat(DelimitedFormat):
         )
 
 
+class ChatMLToolsFormat(OpenAIToolsFormat):
+    """Native tool calling as a ChatML chat template renders it, in text.
+
+    The same ``<tool_call>`` JSON calls; each result a ``user`` turn holding ``<tool_response>``,
+    and the model's next turn opened after it. This is byte for byte what Qwen2.5/Qwen3's chat
+    templates (and agentmath's tiny models' template) make of an assistant tool call, its
+    ``tool`` message and the generation prompt, so that the token-exact loop drives a model in
+    the very protocol its native tool-calling records trained (and TRL's tool loop samples in).
+
+    The assistant turn's end (``<|im_end|>``) is part of the rendered result, not of the model's
+    text: generation stops at ``</tool_call>`` as in ``openai_tools``."""
+
+    name = "chatml_tools"
+    output_open = "<|im_end|>\n<|im_start|>user\n<tool_response>"
+    output_close = "</tool_response><|im_end|>\n<|im_start|>assistant"
+
+    def render(self, result: ExecResult, *, max_chars: int = 4000) -> str:
+        """``<|im_end|>``, the tool turn and the next assistant header for ``result``."""
+        prefix, suffix = f"{self.output_open}\n", f"\n{self.output_close}\n"
+        budget = max(max_chars - len(prefix) - len(suffix), 0)
+        return f"{prefix}{render_body(result, max_chars=budget)}{suffix}"
+
+
 OPENAI_TOOLS = OpenAIToolsFormat()
+CHATML_TOOLS = ChatMLToolsFormat()

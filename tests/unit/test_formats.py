@@ -22,11 +22,13 @@ from agentmath.formats.openai_tools import (
 )
 from agentmath.sandbox.result import ExecResult
 
-BUILTINS = ["code_interpreter", "markdown", "openai_tools", "tool_call"]
+BUILTINS = ["chatml_tools", "code_interpreter", "markdown", "openai_tools", "tool_call"]
 OUTPUT_MARKERS = {"markdown": ("```output", "```"),
                   "tool_call": ("<tool_output>", "</tool_output>"),
                   "code_interpreter": ("<interpreter>", "</interpreter>"),
-                  "openai_tools": ("<tool_response>", "</tool_response>")}
+                  "openai_tools": ("<tool_response>", "</tool_response>"),
+                  "chatml_tools": ("<|im_end|>\n<|im_start|>user\n<tool_response>",
+                                   "</tool_response><|im_end|>\n<|im_start|>assistant")}
 CODES = [
     "print(1 + 1)",
     "x = 1\n\n\ny = x + 1\nprint(y)",
@@ -245,9 +247,11 @@ def test_render_caps_huge_output_keeping_head_tail_and_error(fmt: ToolFormat) ->
 
 def test_render_wraps_in_the_output_markers(fmt: ToolFormat) -> None:
     opening, closing = OUTPUT_MARKERS[fmt.name]
+    # a ChatML turn boundary follows the call's closing tag directly (the template's rendering)
+    lead = "" if fmt.name == "chatml_tools" else "\n"
     text = fmt.render(ExecResult(stdout="42\n"))
-    assert text == f"\n{opening}\n42\n{closing}\n"
-    assert fmt.render(ExecResult()) == f"\n{opening}\n(no output)\n{closing}\n"
+    assert text == f"{lead}{opening}\n42\n{closing}\n"
+    assert fmt.render(ExecResult()) == f"{lead}{opening}\n(no output)\n{closing}\n"
 
 
 # --- registry ----------------------------------------------------------------------------

@@ -395,3 +395,43 @@ def test_render_fits_max_chars(name: str) -> None:
         assert len(text) <= 1000 and "HEAD" in text
         assert fmt.render(result, max_chars=1000) == text
         assert fmt.find_call(fmt.render_call("f()") + text) is None
+
+
+def test_chatml_tools_is_the_chat_templates_rendering_of_native_tool_calls() -> None:
+    """The loop's text for a model that calls the tool twice and answers (prompt, then each
+    segment cut at the stop string, its call's result rendered by ``chatml_tools``) is the
+    chat template's rendering of the same conversation as native tool-calling messages, with
+    the generation prompt: byte for byte, so the two protocols are one."""
+    pytest.importorskip("transformers")
+    import json
+
+    from agentmath.formats.openai_tools import tool_spec
+    from agentmath.models.tiny import build_tokenizer
+    from agentmath.sandbox.result import ExecResult
+
+    tok = build_tokenizer(["What is 123 * 456? We compute it."], vocab_size=300)
+    fmt = get_format("chatml_tools")
+    calls = [("x = 123 * 456\nprint(x)", ExecResult(stdout="56088\n")),
+             ("print(x + 1, '</tool_call>')", ExecResult(stdout="56089 </tool_call>\n"))]
+    messages = [{"role": "system", "content": "Solve it."},
+                {"role": "user", "content": "What is 123 * 456 + 1?"}]
+    chat = list(messages)
+    text = tok.apply_chat_template(messages, tools=[tool_spec()], tokenize=False,
+                                   add_generation_prompt=True)
+    for i, (code, result) in enumerate(calls):
+        thought = f"Step {i + 1}."
+        segment = f"{thought}\n{fmt.render_call(code)}"
+        found = fmt.find_call(text + segment)
+        assert found is not None and found.code == code
+        text += segment + fmt.render(result)
+        # the arguments as the model wrote them (render_call writes "</" as "<\/" in JSON)
+        body = fmt.render_call(code).split("\n", 1)[1].rsplit("\n", 1)[0]
+        arguments = body.removeprefix('{"name": "python", "arguments": ').removesuffix("}")
+        assert json.loads(arguments) == {"code": code}
+        chat += [{"role": "assistant", "content": thought, "tool_calls": [
+                      {"type": "function", "function": {
+                          "name": "python", "arguments": arguments}}]},
+                 {"role": "tool", "content": result.stdout.rstrip("\n")}]
+    native = tok.apply_chat_template(chat, tools=[tool_spec()], tokenize=False,
+                                     add_generation_prompt=True)
+    assert text == native
