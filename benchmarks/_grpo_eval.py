@@ -1,9 +1,10 @@
 """Held-out accuracy for ``benchmarks/grpo.py``, measured the same way for every model.
 
 * ``text``: agentmath's evaluation harness (``run_eval``, ``hf`` backend, greedy) in the
-  ``openai_tools`` format, the text form of the ``<tool_call>`` protocol that agentmath's GRPO
-  trains in; accuracy with the harness's bootstrap 95% interval.
-* ``native``: the native tool-calling protocol that TRL's tool loop trains in (chat turns: the
+  ``chatml_tools`` format, the token-exact loop agentmath's GRPO trains in: the native protocol
+  rendered as text, byte for byte what the chat template makes of the same conversation;
+  accuracy with the harness's bootstrap 95% interval.
+* ``native``: the same protocol as TRL's tool loop drives it (chat turns: the
   assistant's ``<tool_call>`` ends its turn, the result comes back as a ``tool`` turn), driven
   by agentmath's chat loop (``run_chat_episode``) over a small adapter that renders the
   conversation with the chat template and parses calls with TRL's response template (the parser
@@ -65,16 +66,18 @@ class HFChat:
 
 
 async def eval_text(model_dir: str, data: Path, out: Path, *, limit: int, max_tokens: int,
-                    max_tool_calls: int, seed: int, samples: int = 1,
+                    max_tool_calls: int, seed: int, system: str, samples: int = 1,
                     temperature: float = 0.0) -> dict[str, Any]:
-    """``run_eval`` in the openai_tools format; accuracy, its CI and the tool figures."""
+    """``run_eval`` in the chatml_tools format under ``system`` (the native records' prompt:
+    see grpo.chatml_system_prompt); accuracy, its CI and the tool figures."""
     from agentmath.backends.hf import HFBackend
     from agentmath.eval.runner import run_eval
 
     cfg = EvalConfig(dataset=str(data), model=model_dir, backend="hf", samples=samples,
-                     limit=limit, format="openai_tools", temperature=temperature, seed=seed,
+                     limit=limit, format="chatml_tools", temperature=temperature, seed=seed,
                      concurrency=64,
-                     loop=LoopConfig(max_model_tokens=max_tokens, max_tool_calls=max_tool_calls))
+                     loop=LoopConfig(max_model_tokens=max_tokens, max_tool_calls=max_tool_calls,
+                                     system_prompt=system))
     backend = HFBackend(model_dir, max_batch=64)
     try:
         metrics = (await run_eval(cfg, out, backend)).metrics.to_dict()

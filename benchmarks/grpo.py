@@ -35,23 +35,25 @@ best final. Accuracy is judged in each trainer's own protocol by default (``--go
 agentmath's text protocol, TRL's native chat protocol); both are always reported. A PNG plot of
 accuracy against wall time for every run goes to the run directory under ``--out``.
 
-The model. ``build_tool_model`` grows a ``micro`` Qwen3 (800 SFT steps of batch 16, as the
-demo) on synthetic word problems with two formats (``native`` tool-calling chat records and
-``openai_tools``, the same ``<tool_call>`` JSON protocol as text), ``text_share`` of each
-format's problems as text records in that format's protocol (for ``native``: the same system
-prompt and tools schema, an assistant turn in text, so TRL renders the same prompt whichever
-path a record takes); cached under ``--out`` by a hash of its config (a rerun skips it). It
-serves both sides because the two loops speak the protocol differently:
+The model. ``build_tool_model`` grows a ``micro`` Qwen3 (``--sft-steps`` of batch 16) on
+synthetic word problems in ONE protocol, native tool calling (chat records: the assistant's
+``<tool_call>`` ends its turn, the result is a ``tool`` turn), ``text_share`` of its problems as
+text records under the same system prompt and tools schema; cached under ``--out`` by a hash of
+its config (a rerun skips it). Both trainers sample that very protocol, token for token:
 
-* TRL's ``tools=`` loop is native tool calling: a ``<tool_call>`` ends the assistant turn, the
-  result comes back as a ``tool`` turn rendered by the chat template. It needs the tool schema it
-  renders from a Python function to be the one the model was trained with, a prefix-preserving
-  template, and a response template to parse calls; ``_grpo_trl.py`` checks all of them before
-  it trains (the prompt TRL renders is compared character for character with the training one,
-  and a text answer, as the native text records train it, must parse as a turn without a tool
-  call, which ends TRL's episode).
-* agentmath's GRPO drives ``openai_tools`` token-exactly through its own loop with the ``hf``
-  backend (the model's sampled ids are the ids trained on; no re-tokenization).
+* TRL's ``tools=`` loop is native tool calling. It needs the tool schema it renders from a
+  Python function to be the one the model was trained with, a prefix-preserving template, and a
+  response template to parse calls; ``_grpo_trl.py`` checks all of them before it trains (the
+  prompt TRL renders is compared character for character with the training one, and a text
+  answer, as the native text records train it, must parse as a turn without a tool call, which
+  ends TRL's episode).
+* agentmath's GRPO drives the ``chatml_tools`` format token-exactly through its own loop with
+  the ``hf`` backend: each result rendered as the chat template renders a ``tool`` turn and the
+  next assistant header (a unit test checks the two renderings byte for byte), under the system
+  message that the template writes for the records' system prompt and tools
+  (:func:`chatml_system_prompt`, checked when the benchmark starts). (Before 2026-11-26 the model
+  learned two protocols, ``openai_tools`` text for agentmath and native chat for TRL; half the
+  code trajectories each left both starts without headroom: pass@8 0% at 1,200 SFT steps.)
 
 Timing. The cumulative training wall time at step k runs from the start of the first step to
 the end of step k, as each trainer's hooks see it (agentmath: ``train_rl``'s ``on_step`` and
@@ -72,10 +74,11 @@ Deviations from the issue's sketch, forced by the facts:
   session per call makes every second call fail with NameError; one shared session lets
   rollouts overwrite each other's variables). It is the same ``_tool_call_loop``, schema
   rendering and parsing as ``tools=``. ``--trl-tools plain`` runs the bare function anyway.
-* The two trainers train in different protocols (text vs native chat), so held-out accuracy is
-  measured in both for every model (``_grpo_eval.py``): the ``openai_tools`` text protocol
-  through ``run_eval`` and the native chat protocol through agentmath's chat loop, both greedy,
-  graded by the same grader on the same problems.
+* Held-out accuracy is measured two ways for every model (``_grpo_eval.py``): ``text``, the
+  ``chatml_tools`` loop through ``run_eval`` (agentmath's protocol), and ``native``, the chat
+  loop with TRL's own response parser (TRL's); the same prompts and renderings, both greedy,
+  graded by the same grader on the same problems, so the two should agree up to the parsers'
+  edge cases (a malformed call).
 * The demo's GRPO uses void-turn filtering and a tool-call budget that grows in stages; here
   neither (TRL has no equivalent): one budget (6 tool calls) and no filters for both. Dynamic
   sampling is off for agentmath (TRL has none); ``--dynamic-sampling`` turns it on.
@@ -127,7 +130,7 @@ QUICK = {"steps": 2, "group_size": 2, "prompts": 1, "lrs": [1e-4, 3e-4], "eval_e
 
 def model_config(ns: argparse.Namespace) -> ToolModelConfig:
     return ToolModelConfig(seed=ns.seed, train_problems=ns.sft_problems, test_problems=HELD_OUT,
-                           max_digits=3, formats=["openai_tools", NATIVE],
+                           max_digits=3, formats=[NATIVE],
                            model_size=ns.model_size, steps=ns.sft_steps, batch_size=16,
                            text_share=ns.text_share)
 
@@ -174,8 +177,30 @@ def save_steps(ns: argparse.Namespace) -> list[int]:
 
 
 # ----------------------------------------------------------------------------- the two trainers
+def chatml_system_prompt(tokenizer: Any) -> str:
+    """The system message under which the ``chatml_tools`` loop renders, token for token, the
+    prompt of the native tool-calling records (and of TRL): the records' system prompt with
+    the tools block the chat template writes when given ``tools``. Checked here by rendering
+    both ways; a template that puts tools elsewhere raises."""
+    from agentmath.agent.prompts import CHAT_SYSTEM_PROMPT
+    from agentmath.formats.openai_tools import tool_spec
+
+    user = {"role": "user", "content": "What is 1 + 1?"}
+    native = tokenizer.apply_chat_template([{"role": "system", "content": CHAT_SYSTEM_PROMPT},
+                                            user], tools=[tool_spec()], tokenize=False,
+                                           add_generation_prompt=True)
+    head, end = "<|im_start|>system\n", native.find("<|im_end|>\n")
+    system = native[len(head):end]
+    plain = tokenizer.apply_chat_template([{"role": "system", "content": system}, user],
+                                          tokenize=False, add_generation_prompt=True)
+    if not native.startswith(head) or plain != native:
+        raise RuntimeError("the chat template's native prompt is not a system message plus "
+                           "the turns: chatml_tools cannot render it")
+    return system
+
+
 def run_agentmath(ns: argparse.Namespace, lr: float, model_dir: str, data: Path, out: Path,
-                  max_prompt_tokens: int) -> dict[str, Any]:
+                  max_prompt_tokens: int, system: str) -> dict[str, Any]:
     from agentmath.config import LoopConfig, RolloutConfig
     from agentmath.rl.config import (
         GeneratorConfig,
@@ -189,7 +214,7 @@ def run_agentmath(ns: argparse.Namespace, lr: float, model_dir: str, data: Path,
     from agentmath.rl.trainer import train_rl
 
     cfg = RLConfig(
-        model=model_dir, format="openai_tools",
+        model=model_dir, format="chatml_tools",
         data=RLDataConfig(dataset=str(data), shuffle=False), steps=ns.steps,
         group_size=ns.group_size, prompts_per_step=ns.prompts,
         dynamic_sampling=ns.dynamic_sampling, seed=ns.seed, device="cpu",
@@ -198,7 +223,8 @@ def run_agentmath(ns: argparse.Namespace, lr: float, model_dir: str, data: Path,
         optim=OptimConfig(learning_rate=lr, decay="constant", max_grad_norm=1.0),
         temperature=TemperatureSchedule(start=ns.temperature),
         loop=LoopConfig(max_model_tokens=ns.max_completion, max_tool_calls=ns.max_tool_calls,
-                        max_total_tokens=max_prompt_tokens + ns.max_completion),
+                        max_total_tokens=max_prompt_tokens + ns.max_completion,
+                        system_prompt=system),
         rollout=RolloutConfig(mode=ns.agentmath_mode),
         generator=GeneratorConfig(backend="hf", max_batch=64),
         # a checkpoint (model + tokenizer, loadable for evaluation) every eval_every steps and
@@ -243,13 +269,14 @@ def run_trl_side(ns: argparse.Namespace, lr: float, model_dir: str, rows: list[d
 
 
 def train_run(ns: argparse.Namespace, trainer: str, lr: float, model_dir: Path, data: Path,
-              rows: list[dict[str, Any]], run_dir: Path, max_prompt: int) -> dict[str, Any]:
+              rows: list[dict[str, Any]], run_dir: Path, max_prompt: int,
+              system: str) -> dict[str, Any]:
     """One training run and what was measured around it (load, CPU seconds)."""
     name = f"{trainer}-lr{lr:g}"
     log(f"{name}: {ns.steps} steps of {ns.prompts} x {ns.group_size}")
     load_before, cpu0 = load_avg(), time.process_time()
     if trainer == "agentmath":
-        res = run_agentmath(ns, lr, str(model_dir), data, run_dir / name, max_prompt)
+        res = run_agentmath(ns, lr, str(model_dir), data, run_dir / name, max_prompt, system)
     else:
         res = run_trl_side(ns, lr, str(model_dir), rows, run_dir / name)
     steps = res["step_s"]
@@ -274,6 +301,7 @@ def train_run(ns: argparse.Namespace, trainer: str, lr: float, model_dir: Path, 
 def evaluate(ns: argparse.Namespace, model_dir: str, test: Path, out: Path, *,
              samples: int = 1, temperature: float = 0.0,
              limit: int | None = None) -> dict[str, Any]:
+    # the system prompt is the one chatml_system_prompt derives (checked once in run)
     """Held-out accuracy of ``model_dir`` in both protocols (``samples`` each, greedy by
     default) on the first ``limit`` (default ``--eval-problems``) problems."""
     from _grpo_eval import eval_native, eval_text
@@ -282,7 +310,8 @@ def evaluate(ns: argparse.Namespace, model_dir: str, test: Path, out: Path, *,
     kw = {"limit": limit or ns.eval_problems, "max_tokens": ns.max_completion,
           "max_tool_calls": ns.max_tool_calls, "seed": ns.seed, "samples": samples,
           "temperature": temperature}
-    result = {"text": asyncio.run(eval_text(model_dir, test, out / "eval-text", **kw))}
+    result = {"text": asyncio.run(eval_text(model_dir, test, out / "eval-text",
+                                            system=ns.system_prompt, **kw))}
     if not ns.no_native_eval:
         result["native"] = asyncio.run(eval_native(model_dir, rows, **kw))
     return result
@@ -388,7 +417,7 @@ def print_report(result: dict[str, Any]) -> None:
     print_table(f"agentic GRPO on the demo's task ({result['model']['size']} tool model, "
                 f"text share {c['text_share']}, CPU): held-out accuracy against training wall time",
                 ["trainer", "lr", "step", "training wall s",
-                 f"acc, openai_tools text (n={n}, 95% CI)",
+                 f"acc, chatml_tools loop (n={n}, 95% CI)",
                  f"acc, native chat (n={n}, 95% CI)"], rows)
     print_table("runs", ["run", "s/step (mean)", "samples/s", "set-up s", "CPU s",
                          "load before / after", "reward (first -> last step)"],
@@ -422,7 +451,8 @@ def notes(result: dict[str, Any]) -> list[str]:
         f"{c['max_tool_calls']} tool calls, accuracy reward, token-level loss, clip 0.2/0.28, "
         "no KL, no filters; the same training prompts in the same order; models saved every "
         f"{c['eval_every']} steps and at the last.",
-        f"agentmath: `train_rl`, format openai_tools (token-exact text protocol), hf backend in "
+        f"agentmath: `train_rl`, format chatml_tools (the native protocol, token-exact), hf "
+        f"backend in "
         f"process, rollout mode {c['agentmath_mode']}, dynamic sampling "
         f"{'on' if c['dynamic_sampling'] else 'off'}.",
         (f"TRL {result['versions'].get('trl', '?')}: GRPOTrainer(use_vllm=False) on CPU, its "
@@ -608,12 +638,10 @@ def run(ns: argparse.Namespace) -> dict[str, Any]:
 
     from transformers import AutoTokenizer
 
-    from agentmath.formats import get_format
-
     tok = AutoTokenizer.from_pretrained(str(model_dir))
-    instr = get_format("openai_tools").instructions()
+    ns.system_prompt = system = chatml_system_prompt(tok)
     max_prompt = max(len(tok.apply_chat_template(
-        [{"role": "system", "content": instr}, {"role": "user", "content": r["problem"]}],
+        [{"role": "system", "content": system}, {"role": "user", "content": r["problem"]}],
         tokenize=True, add_generation_prompt=True, return_dict=False)) for r in rows)
 
     start = cached_start(ns, model_dir, test)
@@ -623,7 +651,7 @@ def run(ns: argparse.Namespace) -> dict[str, Any]:
             f"{h[f'pass@{ns.headroom_k}']:.1%} at temperature {ns.temperature}")
 
     trainers = ["agentmath"] + ([] if ns.skip_trl else ["trl"])
-    runs = [train_run(ns, trainer, lr, model_dir, data, rows, run_dir, max_prompt)
+    runs = [train_run(ns, trainer, lr, model_dir, data, rows, run_dir, max_prompt, system)
             for lr in ns.lrs for trainer in trainers]  # alternating: load changes hit both
     eval_started = time.monotonic()
     for r in runs:

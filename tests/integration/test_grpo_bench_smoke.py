@@ -1,7 +1,7 @@
 """``benchmarks/grpo.py --quick`` runs end to end with minimal sizes: a nano model grown on the
-text/tool mixture, its headroom, agentmath's GRPO and TRL's GRPOTrainer (with its tool loop)
+text/tool mixture in the native protocol, its headroom, agentmath's GRPO and TRL's GRPOTrainer (with its tool loop)
 each over two learning rates for two steps with a model saved after each, every saved model
-evaluated in both protocols, the goal summary and the plot; ``--json`` prints one well-formed
+evaluated both ways (agentmath's chatml_tools loop, the chat loop with TRL's parser), the goal summary and the plot; ``--json`` prints one well-formed
 object with every key (figures are not asserted)."""
 
 from __future__ import annotations
@@ -49,8 +49,10 @@ def test_grpo_benchmark_quick_json_shape(tmp_path: Path) -> None:
             "wall_s", "notes"} <= set(data)
     c = data["config"]
     assert (c["steps"], c["group_size"], c["prompts"], c["lrs"]) == (2, 2, 1, [1e-4, 3e-4])
-    assert data["model"]["text_share"] == 0.7 and data["model"]["formats"] == [
-        "openai_tools", "native"]
+    # one protocol for both trainers: native records; agentmath samples them as chatml_tools
+    # under the system message the template writes for the records' prompt and tools
+    assert data["model"]["text_share"] == 0.7 and data["model"]["formats"] == ["native"]
+    assert "<tools>" in c["system_prompt"] and '"name": "python"' in c["system_prompt"]
     conversion = data["model"]["conversion"]
     assert sum(f["text"] for f in conversion.values()) > 0  # the mixture has text records
 
