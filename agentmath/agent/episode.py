@@ -53,11 +53,12 @@ _ids = itertools.count()
 @dataclasses.dataclass(slots=True)
 class Progress:
     """What a started episode has done, enough to continue it elsewhere: its trajectory so far
-    (every token id, the chat messages in ``meta``), its counters, the cells its session holds
-    (replayed in a new session before the next snippet) and the calls of a finished turn not
-    yet run. Picklable (sent between Ray workers)."""
+    (every token id, the chat messages in ``meta``), its budgets and counters, the cells its
+    session holds (replayed in a new session before the next snippet) and the calls of a
+    finished turn not yet run. Picklable (sent between Ray workers)."""
 
     trajectory: Trajectory
+    config: LoopConfig
     status: Status
     model_used: int
     calls: int
@@ -203,7 +204,7 @@ class Episode:
 
     def progress(self) -> Progress:
         """What this episode has done (see :class:`Progress`); the lists are copies."""
-        return Progress(self.trajectory, self.status, self.model_used, self.calls,
+        return Progress(self.trajectory, self.config, self.status, self.model_used, self.calls,
                         self.advances, self.active_s, self.replays, list(self.cells),
                         list(self._pending), self.driver.context_tokens())
 
@@ -212,7 +213,7 @@ class Episode:
         stopped, its cells replayed in a new session before the next snippet runs."""
         if self.status != "new" or self.session is not None:
             raise ValueError("only a new episode can restore another's progress")
-        self.trajectory = progress.trajectory
+        self.trajectory, self.config = progress.trajectory, progress.config
         self.status = progress.status
         self.model_used, self.calls = progress.model_used, progress.calls
         self.advances, self.active_s = progress.advances, progress.active_s

@@ -275,3 +275,33 @@ async def test_a_worker_answer_of_a_bug_is_not_swallowed() -> None:
     engine.slots[0].actor.call = broken
     with pytest.raises(KeyError, match="a bug"):
         await RayIterations(engine, requests(1)).iteration(1)
+
+
+@pytest.mark.parametrize("segment", [{"max_tokens": 30}, {"max_tool_calls": 1}])
+async def test_progress_restored_in_another_episode_continues_it_exactly(
+        segment: dict[str, int]) -> None:
+    """An episode parked (mid-turn, or with a call not run yet), its progress restored in a
+    new episode over another sandbox (as on another worker, with other budgets): it finishes
+    as the uninterrupted episode does, its cells replayed, its own budgets kept."""
+    from agentmath.agent.episode import Episode
+
+    def episode(sandbox: FakeSandbox, loop: LoopConfig) -> Episode:
+        return Episode("problem 0", ScriptedBackend(TURNS), FMT, sandbox, loop)
+
+    whole = episode(FakeSandbox(), LoopConfig())
+    assert await whole.advance()
+    parked = episode(FakeSandbox(), LoopConfig())
+    while not await parked.advance(**segment):
+        if parked.cells:
+            break
+    assert parked.cells == ["x = 41"]
+    elsewhere, other = FakeSandbox(), LoopConfig(max_tool_calls=1)
+    moved = episode(elsewhere, other)
+    moved.restore(parked.progress())
+    assert moved.config == LoopConfig()  # the episode's budgets, not the new worker's
+    assert await moved.advance()
+    assert moved.trajectory.token_ids == whole.trajectory.token_ids
+    assert moved.trajectory.meta["session_replays"] == 1
+    assert elsewhere.sessions[0].ran[0] == "x = 41"  # replayed before the next cell
+    with pytest.raises(ValueError, match="only a new episode"):
+        moved.restore(parked.progress())
