@@ -35,6 +35,9 @@ SEMANTIC_NUMBERS = typer.Option(0.5, "--semantic-numbers", help=(
 SEMANTIC_MODEL = typer.Option(None, "--semantic-model", help=(
     "Local sentence-transformers model directory (default: the bundled all-MiniLM-L6-v2)."))
 DEVICE_OPTION = typer.Option("auto", "--device", help="Embedding device: auto, cpu, cuda.")
+BACKEND_OPTION = typer.Option("auto", "--semantic-backend", help=(
+    "Embedding runtime: onnx (int8 ONNX Runtime, CPU), torch, or auto (onnx on a CPU when "
+    "onnxruntime is installed)."))
 PROBLEM_FIELD = typer.Option("problem", "--problem-field", help="Field holding the text.")
 ID_FIELD = typer.Option("id", "--id-field", help="Field holding the id (default: row index).")
 SHOW_OPTION = typer.Option(10, "--show", help="Removals listed in the table.")
@@ -43,12 +46,12 @@ SHOW_OPTION = typer.Option(10, "--show", help="Removals listed in the table.")
 def _settings(ngram_n: int, ngram_threshold: float, minhash_threshold: float,
               minhash_perm: int, minhash_shingle: int, semantic_threshold: float,
               semantic_numbers: float, semantic_model: str | None,
-              device: str) -> DetectorSettings:
+              device: str, backend: str = "auto") -> DetectorSettings:
     from agentmath.synth.decontam import DetectorSettings
 
     return DetectorSettings(ngram_n, ngram_threshold, minhash_threshold, minhash_perm,
                             minhash_shingle, semantic_threshold, semantic_numbers,
-                            semantic_model, device)
+                            semantic_model, device, semantic_backend=backend)
 
 
 def _run(command: str, input_path: Path, against: str | None, out: Path | None,
@@ -133,6 +136,7 @@ def decontam(
     semantic_numbers: float = SEMANTIC_NUMBERS,
     semantic_model: str = SEMANTIC_MODEL,
     device: str = DEVICE_OPTION,
+    semantic_backend: str = BACKEND_OPTION,
     problem_field: str = PROBLEM_FIELD,
     id_field: str = ID_FIELD,
     data_dir: str = typer.Option(None, "--data-dir", help="Where built-in datasets live."),
@@ -143,7 +147,7 @@ def decontam(
     removal names the detector, its score and the matched benchmark item."""
     settings = _settings(ngram_n, ngram_threshold, minhash_threshold, minhash_perm,
                          minhash_shingle, semantic_threshold, semantic_numbers,
-                         semantic_model, device)
+                         semantic_model, device, semantic_backend)
     report = _run("decontam", input_path, against, out, detectors, settings,
                      (problem_field, id_field), data_dir, json_out)
     _finish("decontam", f"{input_path} vs {against}", report, out, json_out, show)
@@ -162,6 +166,7 @@ def dedup(
     semantic_numbers: float = SEMANTIC_NUMBERS,
     semantic_model: str = SEMANTIC_MODEL,
     device: str = DEVICE_OPTION,
+    semantic_backend: str = BACKEND_OPTION,
     problem_field: str = PROBLEM_FIELD,
     id_field: str = ID_FIELD,
     show: int = SHOW_OPTION,
@@ -171,7 +176,7 @@ def dedup(
     each removal names the detector, its score and the id of the kept row it duplicates."""
     settings = _settings(ngram_n, ngram_threshold, minhash_threshold, minhash_perm,
                          minhash_shingle, semantic_threshold, semantic_numbers,
-                         semantic_model, device)
+                         semantic_model, device, semantic_backend)
     report = _run("dedup", input_path, None, out, detectors, settings,
                      (problem_field, id_field), None, json_out)
     _finish("dedup", str(input_path), report, out, json_out, show)

