@@ -37,4 +37,9 @@ def test_dedup_benchmark_quick_json() -> None:
     assert rows["ngram"]["recall_by_kind"]["numbers"] == 1.0
     assert rows["all three"]["recall"] >= rows["ngram"]["recall"]
     assert rows["all three"]["recall_by_kind"]["reworded"] >= 0.9
-    assert set(data["goal"]) == {"met", "seconds", "memory", "recall_reworded", "precision"}
+    assert set(data["goal"]) == {"met", "seconds", "memory", "recall_reworded", "precision",
+                                 "recall_hand_paraphrases"}
+    hand = {r["config"]: r for r in data["hand"]}
+    assert list(hand) == ["ngram", "minhash", "semantic", "all three"]
+    assert hand["all three"]["paraphrase_recall"] >= hand["semantic"]["paraphrase_recall"] > 0.5
+    assert hand["semantic"]["other_problem_removed"] == 0

@@ -1,0 +1,72 @@
+"""Hand-written rewordings for ``benchmarks/dedup.py``: how many of the people's rewordings of
+benchmark problems each detector removes, and how many genuinely different same-topic problems
+it removes by mistake.
+
+The rows (``tests/fixtures/paraphrases.py``): 40 hand paraphrases of math500, gsm8k, aime25,
+amc23 and hmmt25 problems (other words, the same numbers), the six heavier hand rewordings of
+math500/aime24 problems, and 27 same-topic problems that must be kept: 11 telling the source's
+story with another question, 16 of the same kind with other numbers or another object. Each
+configuration decontaminates them against every built-in benchmark found locally; a
+paraphrase counts as removed only when it is matched to its own source.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+
+def hand_scores(configs: dict[str, str], backend: str = "auto") -> list[dict[str, Any]]:
+    """One row per configuration: paraphrase and heavy-rewording recall, same-topic removals
+    by kind."""
+    from agentmath.datasets import BUILTIN, find_builtin, load_tasks
+    from agentmath.synth.decontam import DetectorSettings, Item, decontaminate, make_detectors
+    from tests.fixtures.paraphrases import HEAVY, PARAPHRASES, SAME_TOPIC
+
+    refs = [Item(t.id, t.problem, name) for name in BUILTIN if find_builtin(name) is not None
+            for t in load_tasks(name, allow_hub=False)]
+    known = {r.id for r in refs}
+    rows = [(Item(f"para-{n}", v.text), "para", v.source) for n, v in enumerate(PARAPHRASES)]
+    rows += [(Item(f"heavy-{n}", t), "heavy", s) for n, (s, t) in enumerate(HEAVY.items())]
+    rows += [(Item(f"{v.kind}-{n}", v.text), v.kind, v.source) for n, v in enumerate(SAME_TOPIC)]
+    rows = [r for r in rows if r[2] in known]  # sources whose benchmark is here
+    out = []
+    for label, config in configs.items():
+        detectors = make_detectors(config, DetectorSettings(semantic_backend=backend))
+        report = decontaminate([r[0] for r in rows], refs, detectors)
+        removed = {r.index: r for r in report.removed}
+        count = {k: sum(1 for _, kind, _ in rows if kind == k)
+                 for k in ("para", "heavy", "question", "problem")}
+        hit = {k: sum(1 for i, (_, kind, source) in enumerate(rows) if kind == k
+                      and i in removed and removed[i].matched == source) for k in count}
+        wrong = {k: sum(1 for i, (_, kind, _) in enumerate(rows) if kind == k and i in removed)
+                 for k in ("question", "problem")}
+        out.append({"config": label, "paraphrases": count["para"],
+                    "paraphrase_recall": hit["para"] / max(1, count["para"]),
+                    "heavy": count["heavy"], "heavy_removed": hit["heavy"],
+                    "other_question": count["question"],
+                    "other_question_removed": wrong["question"],
+                    "other_problem": count["problem"],
+                    "other_problem_removed": wrong["problem"]})
+    return out
+
+
+def print_hand(rows: list[dict[str, Any]]) -> None:
+    """The hand-rewording table."""
+    from _common import print_table
+
+    if not rows:
+        return
+    first = rows[0]
+    print_table(f"hand-written rewordings vs the built-in benchmarks ({first['paraphrases']} "
+                f"paraphrases, {first['heavy']} heavy rewordings; {first['other_question']} "
+                f"same story + other question, {first['other_problem']} other problems, to "
+                f"keep)", ("configuration", "paraphrases removed", "heavy removed",
+                          "other question removed", "other problem removed"),
+                [(r["config"], f"{r['paraphrase_recall']:.1%}",
+                  f"{r['heavy_removed']}/{r['heavy']}",
+                  f"{r['other_question_removed']}/{r['other_question']}",
+                  f"{r['other_problem_removed']}/{r['other_problem']}") for r in rows])
