@@ -1,8 +1,9 @@
 """``benchmarks/grpo.py --quick`` runs end to end with minimal sizes: a nano model grown on the
-text/tool mixture in the native protocol, its headroom, agentmath's GRPO and TRL's GRPOTrainer (with its tool loop)
-each over two learning rates for two steps with a model saved after each, every saved model
-evaluated both ways (agentmath's chatml_tools loop, the chat loop with TRL's parser), the goal summary and the plot; ``--json`` prints one well-formed
-object with every key (figures are not asserted)."""
+text/tool mixture in the native protocol, its headroom, agentmath's GRPO and TRL's GRPOTrainer
+(with its tool loop) each over two learning rates for two steps with a model saved after each,
+every saved model evaluated both ways (agentmath's chatml_tools loop, the chat loop with TRL's
+parser), the goal summary and the plot; ``--json`` prints one well-formed object with every key
+(figures are not asserted)."""
 
 from __future__ import annotations
 
