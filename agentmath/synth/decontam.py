@@ -161,12 +161,19 @@ Stage = Callable[[Detector, list[int]], tuple[list[int], list[Removal]]]
 
 
 def _cascade(rows: Sequence[Item], detectors: Sequence[Detector], stage: Stage,
-             progress: Progress | None) -> DecontamReport:
+             progress: Progress | None, against: Sequence[Item] = ()) -> DecontamReport:
     """Run ``stage`` for each detector, cheapest first, on the rows the previous ones kept;
-    each pass is timed and counted, and its index released before the next one."""
+    each pass is timed and counted, and its index released before the next one. A later
+    detector with a ``prepare(texts)`` method (the embedding one) is handed every text first,
+    to start on while the cheaper stages run on the other core."""
     remaining = list(range(len(rows)))
     report = DecontamReport(total=len(rows), kept=remaining)
-    for detector in _ordered(detectors):
+    ordered = _ordered(detectors)
+    for detector in ordered[1:]:
+        prepare = getattr(detector, "prepare", None)
+        if prepare is not None:
+            prepare([a.text for a in against] + [r.text for r in rows])
+    for detector in ordered:
         if progress:
             progress(detector.name, len(remaining))
         start = time.perf_counter()
@@ -199,7 +206,7 @@ def decontaminate(rows: Sequence[Item], against: Sequence[Item],
                 kept.append(i)
         return kept, removed
 
-    return _cascade(rows, detectors, stage, progress)
+    return _cascade(rows, detectors, stage, progress, against)
 
 
 def deduplicate(rows: Sequence[Item], detectors: Sequence[Detector],

@@ -29,8 +29,8 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from agentmath.synth.embedder import OnnxEmbedder, Prefetch, load_embedder
 from agentmath.synth.embedder import bundled_model_path as bundled_model_path  # re-exported
-from agentmath.synth.embedder import load_embedder
 from agentmath.synth.normalize import fingerprint, model_text, number_agreement, numbers
 
 # --------------------------------------------------------------------------- the protocol
@@ -284,28 +284,52 @@ class SemanticDetector:
         self._refs = np.empty((0, 0), np.float32)
         self._ref_numbers: list[tuple[str, ...]] = []
         self._idf: dict[str, float] = {}
+        self._ahead: Prefetch | None = None
 
-    def embed(self, texts: Sequence[str]) -> np.ndarray:
-        """Unit-norm float32 embeddings, one row per text (identical texts embedded once),
-        encoded in length-sorted chunks written into one array (no list of 100k tensors)."""
-        if not texts:
-            return np.empty((0, 0), np.float32)
+    def _embedder(self) -> Any:
         if self._model is None:
             self._model = load_embedder(self.model_path, self.device, self.dtype,
                                         self.backend)
+        return self._model
+
+    def prepare(self, texts: Sequence[str]) -> None:
+        """Start embedding ``texts`` on one background thread while the cheaper detectors of
+        a cascade run (:class:`~agentmath.synth.embedder.Prefetch`; ONNX runtime only: torch
+        runs its own thread pool); :meth:`embed` takes what is done and embeds the rest."""
+        if isinstance(self._embedder(), OnnxEmbedder):
+            unique = sorted(set(model_text(t) for t in texts), key=lambda t: (-len(t), t))
+            self._ahead = Prefetch(self._model, unique)
+
+    def embed(self, texts: Sequence[str]) -> np.ndarray:
+        """Unit-norm float32 embeddings, one row per text (identical texts embedded once,
+        those embedded ahead by :meth:`prepare` not again), encoded in length-sorted chunks
+        written into one array (no list of 100k tensors)."""
+        if not texts:
+            return np.empty((0, 0), np.float32)
+        model = self._embedder()
+        done = self._ahead.collect() if self._ahead is not None else {}
         unique = sorted(set(model_text(t) for t in texts), key=lambda t: (-len(t), t))
-        vectors = np.empty((0, 0), np.float32)
-        for start in range(0, len(unique), self.chunk):
-            part = self._model.encode(unique[start:start + self.chunk],
-                                      batch_size=self.batch_size)
-            if not start:
-                vectors = np.empty((len(unique), part.shape[1]), np.float32)
-            vectors[start:start + len(part)] = part
-        vectors /= np.maximum(np.linalg.norm(vectors, axis=1, keepdims=True), 1e-12)
         row = {text: i for i, text in enumerate(unique)}
+        todo = [t for t in unique if t not in done]
+        vectors: np.ndarray | None = None
+        for start in range(0, len(todo), self.chunk):
+            part = todo[start:start + self.chunk]
+            found = model.encode(part, batch_size=self.batch_size)
+            if vectors is None:
+                vectors = np.empty((len(unique), found.shape[1]), np.float32)
+            vectors[[row[t] for t in part]] = found
+        for text in unique:
+            if text in done:
+                if vectors is None:
+                    vectors = np.empty((len(unique), len(done[text])), np.float32)
+                vectors[row[text]] = done[text]
+        assert vectors is not None
+        vectors /= np.maximum(np.linalg.norm(vectors, axis=1, keepdims=True), 1e-12)
         return vectors[[row[model_text(t)] for t in texts]]
 
     def index(self, texts: Sequence[str]) -> None:
+        if not texts:  # the cascade releasing the index: the texts embedded ahead go too
+            self._ahead = None
         self._refs = self.embed(texts)
         self._ref_numbers = [numbers(t) for t in texts]
         df: dict[str, int] = {}

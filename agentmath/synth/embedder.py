@@ -184,9 +184,11 @@ class OnnxEmbedder:
                                          "token_type_ids": np.zeros_like(row)})[0][0]
         return hidden[0] if self.pooling == "cls" else hidden.mean(axis=0)
 
-    def encode(self, texts: Sequence[str], batch_size: int = 32) -> np.ndarray:
+    def encode(self, texts: Sequence[str], batch_size: int = 32,
+               threads: int | None = None) -> np.ndarray:
         """One unit-norm float32 row per text, in the order given (``batch_size``: texts per
-        task handed to a thread; it does not change the result)."""
+        task handed to a thread; ``threads`` overrides the instance's; neither changes the
+        result)."""
         from concurrent.futures import ThreadPoolExecutor
 
         if not texts:
@@ -200,14 +202,49 @@ class OnnxEmbedder:
                 out[i] = self._one(encodings[i])
 
         starts = range(0, len(texts), max(1, batch_size))
-        if self.threads > 1:
-            with ThreadPoolExecutor(self.threads) as pool:
+        threads = threads or self.threads
+        if threads > 1:
+            with ThreadPoolExecutor(threads) as pool:
                 list(pool.map(work, starts))
         else:
             for start in starts:
                 work(start)
         out /= np.maximum(np.linalg.norm(out, axis=1, keepdims=True), 1e-12)
         return out
+
+
+class Prefetch:
+    """Texts embedded ahead of need by one background thread, in chunks, until
+    :meth:`collect` stops it. Why: in a detector cascade the N-gram and MinHash stages are
+    single-threaded Python, so on a 2-core machine one core idles for a minute per 100k rows;
+    the embedding model (which releases the GIL) uses it meanwhile. The texts the cheaper
+    stages then remove were embedded for nothing, on the core that would have idled. A text's
+    embedding does not depend on which thread computed it (each text runs alone)."""
+
+    def __init__(self, model: OnnxEmbedder, texts: Sequence[str], chunk: int = 256) -> None:
+        import threading
+
+        self.done: dict[str, np.ndarray] = {}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, args=(model, list(texts), chunk),
+                                        name="embed-ahead", daemon=True)
+        self._thread.start()
+
+    def _run(self, model: OnnxEmbedder, texts: list[str], chunk: int) -> None:
+        try:
+            for start in range(0, len(texts), chunk):
+                if self._stop.is_set():
+                    return
+                part = texts[start:start + chunk]
+                self.done.update(zip(part, model.encode(part, chunk, threads=1), strict=True))
+        except Exception:  # noqa: BLE001 - what is missing is embedded again, and fails there
+            return
+
+    def collect(self) -> dict[str, np.ndarray]:
+        """Stop after the chunk in progress; the embeddings made so far, by text."""
+        self._stop.set()
+        self._thread.join()
+        return self.done
 
 
 @functools.lru_cache(maxsize=2)

@@ -170,3 +170,16 @@ def test_hand_paraphrases_removed_and_other_problems_kept() -> None:
     wrongly = [i for i, r in removed.items() if i.startswith("problem") and
                r.detector == "semantic"]
     assert not wrongly, wrongly
+
+
+def test_texts_embedded_ahead_are_embedded_as_alone() -> None:
+    """What the cascade embeds in the background (``prepare``) equals what ``embed`` makes
+    itself, bit for bit: each text runs alone, whichever thread runs it."""
+    texts = [p.text for p in PLANTED] + list(DISTINCT)
+    detector = SemanticDetector(backend="onnx")
+    alone = detector.embed(texts)
+    detector.prepare(texts[::-1])
+    assert detector._ahead is not None
+    detector._ahead._thread.join()
+    assert len(detector._ahead.done) == len(set(texts))
+    assert np.array_equal(detector.embed(texts), alone)
