@@ -256,6 +256,15 @@ class RolloutConfig(StrictModel):
     stale: Literal["regenerate", "drop"] = Field("regenerate", description=(
         "What happens to a stale sample: regenerate it from scratch under the current policy, "
         "or drop its whole group. Either way it is counted and logged."))
+    max_new_groups: int | None = Field(None, ge=1, le=1_000_000, description=(
+        "Partial rollout (segment_tokens): new groups one iteration may draw. Without a bound "
+        "an iteration whose episodes are all longer than one segment completes no group and "
+        "draws from the prompt stream without end, its parked episodes holding sandbox "
+        "sessions until none is left (a deadlock); at the bound it stops drawing, runs what it "
+        "started and ends with the groups complete by then (fewer than the batch, maybe none; "
+        "logged and counted as draws_stopped), the rest parked for the next iteration. None: "
+        "twice the groups the iteration needs, or more while its new episodes stay within "
+        "max_in_flight + max_parked_sessions."))
     max_parked_sessions: int = Field(512, ge=0, le=1_000_000, description=(
         "Parked episodes that keep their sandbox session open; beyond it the oldest release "
         "theirs and replay their cells on resume. Keep it below SandboxConfig.max_sessions "

@@ -5,8 +5,10 @@ The rules are the local engine's (:class:`~agentmath.rollout.partial.PartialRoll
 where the episodes live:
 
 * each iteration resumes the parked episodes first, then draws new groups (all it can place
-  under ``max_in_flight`` with ``segment_tokens``; exactly the groups it needs without); every
+  under ``max_in_flight`` with ``segment_tokens``, up to the draw bound of
+  :func:`~agentmath.rollout.partial.may_draw`; exactly the groups it needs without); every
   segment runs at most ``segment_tokens`` model tokens and ``segment_tool_calls`` snippets;
+  an iteration at its draw bound with its batch short ends with what is complete;
 * with ``segment_tokens``, once the batch's groups are complete the workers are told to
   ``stop``: running segments park at their next turn boundary, segments not started park at
   once, and groups finished beyond the batch are held for the next iteration
@@ -41,7 +43,7 @@ from agentmath.backends.base import SamplingParams
 from agentmath.distributed.cluster import import_ray
 from agentmath.distributed.engine import RayRolloutEngine, Slot, await_ref, failed_sample
 from agentmath.distributed.worker import SegmentOrder, SegmentOutcome
-from agentmath.rollout.partial import is_stale, take_batch
+from agentmath.rollout.partial import is_stale, may_draw, note_draw_bound, take_batch
 from agentmath.rollout.records import Group, GroupRequest, Sample
 
 log = logging.getLogger(__name__)
@@ -149,6 +151,9 @@ class SegmentedIterations:
         finally:
             await _quietly(run.stops)
         self._parked = run.parked
+        if run.bounded and len(run.ready) < run.need:
+            note_draw_bound(engine.stats, run.need, len(run.ready), len(run.drawn),
+                            len(run.parked))
         await self._limit_parked_sessions()
         if not run.partial:  # every group drawn, in draw order (as the local engine)
             run.ready.sort(key=lambda g: run.drawn.get(id(g.request), -1))
@@ -163,7 +168,7 @@ class SegmentedIterations:
                 run.parked.extend(todo)
                 todo.clear()
                 return
-            if not todo and not run.exhausted and (run.partial or len(run.drawn) < run.need):
+            if not todo and self._may_draw(run):
                 self._draw_group(run, todo)
                 continue
             placed = self._pick(todo, run)
@@ -173,12 +178,22 @@ class SegmentedIterations:
             running[self._submit(slot, episode)] = (slot, episode)
             run.homes[episode.owner.serial] = slot
 
+    def _may_draw(self, run: _Run) -> bool:
+        """Whether the iteration draws another group (the local engine's rule)."""
+        if run.exhausted or run.bounded:
+            return False
+        if not run.partial:
+            return len(run.drawn) < run.need
+        run.bounded = not may_draw(self.engine.rollout, run.need, len(run.drawn), run.episodes)
+        return not run.bounded
+
     def _draw_group(self, run: _Run, todo: deque[_Episode]) -> None:
         request = self._draw()
         if request is None:
             run.exhausted = True
             return
         run.drawn[id(request)] = len(run.drawn)
+        run.episodes += len(request.sample_indices)
         self._serial += 1
         owner = _Group(request, self._serial)
         if not request.sample_indices:
@@ -244,6 +259,7 @@ class SegmentedIterations:
                 episode.home, episode.progress = slot, outcome.progress
                 run.parked.append(episode)
                 engine.stats.parked += 1
+                self._over_parked_bound(run)
                 return
             sample = outcome.sample
         self._finished(run, episode.owner, sample)
@@ -305,6 +321,18 @@ class SegmentedIterations:
                  "thrown away)", owner.request.group_id, self.engine.rollout.max_staleness,
                  wasted)
 
+    def _over_parked_bound(self, run: _Run) -> None:
+        """An episode just parked: the one it pushes past ``max_parked_sessions`` closes its
+        session on its worker now (awaited with the stops), not at the iteration's end, so
+        that parked episodes never hold the session slots running ones wait for."""
+        beyond = len(run.parked) - self.engine.rollout.max_parked_sessions
+        if beyond <= 0:
+            return
+        episode = run.parked[beyond - 1]
+        if episode.home is not None and not episode.home.dead:
+            run.stops.append(asyncio.ensure_future(await_ref(
+                episode.home.actor.release.remote([episode.key], False))))
+
     async def _limit_parked_sessions(self) -> None:
         """Beyond ``max_parked_sessions``, the oldest parked episodes close their sessions
         on their workers (their cells are replayed when they resume)."""
@@ -336,6 +364,8 @@ class _Run:
     stops: list[asyncio.Future[Any]] = field(default_factory=list)
     stopped: bool = False
     exhausted: bool = False
+    episodes: int = 0  # episodes of the groups drawn
+    bounded: bool = False  # reached its draw bound (RolloutConfig.max_new_groups)
 
 
 async def _quietly(futures: list[asyncio.Future[Any]], timeout: float = 30.0) -> None:

@@ -10,7 +10,12 @@ An RL step needs a batch of complete groups. Three ways to get one, as in AgentM
   than the batch needs, and as soon as B groups are complete the iteration ends: running
   episodes park at their next turn boundary, episodes out of budget park at once, and all of
   them continue in the next iteration under the new weights, their sandbox sessions kept.
-  Groups finished beyond B are carried into the next iteration's batch.
+  Groups finished beyond B are carried into the next iteration's batch. An iteration draws
+  at most ``max_new_groups`` new groups (:func:`may_draw`): one whose episodes all outlast a
+  segment completes no group, and would otherwise draw and park without end until the
+  sandbox ran out of sessions; at the bound it ends short (counted and logged) with what is
+  complete. Beyond ``max_parked_sessions``, episodes parked during an iteration release
+  their sessions at once (their cells replayed when they resume).
 
 Staleness: when a parked sample is resumed under policy version v and its oldest model segment
 is older than ``v - max_staleness``, it is stale: regenerated from scratch (``stale =
@@ -25,6 +30,7 @@ import logging
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from agentmath.config import RolloutConfig
 from agentmath.rollout.records import Group, GroupRequest, RolloutStats
 from agentmath.rollout.scheduler import GroupState, RolloutEngine, _cancel
 
@@ -48,6 +54,27 @@ def is_stale(versions: list[int], version: int, max_staleness: int) -> bool:
     first) is stale when resumed under ``version``: its oldest segment lags more than
     ``max_staleness`` versions (the rule of the local and the Ray partial rollout)."""
     return bool(versions) and version - versions[0] > max_staleness
+
+
+def may_draw(config: RolloutConfig, need: int, groups: int, episodes: int) -> bool:
+    """Whether a partial-rollout iteration that needs ``need`` groups and has drawn ``groups``
+    new groups (``episodes`` episodes) may draw another (``RolloutConfig.max_new_groups``):
+    without a bound, an iteration whose episodes all outlast one segment never completes a
+    group and draws, and parks, without end (the rule of the local and the Ray partial
+    rollout)."""
+    if config.max_new_groups is not None:
+        return groups < config.max_new_groups
+    return groups < 2 * need or episodes < config.max_in_flight + config.max_parked_sessions
+
+
+def note_draw_bound(stats: RolloutStats, need: int, done: int, drawn: int,
+                    parked: int) -> None:
+    """Count and log an iteration that reached its draw bound with its batch short."""
+    stats.draws_stopped += 1
+    log.warning("this iteration drew its bound of %d new groups and completed %d of the %d "
+                "groups it needed: it ends with them, %d episodes parked for the next "
+                "(episodes longer than one segment? see RolloutConfig.max_new_groups)",
+                drawn, done, need, parked)
 
 
 def take_batch(held: list[Group], new: list[Group], batch_groups: int
@@ -140,6 +167,7 @@ class PartialRollout:
             if not finished:
                 parked.append((state, index))
                 engine.stats.parked += 1
+                await self._over_parked_bound(parked)
             elif (group := engine.collect(state, index)) is not None:
                 ready.append(group)
                 if partial and len(ready) >= need:
@@ -157,15 +185,20 @@ class PartialRollout:
             task.add_done_callback(tasks.discard)
 
         drawn: dict[int, int] = {}  # id(request) -> its draw order in this iteration
+        episodes, bounded = 0, False
         try:
             for slot in await self._resumable():
                 engine.stats.resumed += 1
                 await start(slot)
             while not stop.is_set() and (partial or len(drawn) < need):
+                if partial and not may_draw(config, need, len(drawn), episodes):
+                    bounded = True
+                    break
                 request = self._next_request()
                 if request is None:
                     break
                 drawn[id(request)] = len(drawn)
+                episodes += len(request.sample_indices)
                 state = GroupState(request)
                 if not request.sample_indices:
                     ready.append(state.group)
@@ -180,6 +213,8 @@ class PartialRollout:
                 await state.episodes[index].close()
             raise
         self._parked = parked
+        if bounded and len(ready) < need:
+            note_draw_bound(engine.stats, need, len(ready), len(drawn), len(parked))
         await self._limit_parked_sessions()
         if not partial:  # the batch is every group drawn: in draw order, not completion order,
             ready.sort(key=lambda g: drawn.get(id(g.request), -1))  # so a rerun trains alike
@@ -226,6 +261,15 @@ class PartialRollout:
                  "thrown away)", state.request.group_id, self.engine.config.max_staleness,
                  wasted)
         state.episodes.clear()
+
+    async def _over_parked_bound(self, parked: list[Slot]) -> None:
+        """An episode just parked: the one it pushes past ``max_parked_sessions`` releases
+        its session now, not at the iteration's end, so that episodes parked during an
+        iteration never hold the session slots the running ones wait for."""
+        beyond = len(parked) - self.engine.config.max_parked_sessions
+        if beyond > 0:
+            state, index = parked[beyond - 1]
+            await state.episodes[index].close()
 
     async def _limit_parked_sessions(self) -> None:
         """Beyond ``max_parked_sessions``, the oldest parked episodes release their sessions

@@ -70,6 +70,7 @@ class RolloutStats:
     dropped_groups: int = 0  # groups dropped for staleness
     regenerated: int = 0  # samples restarted from scratch for staleness
     wasted_tokens: int = 0  # model tokens thrown away by drops and regenerations
+    draws_stopped: int = 0  # iterations that reached their draw bound, their batch short
     version_spans: Counter[int] = field(default_factory=Counter)  # samples by versions spanned
 
     def add(self, other: RolloutStats) -> None:
@@ -85,5 +86,5 @@ class RolloutStats:
         return {"groups_done": self.groups_done, "samples_done": self.samples_done,
                 "segments": self.segments, "parked": self.parked, "resumed": self.resumed,
                 "dropped_groups": self.dropped_groups, "regenerated": self.regenerated,
-                "wasted_tokens": self.wasted_tokens,
+                "wasted_tokens": self.wasted_tokens, "draws_stopped": self.draws_stopped,
                 "version_spans": {str(k): v for k, v in sorted(self.version_spans.items())}}

@@ -5,8 +5,9 @@ scripted backend and a fake sandbox each), against the local engine's PartialRol
 from __future__ import annotations
 
 import asyncio
+import itertools
 import logging
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Iterator
 from dataclasses import replace
 from typing import Any
 
@@ -18,7 +19,7 @@ from agentmath.backends.scripted import ScriptedBackend
 from agentmath.config import LoopConfig, RayConfig, RolloutConfig
 from agentmath.datasets import Task
 from agentmath.formats import get_format
-from agentmath.rollout.partial import PartialRollout, is_stale, take_batch
+from agentmath.rollout.partial import PartialRollout, is_stale, may_draw, take_batch
 from agentmath.rollout.records import Group, GroupRequest
 from agentmath.rollout.scheduler import RolloutEngine
 from agentmath.seeding import derive_seed
@@ -63,10 +64,11 @@ class FakeActor:
     """A RolloutWorker in this process, reached as an actor (``actor.advance.remote(...)``);
     ``dead`` makes every later call fail as a call to an actor whose node is gone."""
 
-    def __init__(self, name: str, backend: ScriptedBackend) -> None:
+    def __init__(self, name: str, backend: ScriptedBackend,
+                 sessions: int | None = None) -> None:
         from agentmath.distributed.worker import RolloutWorker, WorkerSpec
 
-        self.sandbox = FakeSandbox()
+        self.sandbox = FakeSandbox(max_sessions=sessions)
         self.worker = RolloutWorker(WorkerSpec(backend="openai", settings=BackendSettings("m")))
         self.worker._engine = RolloutEngine(backend, self.sandbox, FMT)  # as _start builds it
         self.worker._node_id = name
@@ -85,7 +87,7 @@ class FakeActor:
 
 
 def ray_engine(backend: ScriptedBackend, sampling: Seeds, rollout: RolloutConfig,
-               workers: int = 3) -> Any:
+               workers: int = 3, sessions: int | None = None) -> Any:
     from agentmath.distributed.engine import RayRolloutEngine, Slot
     from agentmath.distributed.worker import WorkerSpec
 
@@ -95,7 +97,7 @@ def ray_engine(backend: ScriptedBackend, sampling: Seeds, rollout: RolloutConfig
     for i in range(workers):
         ready: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         ready.set_result({"node_id": f"n{i}"})
-        engine.slots.append(Slot(FakeActor(f"n{i}", backend), ready))
+        engine.slots.append(Slot(FakeActor(f"n{i}", backend, sessions), ready))
     return engine
 
 
@@ -255,10 +257,51 @@ async def test_tool_call_segments_without_a_token_segment_draw_only_the_batch() 
     assert samples([first, *rest]) == samples(reference)
 
 
+def endless() -> Iterator[GroupRequest]:
+    """The trainer's prompt stream: never runs out."""
+    for i in itertools.count():
+        yield GroupRequest(Task(f"p{i}", f"problem {i}", "42"), 2)
+
+
+async def test_an_iteration_whose_episodes_all_outlast_a_segment_ends_on_ray() -> None:
+    """Every episode is longer than one segment (one snippet per segment, two in each): the
+    first iteration can complete no group. Over the endless prompt stream the driver drew and
+    parked until the parked episodes held every session of their workers' sandboxes, then
+    hung; at its draw bound it ends short, as the local engine does, and later iterations
+    complete batches with each parked episode's cell still defined on its worker."""
+    from agentmath.distributed.iterations import RayIterations
+
+    rollout = RolloutConfig(segment_tokens=1000, segment_tool_calls=1, max_staleness=10,
+                            max_in_flight=6, max_parked_sessions=4)
+    sampling = Seeds()
+    # each worker: its 2 segments in flight and every parked session the driver allows
+    engine = ray_engine(ScriptedBackend(TURNS), sampling, rollout, sessions=6)
+    iterations = RayIterations(engine, endless())
+    results = []
+    for version in range(6):
+        engine.set_policy_version(version)
+        results.append(await asyncio.wait_for(iterations.iteration(2), 20))
+        assert sum(s.actor.sandbox.open for s in engine.slots) <= 4  # parked: their bound
+    first = results[0]
+    assert first.groups == [] and first.stats.draws_stopped == 1 and not first.exhausted
+    assert first.stats.parked == 10  # the bound: max_in_flight + max_parked_sessions
+    assert sum(len(r.groups) for r in results) >= 6
+    done = [s.trajectory for r in results for g in r.groups for s in g.samples]
+    assert all("NameError" not in t.completion_text for t in done)
+    assert all(t.meta.get("segments", 1) > 1 for t in done)
+    await iterations.aclose()
+    for slot in engine.slots:
+        assert slot.actor.sandbox.open == 0 and slot.actor.sandbox.waiting == 0
+
+
 def test_the_pure_rules_are_the_local_engines() -> None:
     assert not is_stale([], 9, 0) and not is_stale([3, 4], 5, 2) and is_stale([2, 4], 5, 2)
     groups = [Group(r) for r in requests(3)]
     assert take_batch(groups[:1], groups[1:], 2) == (groups[:2], groups[2:])
+    config = RolloutConfig(segment_tokens=9, max_in_flight=6, max_parked_sessions=4)
+    assert may_draw(config, 2, 3, 6) and may_draw(config, 2, 4, 8)  # 2x the need, 10 < 6 + 4
+    assert not may_draw(config, 2, 5, 10)
+    assert not may_draw(config.model_copy(update={"max_new_groups": 1}), 2, 1, 2)
 
 
 async def test_a_worker_answer_of_a_bug_is_not_swallowed() -> None:

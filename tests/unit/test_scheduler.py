@@ -4,7 +4,8 @@ staleness, with a scripted backend and a fake sandbox."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+import itertools
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import pytest
@@ -140,6 +141,49 @@ async def test_resumed_indices_only() -> None:
 
 
 # ------------------------------------------------------------------------- partial rollout
+def endless(samples: int = 2) -> Iterator[GroupRequest]:
+    """The trainer's prompt stream: never runs out."""
+    for i in itertools.count():
+        yield GroupRequest(Task(f"p{i}", f"problem {i}", "42"), samples)
+
+
+async def test_an_iteration_whose_episodes_all_outlast_a_segment_ends() -> None:
+    """Every episode is longer than one segment (one snippet per segment, two in each), so
+    the first iteration can complete no group: over the endless prompt stream it drew and
+    parked until its parked episodes held every sandbox session, then hung. At its draw
+    bound it ends short (counted), the sessions it parks stay within max_parked_sessions,
+    and later iterations complete batches, each parked episode's cell still defined."""
+    sandbox = FakeSandbox(max_sessions=8)  # = max_in_flight + max_parked_sessions
+    eng = RolloutEngine(Tracing(), sandbox, FMT, loop=LoopConfig(), config=RolloutConfig(
+        segment_tokens=1000, segment_tool_calls=1, max_in_flight=4, max_parked_sessions=4,
+        max_staleness=10))
+    run = PartialRollout(eng, endless())
+    results = []
+    for version in range(6):
+        eng.set_policy_version(version)
+        results.append(await asyncio.wait_for(run.iteration(2), 10))
+        assert sandbox.open <= 4 and sandbox.waiting == 0  # parked ones within their bound
+    first = results[0]
+    assert first.groups == [] and first.stats.draws_stopped == 1 and not first.exhausted
+    assert first.stats.parked == 8  # the bound: twice the 2 groups needed, 2 samples each
+    assert sum(len(r.groups) for r in results) >= 6
+    done = [s.trajectory for r in results for g in r.groups for s in g.samples]
+    assert all(g.complete for r in results for g in r.groups)
+    assert all("NameError" not in t.completion_text for t in done)
+    assert all(t.meta.get("segments", 1) > 1 for t in done)
+    await run.aclose()
+    assert sandbox.open == 0
+
+
+async def test_max_new_groups_bounds_the_draws() -> None:
+    eng = RolloutEngine(Tracing(), FakeSandbox(), FMT, loop=LoopConfig(), config=RolloutConfig(
+        segment_tokens=1000, segment_tool_calls=1, max_new_groups=3))
+    run = PartialRollout(eng, endless())
+    result = await asyncio.wait_for(run.iteration(2), 10)
+    assert result.groups == [] and run.parked == 6 and result.stats.draws_stopped == 1
+    await run.aclose()
+
+
 LONG = ["Think " * 30 + "\n<code>\nx = 1\n</code>", "More " * 30 + "\\boxed{42}"]
 
 
