@@ -24,10 +24,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from agentmath.backends.base import SamplingParams
+from agentmath.backends.outage import OutageGate
 from agentmath.backends.registry import BackendSettings
 from agentmath.config import LoopConfig, SandboxConfig
 from agentmath.rollout.records import GroupRequest, Sample
@@ -42,7 +44,11 @@ class WorkerSpec:
 
     ``backend`` names a backend of :mod:`agentmath.backends.registry` and ``settings`` are what
     the worker builds it from (the model, its servers, HTTP retries and timeout);
-    ``sandbox_token_file`` is read on the worker's node (the token itself is never sent)."""
+    ``sandbox_token_file`` is read on the worker's node (the token itself is never sent).
+    ``restore_weights`` (an RL trainer's, picklable) is awaited with the policy version the
+    worker's episodes run under when its client's outage gate sees a server come back,
+    before the held requests go on: a restarted server runs the weights it was started from
+    (the trainer, which sends no request itself, cannot see the restart)."""
 
     backend: str
     settings: BackendSettings
@@ -53,6 +59,7 @@ class WorkerSpec:
     sandbox_token_file: str | None = None
     chat: bool = False
     in_flight: int = 32  # episodes one worker runs at once (its actor's max_concurrency)
+    restore_weights: Callable[[int], Awaitable[None]] | None = None
 
 
 @dataclass(frozen=True)
@@ -129,10 +136,18 @@ class RolloutWorker:
                 open_sandbox(spec.sandbox, spec.sandbox_url, spec.sandbox_token_file))
             backend = build_backend(spec.backend, spec.settings)
             self._stack.push_async_callback(backend.aclose)  # part of the Backend protocol
+            gate = getattr(backend, "outage", None)  # the openai client's, or a router's
+            if spec.restore_weights is not None and isinstance(gate, OutageGate):
+                gate.on_resume(self._restore_weights)
             self._engine = RolloutEngine(backend, sandbox, get_format(spec.format),
                                          loop=spec.loop, chat=spec.chat,
                                          config=RolloutConfig(max_in_flight=spec.in_flight))
             return self._engine
+
+    async def _restore_weights(self) -> None:
+        """The outage gate's resume hook: the current version's weights into the servers."""
+        if self.spec.restore_weights is not None and self._engine is not None:
+            await self.spec.restore_weights(self._engine.version)
 
     async def ready(self) -> dict[str, Any]:
         """Start (model client, sandbox) and say where this worker runs."""

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -36,6 +36,7 @@ from agentmath.rl.run import (
     stages_of,
 )
 from agentmath.rl.schedules import StageController, lr_factor
+from agentmath.rl.sync import WeightSync
 from agentmath.rl.update import PolicyUpdater
 from agentmath.rollout.contract import EngineControl, Iterations
 from agentmath.runs.files import STEP_METRICS_FILE
@@ -59,8 +60,10 @@ def served_name(cfg: RLConfig) -> str:
     return cfg.generator.served_name or Path(cfg.model).name
 
 
-def worker_spec(cfg: RLConfig, loop: LoopConfig) -> WorkerSpec:
-    """What each Ray rollout worker needs to sample this run's episodes from its servers."""
+def worker_spec(cfg: RLConfig, loop: LoopConfig,
+                restore: Callable[[int], Awaitable[None]] | None = None) -> WorkerSpec:
+    """What each Ray rollout worker needs to sample this run's episodes from its servers;
+    ``restore`` loads a version's weights into servers restarted during an outage."""
     from agentmath.backends.registry import BackendSettings
     from agentmath.distributed.worker import WorkerSpec
 
@@ -70,7 +73,7 @@ def worker_spec(cfg: RLConfig, loop: LoopConfig) -> WorkerSpec:
                                max_outage_s=g.max_outage_s)
     return WorkerSpec(backend="openai", settings=settings, format=cfg.format, loop=loop,
                       sandbox=cfg.sandbox, sandbox_url=cfg.sandbox_url,
-                      sandbox_token_file=cfg.sandbox_token_file)
+                      sandbox_token_file=cfg.sandbox_token_file, restore_weights=restore)
 
 
 def _accelerator(config: RLConfig) -> Any:
@@ -150,7 +153,9 @@ def build_generators(cfg: RLConfig, learner: Learner, out_dir: Path) -> Generato
 
 def _restore_after_outages(remote: Backend | None, sync: VLLMWeightSync) -> None:
     """A server restarted during an outage gets the current weights back before the held
-    requests go on (the outage gate's resume hook)."""
+    requests go on (the outage gate's resume hook; on Ray, where ``remote`` is None, each
+    worker's client has the gate: :func:`open_rollouts` gives the workers
+    ``sync.restorer()``)."""
     from agentmath.backends.openai import OpenAIBackend
     from agentmath.backends.router import Router
 
@@ -162,9 +167,11 @@ def _restore_after_outages(remote: Backend | None, sync: VLLMWeightSync) -> None
 async def open_rollouts(cfg: RLConfig, backend: Backend | None, stream: RequestStream,
                         sampling: Sampling,
                         loop: LoopConfig, rollout: RolloutConfig,
-                        version: int) -> AsyncIterator[tuple[EngineControl, Iterations]]:
+                        version: int, sync: WeightSync | None = None,
+                        ) -> AsyncIterator[tuple[EngineControl, Iterations]]:
     """``(engine, iterations)``: the engine the trainer steers between steps (policy version,
-    model name, stage budgets) and the iterations it collects groups from."""
+    model name, stage budgets) and the iterations it collects groups from; ``sync``: the
+    weight sync whose restore Ray workers run after an outage of their servers."""
     if cfg.ray is None:
         from agentmath.formats import get_format
         from agentmath.rollout.partial import PartialRollout
@@ -183,8 +190,10 @@ async def open_rollouts(cfg: RLConfig, backend: Backend | None, stream: RequestS
         return
     from agentmath.distributed.engine import RayRolloutEngine
     from agentmath.distributed.iterations import RayIterations
+    from agentmath.rl.sync_vllm import VLLMWeightSync
 
-    ray_engine = RayRolloutEngine(worker_spec(cfg, loop), cfg.ray, sampling,
+    restore = sync.restorer() if isinstance(sync, VLLMWeightSync) else None
+    ray_engine = RayRolloutEngine(worker_spec(cfg, loop, restore), cfg.ray, sampling,
                                   max_in_flight=rollout.max_in_flight)
     try:
         await ray_engine.start()
@@ -222,7 +231,8 @@ async def open_run(config: RLConfig, out_dir: Path, *, resume: bool) -> AsyncIte
             rewards = RewardModel(config.rewards)
             version = state.version if state else 0
             async with open_rollouts(config, generators.backend, stream, sampling, loop_cfg,
-                                     rollout_cfg, version) as (engine, iterations):
+                                     rollout_cfg, version, generators.sync
+                                     ) as (engine, iterations):
                 yield RLRun(config, out_dir, learner, generators, engine, iterations, stream,
                             sampling, rewards, controller, sink, step=step,
                             version=version, events=list(state.events) if state else [],

@@ -51,6 +51,7 @@ import logging
 import shutil
 import time
 from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -59,7 +60,7 @@ import httpx
 from agentmath.backends import use_model  # re-exported: where weight sync's users look
 from agentmath.errors import BackendError, ConfigError
 
-__all__ = ["VLLMWeightSync", "WeightSyncError", "server_options", "use_model"]
+__all__ = ["VLLMWeightSync", "WeightRestore", "WeightSyncError", "server_options", "use_model"]
 
 log = logging.getLogger(__name__)
 _SNIPPET = 300
@@ -164,6 +165,12 @@ class VLLMWeightSync:
                 await self._each(lambda url: self._reload(url, path))
             log.info("policy-v%d loaded again into %d server(s) after an outage", version,
                      len(self.urls))
+
+    def restorer(self) -> WeightRestore:
+        """What another process (a Ray rollout worker, whose own client sees the outage)
+        runs to do :meth:`restore` for a given version (picklable)."""
+        return WeightRestore(tuple(self.urls), str(self.out_dir), self.lora,
+                             float(self._client.timeout.read or 600.0))
 
     async def aclose(self) -> None:
         """Close the HTTP client (the servers and the files on disk stay)."""
@@ -289,6 +296,37 @@ class VLLMWeightSync:
                     except WeightSyncError as exc:  # the new version is live: warn, go on
                         log.warning("could not unload %s: %s", body["lora_name"], exc)
             shutil.rmtree(self.path_of(old), ignore_errors=True)
+
+
+@dataclass(frozen=True)
+class WeightRestore:
+    """:meth:`VLLMWeightSync.restore` from another process: on Ray the trainer sends no
+    request to the servers, each rollout worker's client does, so a worker's outage gate is
+    what sees a server come back, and it runs this hook (``WorkerSpec.restore_weights``) with
+    the policy version its episodes run under, before its held requests go on. Each worker
+    that held requests loads the version once; more than one worker means as many loads (the
+    same files: the servers end up the same)."""
+
+    urls: tuple[str, ...]
+    out_dir: str
+    lora: bool = False
+    http_timeout_s: float = 600.0
+
+    async def __call__(self, version: int) -> None:
+        """Load ``policy-v{version}`` (pushed by the trainer before any episode ran under it)
+        into every server again. The servers read the files; this process need not see them,
+        except for a LoRA adapter saved one level down (a named adapter), found if it can."""
+        sync = VLLMWeightSync(list(self.urls), self.out_dir, lora=self.lora,
+                              http_timeout_s=self.http_timeout_s)
+        try:
+            path = sync.path_of(version)
+            if self.lora and not (path / "adapter_config.json").exists():
+                found = sorted(path.glob("*/adapter_config.json"))
+                path = found[0].parent if found else path
+            sync.version, sync._last_path = version, path
+            await sync.restore()
+        finally:
+            await sync.aclose()
 
 
 def _failed(url: str, message: str) -> WeightSyncError:

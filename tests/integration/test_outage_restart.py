@@ -15,6 +15,7 @@ import signal
 import subprocess
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -110,13 +111,31 @@ def test_a_killed_and_restarted_server_costs_no_sample(
     print(f"ungated: {len(errors)} errors of {len(rows)}")
 
 
-def test_rl_with_the_openai_generator_waits_out_a_restart(tiny_model_dir: Path,
-                                                         tmp_path: Path) -> None:
-    """``agentmath rl`` (local engine, openai generator, the stand-in as its server): the server
-    is killed once step 1 is logged and started again RL_DOWN_S later; every step's episodes
-    are all correct (an errored episode would be wrong), the wait is in the run's log, and the
-    restarted server is given the current weights before the held requests go on.
-    (With max_outage_s = 0 the same kill made errored episodes: step 2's accuracy fell.)"""
+@dataclass
+class RLRestart:
+    """What one ``agentmath rl`` run through a kill and restart of its server gave."""
+
+    returncode: int
+    rows: list[dict[str, Any]]  # metrics.jsonl
+    stderr: str
+    killed_turn: int  # tool outputs in the context of the request in flight at the kill
+    after: list[str]  # the restarted server's POSTs, in order
+
+
+def completions_seen(lines: list[str]) -> list[int]:
+    """The tool outputs in the context of each completion request in a server's POST log."""
+    return [int(line.split()[1]) for line in lines if line.startswith("/v1/completions ")]
+
+
+def posts(log: Path, since: int = 0) -> list[str]:
+    return log.read_text().splitlines()[since:] if log.exists() else []
+
+
+def rl_with_a_restart(tiny_model_dir: Path, tmp_path: Path,
+                      ray_args: list[str] | None = None) -> RLRestart:
+    """``agentmath rl`` (openai generator, the stand-in in ``tools`` mode as its server, 3
+    steps): once step 1 is logged and an episode's request after one of its cells is in
+    flight, the server is killed; RL_DOWN_S later it is started again on the same port."""
     pytest.importorskip("torch")
     tasks = [json.loads(line) for line in
              (tiny_model_dir.parent / "test.jsonl").read_text().splitlines()[:8]]
@@ -128,42 +147,96 @@ def test_rl_with_the_openai_generator_waits_out_a_restart(tiny_model_dir: Path,
     cfg = tmp_path / "rl.toml"
     cfg.write_text(
         f'model = "{tiny_model_dir}"\nsteps = 3\ngroup_size = 2\nprompts_per_step = 2\n'
-        f'tensorboard = false\n[data]\ndataset = "{data}"\n[loop]\nmax_model_tokens = 64\n'
+        f'tensorboard = false\n[data]\ndataset = "{data}"\n[loop]\nmax_model_tokens = 256\n'
+        f'max_tool_calls = 4\n[sandbox]\npreload = []\nspare_workers = 0\n'
         f'[generator]\nbackend = "openai"\nbase_urls = ["http://127.0.0.1:{port}"]\n'
         f'served_name = "m"\nmax_outage_s = 60\n')
-    procs = [start_process(port, answers, DELAY_S)]
+    before, after = tmp_path / "posts-before.log", tmp_path / "posts-after.log"
+    procs = [start_process(port, answers, DELAY_S, post_log=before, tools=True)]
     run = subprocess.Popen([sys.executable, "-m", "agentmath.cli", "rl", "--config", str(cfg),
-                            "--out", str(out), "--json"], stdout=subprocess.PIPE,
-                           stderr=subprocess.PIPE, text=True)
+                            "--out", str(out), "--json", *(ray_args or [])],
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         metrics = out / "metrics.jsonl"
-        deadline = time.monotonic() + 240
+        deadline = time.monotonic() + 300
         while not (metrics.exists() and metrics.read_text().strip()):
             assert run.poll() is None and time.monotonic() < deadline, run.stderr
             time.sleep(0.02)
-        os.kill(procs[-1].pid, signal.SIGKILL)
+        since = len(posts(before))
+        while not [k for k in completions_seen(posts(before, since)) if k in (1, 2)]:
+            assert run.poll() is None and time.monotonic() < deadline, run.stderr
+            time.sleep(0.01)
+        os.kill(procs[-1].pid, signal.SIGKILL)  # that request is in flight (DELAY_S)
         procs[-1].wait()
+        killed_turn = completions_seen(posts(before))[-1]
         time.sleep(RL_DOWN_S)
-        procs.append(start_process(port, answers, DELAY_S, post_log=tmp_path / "posts.log"))
-        stdout, stderr = run.communicate(timeout=240)
+        procs.append(start_process(port, answers, DELAY_S, post_log=after, tools=True))
+        _, stderr = run.communicate(timeout=300)
     finally:
         run.kill()
         for proc in procs:
             proc.kill()
             proc.wait()
-    assert run.returncode == 0, stderr[-3000:]
     rows = [json.loads(line) for line in metrics.read_text().splitlines()]
-    assert [r["step"] for r in rows] == [1, 2, 3]
-    # Every episode is correct (no reward variance: dynamic sampling drops every group).
-    assert all(r["accuracy"] == 1.0 and r["groups_dropped"] >= 2 for r in rows), [
-        (r["accuracy"], r["groups_dropped"]) for r in rows]
-    held = [line for line in stderr.splitlines() if "is unreachable" in line]
-    resumed = [line for line in stderr.splitlines() if "answers again after" in line]
-    assert len(held) == 1 and len(resumed) == 1, stderr[-3000:]
-    # The restarted server got the current weights (policy-v0) back before any held request.
-    posts = (tmp_path / "posts.log").read_text().splitlines()
-    assert posts[:2] == ["/collective_rpc", "/reset_prefix_cache"], posts[:6]
-    print(f"\nrl: 3 steps, accuracy 1.0 in each; {resumed[0]}; then {posts[:3]}")
+    return RLRestart(run.returncode, rows, stderr, killed_turn, posts(after))
+
+
+def check_rl_restart(got: RLRestart, outage_log: list[str]) -> None:
+    """Every step ran every episode to a right answer through its three cells, none an
+    error; the wait is logged once; the restarted server got the current weights back before
+    any held request, then the request in flight at the kill (after a cell) came again, and
+    the cell it wrote read the variable set before the outage."""
+    assert got.returncode == 0, got.stderr[-3000:]
+    assert [r["step"] for r in got.rows] == [1, 2, 3]
+    # An errored episode is wrong; a cell that lost the session's variable is a tool error
+    # (NameError) and a wrong answer. No reward variance: dynamic sampling drops every group.
+    assert all(r["accuracy"] == 1.0 and r["tool_error_rate"] == 0.0
+               and r["tool_calls_mean"] == 3.0 and r["groups_dropped"] >= 2
+               for r in got.rows), [(r["accuracy"], r["tool_error_rate"], r["tool_calls_mean"])
+                                    for r in got.rows]
+    held = [line for line in outage_log if "is unreachable" in line]
+    resumed = [line for line in outage_log if "answers again after" in line]
+    assert len(held) == 1 and len(resumed) == 1, outage_log
+    waited = float(resumed[0].split("answers again after ")[1].split(" s")[0])
+    assert RL_DOWN_S <= waited <= RL_DOWN_S + 10
+    assert got.after[:2] == ["/collective_rpc", "/reset_prefix_cache"], got.after[:6]
+    assert got.killed_turn in (1, 2)  # a cell had run in that episode's session
+    first = completions_seen(got.after)[:4]  # the held requests (4 episodes in flight)
+    assert got.killed_turn in first, (got.killed_turn, first)
+
+
+def test_rl_with_the_openai_generator_waits_out_a_restart(tiny_model_dir: Path,
+                                                         tmp_path: Path) -> None:
+    """``agentmath rl``, local engine: the kill-and-restart costs no sample (every episode of
+    every step is right), the wait is in the run's log, the restarted server gets the
+    current weights before the held requests go on, and the episodes in flight keep their
+    sandbox sessions: a cell after the outage reads what a cell before it set.
+    (With max_outage_s = 0 the same kill made errored episodes: step 2's accuracy fell.)"""
+    got = rl_with_a_restart(tiny_model_dir, tmp_path)
+    check_rl_restart(got, got.stderr.splitlines())
+    resumed = [line for line in got.stderr.splitlines() if "answers again after" in line]
+    print(f"\nrl: 3 steps, accuracy 1.0 in each; {resumed[0]}; then {got.after[:3]}")
+
+
+@pytest.mark.ray
+def test_rl_on_ray_waits_out_a_restart(tiny_model_dir: Path, tmp_path: Path) -> None:
+    """``agentmath rl --ray``: the worker's client holds its requests (WorkerSpec carries the
+    bound), the worker loads the trainer's current version into the restarted server before
+    they go on (WorkerSpec.restore_weights), and the run is as the local one: no sample
+    lost, the sessions kept, the wait in the worker's log."""
+    from tests.fixtures.ray_cluster import local_cluster
+
+    with local_cluster(2) as cluster:
+        got = rl_with_a_restart(tiny_model_dir, tmp_path,
+                                ["--ray", cluster.address, "--ray-workers", "1"])
+        # Workers' logs stay in Ray's session directory (log_to_driver is off).
+        logs = Path(cluster.head_node.get_logs_dir_path())
+        outage_log = [line for path in logs.rglob("worker-*") if path.is_file()
+                      for line in path.read_text(errors="replace").splitlines()
+                      if "is unreachable" in line or "answers again after" in line]
+    check_rl_restart(got, outage_log)
+    resumed = [line for line in outage_log if "answers again after" in line]
+    print(f"\nrl --ray: 3 steps, accuracy 1.0 in each; {resumed[0]}; then {got.after[:3]}")
 
 
 @pytest.mark.ray

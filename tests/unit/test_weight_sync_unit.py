@@ -230,3 +230,37 @@ async def test_restore_loads_the_last_version_again_after_an_outage(tmp_path: Pa
         ("/v1/load_lora_adapter", "policy-v2"),
         ("/reset_prefix_cache?reset_running_requests=true", None)]
     await lora.aclose()
+
+
+async def test_a_worker_restores_the_version_its_episodes_run_under(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """On Ray each worker's client sees the outage; it loads the trainer's pushed version
+    again with the sync's restorer (picklable, sent in the WorkerSpec), the files unseen."""
+    import pickle
+
+    log: list[tuple[str, str, Any]] = []
+    full = make(tmp_path, vllm(log), urls=[A, B], served_name="tiny")
+    await full.push(FakeModel(), None, 1)
+    lora = make(tmp_path / "lora", vllm(log), lora=True)
+    await lora.push(FakePeft(), None, 2)
+    restorers = [pickle.loads(pickle.dumps(s.restorer())) for s in (full, lora)]
+    await full.aclose()
+    await lora.aclose()
+    client = httpx.AsyncClient
+
+    def mocked(**kwargs: Any) -> httpx.AsyncClient:
+        return client(**{**kwargs, "transport": httpx.MockTransport(vllm(log))})
+
+    monkeypatch.setattr(httpx, "AsyncClient", mocked)
+    log.clear()
+    await restorers[0](1)
+    assert sorted((u, p) for u, p, _ in log) == [
+        (A, "/collective_rpc"), (A, "/reset_prefix_cache?reset_running_requests=true"),
+        (B, "/collective_rpc"), (B, "/reset_prefix_cache?reset_running_requests=true")]
+    assert log[0][2]["kwargs"]["weights_path"] == str(tmp_path / "out" / "policy-v1")
+    log.clear()
+    await restorers[1](2)
+    assert [(p, b and b.get("lora_name")) for _, p, b in log] == [
+        ("/v1/load_lora_adapter", "policy-v2"),
+        ("/reset_prefix_cache?reset_running_requests=true", None)]
+    assert log[0][2]["lora_path"] == str(tmp_path / "lora" / "out" / "policy-v2")
