@@ -274,8 +274,9 @@ async def test_an_iteration_whose_episodes_all_outlast_a_segment_ends_on_ray() -
     rollout = RolloutConfig(segment_tokens=1000, segment_tool_calls=1, max_staleness=10,
                             max_in_flight=6, max_parked_sessions=4)
     sampling = Seeds()
-    # each worker: its 2 segments in flight and every parked session the driver allows
-    engine = ray_engine(ScriptedBackend(TURNS), sampling, rollout, sessions=6)
+    # one worker: its 2 segments in flight and every parked session the driver allows (the
+    # episodes parked beyond that bound release theirs as they park, or it deadlocks)
+    engine = ray_engine(ScriptedBackend(TURNS), sampling, rollout, workers=1, sessions=6)
     iterations = RayIterations(engine, endless())
     results = []
     for version in range(6):
