@@ -267,8 +267,10 @@ class RolloutConfig(StrictModel):
         "max_in_flight + max_parked_sessions."))
     max_parked_sessions: int = Field(512, ge=0, le=1_000_000, description=(
         "Parked episodes that keep their sandbox session open; beyond it the oldest release "
-        "theirs and replay their cells on resume. Keep it below SandboxConfig.max_sessions "
-        "minus max_in_flight, or active episodes wait for session slots held by parked ones."))
+        "theirs (as they park) and replay their cells on resume. With a local sandbox pool it "
+        "is lowered to SandboxConfig.max_sessions minus max_in_flight (at least half the "
+        "sessions; logged), so that parked episodes never hold every session a running one "
+        "waits for; on Ray each worker does the same with its own pool."))
 
 
 class RayConfig(StrictModel):

@@ -182,10 +182,24 @@ class RolloutWorker:
             raise
         if not finished:
             self._parked[order.key] = episode
+            await self._spare_sessions(engine)
             return SegmentOutcome(progress=episode.progress())
         sample = Sample(order.request.group_id, order.index, episode.trajectory, order.restarts)
         sample.trajectory.meta["ray_node"] = self._node_id
         return SegmentOutcome(sample=sample)
+
+    async def _spare_sessions(self, engine: Any) -> None:
+        """Parked episodes here keep their sessions only while the sandbox can spare them
+        (:func:`~agentmath.rollout.partial.parked_session_bound`, with this worker's
+        ``in_flight``): beyond, the oldest close theirs (replayed when they resume), so that
+        they never hold every session a running episode waits for. The driver's
+        ``max_parked_sessions`` bounds them across the cluster."""
+        from agentmath.rollout.partial import parked_session_bound
+
+        holding = [e for e in self._parked.values() if e.session is not None]
+        bound = parked_session_bound(len(holding), engine.sandbox, self.spec.in_flight)
+        for episode in holding[:len(holding) - bound]:
+            await episode.close()
 
     def _episode(self, engine: Any, order: SegmentOrder) -> Episode:
         """A new episode for ``order`` (the id the local engine gives it), continuing

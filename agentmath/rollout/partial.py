@@ -14,8 +14,9 @@ An RL step needs a batch of complete groups. Three ways to get one, as in AgentM
   at most ``max_new_groups`` new groups (:func:`may_draw`): one whose episodes all outlast a
   segment completes no group, and would otherwise draw and park without end until the
   sandbox ran out of sessions; at the bound it ends short (counted and logged) with what is
-  complete. Beyond ``max_parked_sessions``, episodes parked during an iteration release
-  their sessions at once (their cells replayed when they resume).
+  complete. Beyond ``max_parked_sessions`` (lowered to what the sandbox can spare:
+  :func:`parked_session_bound`), episodes parked during an iteration release their sessions
+  at once (their cells replayed when they resume).
 
 Staleness: when a parked sample is resumed under policy version v and its oldest model segment
 is older than ``v - max_staleness``, it is stale: regenerated from scratch (``stale =
@@ -33,6 +34,7 @@ from dataclasses import dataclass
 from agentmath.config import RolloutConfig
 from agentmath.rollout.records import Group, GroupRequest, RolloutStats
 from agentmath.rollout.scheduler import GroupState, RolloutEngine, _cancel
+from agentmath.sandbox.client import SessionLimited
 
 log = logging.getLogger(__name__)
 
@@ -67,6 +69,19 @@ def may_draw(config: RolloutConfig, need: int, groups: int, episodes: int) -> bo
     return groups < 2 * need or episodes < config.max_in_flight + config.max_parked_sessions
 
 
+def parked_session_bound(max_parked: int, sandbox: object, running: int) -> int:
+    """Parked episodes that may keep their sandbox sessions: ``max_parked``, lowered where
+    ``sandbox`` holds fewer live sessions (:class:`~agentmath.sandbox.client.SessionLimited`)
+    than they and the ``running`` episodes could: all its sessions but ``running`` stay for
+    running episodes, at least half of them. Parked episodes then never hold every session a
+    running one waits for (a deadlock: the iteration waits for that episode, the parked ones
+    for the iteration's end)."""
+    limit = sandbox.max_sessions if isinstance(sandbox, SessionLimited) else None
+    if limit is None:
+        return max_parked
+    return min(max_parked, max(limit - running, limit // 2))
+
+
 def note_draw_bound(stats: RolloutStats, need: int, done: int, drawn: int,
                     parked: int) -> None:
     """Count and log an iteration that reached its draw bound with its batch short."""
@@ -94,6 +109,7 @@ class PartialRollout:
         self._exhausted = False
         self._parked: list[Slot] = []
         self._ready: list[Group] = []
+        self._bound_noted = False
 
     @property
     def parked(self) -> int:
@@ -262,18 +278,31 @@ class PartialRollout:
                  wasted)
         state.episodes.clear()
 
+    def _session_bound(self) -> int:
+        """``max_parked_sessions``, lowered to what the sandbox can spare (logged once)."""
+        config = self.engine.config
+        bound = parked_session_bound(config.max_parked_sessions, self.engine.sandbox,
+                                     config.max_in_flight)
+        if bound < config.max_parked_sessions and not self._bound_noted:
+            self._bound_noted = True
+            log.warning("max_parked_sessions %d lowered to %d: the sandbox holds %s live "
+                        "sessions and max_in_flight is %d (parked episodes beyond it replay "
+                        "their cells when they resume)", config.max_parked_sessions, bound,
+                        getattr(self.engine.sandbox, "max_sessions", "?"), config.max_in_flight)
+        return bound
+
     async def _over_parked_bound(self, parked: list[Slot]) -> None:
-        """An episode just parked: the one it pushes past ``max_parked_sessions`` releases
+        """An episode just parked: the one it pushes past the parked-session bound releases
         its session now, not at the iteration's end, so that episodes parked during an
         iteration never hold the session slots the running ones wait for."""
-        beyond = len(parked) - self.engine.config.max_parked_sessions
+        beyond = len(parked) - self._session_bound()
         if beyond > 0:
             state, index = parked[beyond - 1]
             await state.episodes[index].close()
 
     async def _limit_parked_sessions(self) -> None:
-        """Beyond ``max_parked_sessions``, the oldest parked episodes release their sessions
-        (their cells are replayed when they resume)."""
-        extra = len(self._parked) - self.engine.config.max_parked_sessions
+        """Beyond the parked-session bound, the oldest parked episodes release their
+        sessions (their cells are replayed when they resume)."""
+        extra = len(self._parked) - self._session_bound()
         for state, index in self._parked[:max(0, extra)]:
             await state.episodes[index].close()

@@ -40,3 +40,13 @@ class SandboxClient(Protocol):
     def session(self) -> SandboxSession:
         """A new session; resources are taken on its first run."""
         ...
+
+
+@runtime_checkable
+class SessionLimited(Protocol):
+    """A client that holds at most ``max_sessions`` live sessions at once (the local pool),
+    a session's first snippet waiting for a free one; None: no bound known. Partial rollout
+    reads it so that parked episodes never hold every session a running one waits for."""
+
+    @property
+    def max_sessions(self) -> int | None: ...

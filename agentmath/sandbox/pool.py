@@ -205,6 +205,11 @@ class SandboxPool:
             self._lease.release()
 
     @property
+    def max_sessions(self) -> int:
+        """Live sessions this pool holds at once (a session's first snippet waits for one)."""
+        return self.config.max_sessions
+
+    @property
     def uid_range(self) -> tuple[int, int]:
         """The uids this pool's workers run as: [first, last + 1)."""
         start = self._zygote.uid_base

@@ -19,7 +19,13 @@ from agentmath.backends.scripted import ScriptedBackend
 from agentmath.config import LoopConfig, RayConfig, RolloutConfig
 from agentmath.datasets import Task
 from agentmath.formats import get_format
-from agentmath.rollout.partial import PartialRollout, is_stale, may_draw, take_batch
+from agentmath.rollout.partial import (
+    PartialRollout,
+    is_stale,
+    may_draw,
+    parked_session_bound,
+    take_batch,
+)
 from agentmath.rollout.records import Group, GroupRequest
 from agentmath.rollout.scheduler import RolloutEngine
 from agentmath.seeding import derive_seed
@@ -295,6 +301,29 @@ async def test_an_iteration_whose_episodes_all_outlast_a_segment_ends_on_ray() -
         assert slot.actor.sandbox.open == 0 and slot.actor.sandbox.waiting == 0
 
 
+async def test_parked_episodes_never_hold_every_session_of_a_worker() -> None:
+    """max_parked_sessions (the default, 512) above what a worker's sandbox holds (6
+    sessions, 2 segments running): the worker closes the oldest parked sessions beyond what
+    its sandbox can spare (replayed on resume), and every iteration ends."""
+    from agentmath.distributed.iterations import RayIterations
+
+    rollout = RolloutConfig(segment_tokens=1000, segment_tool_calls=1, max_staleness=10,
+                            max_in_flight=6, max_new_groups=5)
+    sampling = Seeds()
+    engine = ray_engine(ScriptedBackend(TURNS), sampling, rollout, workers=1, sessions=6)
+    iterations = RayIterations(engine, endless())
+    groups = []
+    for version in range(4):
+        engine.set_policy_version(version)
+        groups += (await asyncio.wait_for(iterations.iteration(2), 20)).groups
+        assert engine.slots[0].actor.sandbox.open <= 4
+    done = [s.trajectory for g in groups for s in g.samples]
+    assert done and all("NameError" not in t.completion_text for t in done)
+    assert sum(t.meta.get("session_replays", 0) for t in done) > 0
+    await iterations.aclose()
+    assert engine.slots[0].actor.sandbox.open == 0
+
+
 def test_the_pure_rules_are_the_local_engines() -> None:
     assert not is_stale([], 9, 0) and not is_stale([3, 4], 5, 2) and is_stale([2, 4], 5, 2)
     groups = [Group(r) for r in requests(3)]
@@ -303,6 +332,10 @@ def test_the_pure_rules_are_the_local_engines() -> None:
     assert may_draw(config, 2, 3, 6) and may_draw(config, 2, 4, 8)  # 2x the need, 10 < 6 + 4
     assert not may_draw(config, 2, 5, 10)
     assert not may_draw(config.model_copy(update={"max_new_groups": 1}), 2, 1, 2)
+    assert parked_session_bound(512, FakeSandbox(max_sessions=64), 256) == 32  # half
+    assert parked_session_bound(512, FakeSandbox(max_sessions=64), 4) == 60
+    assert parked_session_bound(10, FakeSandbox(max_sessions=64), 4) == 10
+    assert parked_session_bound(512, FakeSandbox(), 4) == 512  # no bound known
 
 
 async def test_a_worker_answer_of_a_bug_is_not_swallowed() -> None:

@@ -175,6 +175,30 @@ async def test_an_iteration_whose_episodes_all_outlast_a_segment_ends() -> None:
     assert sandbox.open == 0
 
 
+async def test_parked_episodes_never_hold_every_session_of_the_sandbox(
+        caplog: pytest.LogCaptureFixture) -> None:
+    """max_parked_sessions (the default, 512) above what the sandbox holds (8 sessions, 4
+    episodes running): parked episodes kept every session and the running ones waited for
+    one without end. The bound is lowered to what the sandbox can spare (logged), the rest
+    replay their cells when they resume, and every iteration ends."""
+    sandbox = FakeSandbox(max_sessions=8)
+    eng = RolloutEngine(Tracing(), sandbox, FMT, loop=LoopConfig(), config=RolloutConfig(
+        segment_tokens=1000, segment_tool_calls=1, max_in_flight=4, max_new_groups=4,
+        max_staleness=10))
+    run = PartialRollout(eng, endless())
+    groups = []
+    for version in range(4):
+        eng.set_policy_version(version)
+        groups += (await asyncio.wait_for(run.iteration(2), 10)).groups
+        assert sandbox.open <= 4 and sandbox.waiting == 0
+    assert "max_parked_sessions 512 lowered to 4" in caplog.text
+    done = [s.trajectory for g in groups for s in g.samples]
+    assert done and all("NameError" not in t.completion_text for t in done)
+    assert sum(t.meta.get("session_replays", 0) for t in done) > 0
+    await run.aclose()
+    assert sandbox.open == 0
+
+
 async def test_max_new_groups_bounds_the_draws() -> None:
     eng = RolloutEngine(Tracing(), FakeSandbox(), FMT, loop=LoopConfig(), config=RolloutConfig(
         segment_tokens=1000, segment_tool_calls=1, max_new_groups=3))
