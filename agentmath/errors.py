@@ -54,3 +54,21 @@ class MissingExtraError(AgentMathError, ImportError):
 
 class ClusterError(AgentMathError):
     """The Ray cluster cannot run the work (no worker could start, or all of them died)."""
+
+
+class ServerTimeout(BackendError):
+    """A server took a request and gave no answer within its timeout (a hung or overloaded
+    server): ``url`` names the server's endpoint, ``timeout_s`` the limit (the backend's
+    ``timeout_s``, ``http_timeout_s`` in eval and RL configs). A router fails it over."""
+
+    def __init__(self, message: str, *, url: str = "", timeout_s: float = 0.0) -> None:
+        super().__init__(message)
+        self.url = url
+        self.timeout_s = timeout_s
+
+    def __reduce__(self) -> tuple[object, ...]:  # keeps url and timeout_s across processes
+        return (_server_timeout, (str(self), self.url, self.timeout_s))
+
+
+def _server_timeout(message: str, url: str, timeout_s: float) -> ServerTimeout:
+    return ServerTimeout(message, url=url, timeout_s=timeout_s)

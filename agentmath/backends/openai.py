@@ -14,7 +14,7 @@ Every field of a reply that is used is validated first (:mod:`agentmath.backends
 body of the wrong shape is a :class:`~agentmath.errors.BackendError` naming the URL and the
 field, never a ``TypeError`` in the agent loop.
 
-Retries: 408, 429, 5xx, connection errors, timeouts and malformed replies are retried, up to
+Retries: 408, 429, 5xx, connection errors and malformed replies are retried, up to
 ``max_retries`` times, with exponential backoff and jitter; a ``Retry-After`` header on a 429
 or 503 (delta-seconds or an HTTP date) is honoured, capped at ``max_retry_after_s``. Other 4xx
 responses fail at once: as :class:`~agentmath.errors.RequestRejected` when the request
@@ -23,11 +23,20 @@ so that a router does not take a healthy server out of rotation for a bad prompt
 holds one slot of a semaphore bounding the number of requests in flight; the backoff sleep does
 not.
 
+Timeouts: an attempt that gets no answer within ``timeout_s`` is retried only
+``timeout_retries`` times (default 0): the same request most likely takes as long again, and
+a hung server (it accepts the connection, or answers ``/health``, but never finishes a
+generation) would cost ``max_retries + 1`` timeouts per request. It then fails with a
+:class:`~agentmath.errors.ServerTimeout` naming the URL and the timeout (a router fails it
+over), or, with an outage gate, waits as on an unreachable server. Until a completion answers
+again, the health probes (``healthy``, the gate's) ask for a one-token completion too.
+
 Outages: ``max_outage_s`` > 0 puts an :class:`~agentmath.backends.outage.OutageGate` in front of
-the server. Connection failures and 502/503/504 in a row say the server is gone: requests then
-stop being sent and wait while ``GET /health`` is probed with backoff (any answer below 500
-counts), and resume with a fresh retry budget when it answers, or fail as before once the
-outage has lasted ``max_outage_s``. Off (0) by default here; eval and RL configs turn it on.
+the server. Connection failures, timeouts and 502/503/504 in a row say the server is gone:
+requests then stop being sent and wait while ``GET /health`` is probed with backoff (any answer
+below 500 counts; after a timeout, a one-token completion must answer too), and resume with a
+fresh retry budget when it answers, or fail as before once the outage has lasted
+``max_outage_s``. Off (0) by default here; eval and RL configs turn it on.
 
 Prefix-cache isolation across weight updates: with ``cache_salt_by_version`` each completion
 inside a :func:`~agentmath.backends.base.tagged` block carries vLLM's ``cache_salt`` =
@@ -52,7 +61,8 @@ from typing import Any, TypeVar
 import httpx
 
 from agentmath._lazy import require
-from agentmath.backends import _replies
+from agentmath.backends import _probes, _replies
+from agentmath.backends._probes import PREFIX_CACHE_HITS, PREFIX_CACHE_QUERIES
 from agentmath.backends._replies import (
     NO_TOKEN_IDS_MESSAGE,
     MalformedReply,
@@ -61,7 +71,7 @@ from agentmath.backends._replies import (
 )
 from agentmath.backends.base import Generation, SamplingParams, chat_prompt_ids, current_tag
 from agentmath.backends.outage import OutageGate, Passage
-from agentmath.errors import BackendError, RequestRejected
+from agentmath.errors import BackendError, RequestRejected, ServerTimeout
 
 __all__ = ["NO_TOKEN_IDS_MESSAGE", "PREFIX_CACHE_HITS", "PREFIX_CACHE_QUERIES", "ExtraBody",
            "OpenAIBackend", "prometheus_sum", "retry_after_s"]
@@ -76,22 +86,21 @@ _RETRY_AFTER_STATUSES = frozenset({429, 503})
 _UNREACHABLE_STATUSES = frozenset({502, 503, 504})  # a proxy with no server behind it
 _SERVER_SIDE_4XX = frozenset({401, 403, 404})  # credentials, endpoint, model name: the server's
 _PROBE_TIMEOUT_S = 5.0
-#: vLLM's prefix-cache counters (tokens looked up / found in the cache since the server started).
-PREFIX_CACHE_HITS = "vllm:prefix_cache_hits_total"
-PREFIX_CACHE_QUERIES = "vllm:prefix_cache_queries_total"
 
 
 class _Retryable(Exception):
     """An attempt failed in a way worth retrying; ``detail`` describes it, ``retry_after`` is
     the server's ``Retry-After`` in seconds when it sent one; ``unreachable``: the server did
-    not answer (connection refused or reset, connect timeout, 502/503/504)."""
+    not answer (connection refused or reset, connect timeout, 502/503/504); ``hung``: it took
+    the request and gave no answer within the timeout."""
 
     def __init__(self, detail: str, retry_after: float | None = None,
-                 unreachable: bool = False) -> None:
+                 unreachable: bool = False, hung: bool = False) -> None:
         super().__init__(detail)
         self.detail = detail
         self.retry_after = retry_after
         self.unreachable = unreachable
+        self.hung = hung
 
 
 class OpenAIBackend:
@@ -107,8 +116,9 @@ class OpenAIBackend:
     current :data:`~agentmath.backends.base.current_tag` is readable in it) returning the fields
     to add, e.g. ``lambda body: {"min_tokens": body["max_tokens"], "ignore_eos": True}`` to make
     vLLM write exactly ``max_tokens`` tokens. ``max_outage_s`` (0: off) is how long requests
-    wait for an unreachable server to answer again before they fail (module docstring).
-    ``transport`` and ``backoff_s`` (first retry delay) exist for tests.
+    wait for an unreachable server to answer again before they fail (module docstring);
+    ``timeout_retries`` how many times an attempt that timed out is sent again (within
+    ``max_retries``). ``transport`` and ``backoff_s`` (first retry delay) exist for tests.
     """
 
     name: str = "openai"
@@ -119,11 +129,12 @@ class OpenAIBackend:
                  transport: httpx.AsyncBaseTransport | None = None,
                  backoff_s: float = 0.5, max_retry_after_s: float = 60.0,
                  cache_salt_by_version: bool = False,
-                 extra_body: ExtraBody | None = None, max_outage_s: float = 0.0) -> None:
+                 extra_body: ExtraBody | None = None, max_outage_s: float = 0.0,
+                 timeout_retries: int = 0) -> None:
         if max_concurrency < 1:
             raise ValueError("max_concurrency must be at least 1")
-        if max_retries < 0:
-            raise ValueError("max_retries must be >= 0")
+        if max_retries < 0 or timeout_retries < 0:
+            raise ValueError("max_retries and timeout_retries must be >= 0")
         if not timeout_s > 0:
             raise ValueError("timeout_s must be > 0")
         root = base_url.rstrip("/")
@@ -131,6 +142,8 @@ class OpenAIBackend:
         self.model = model
         self.timeout_s = float(timeout_s)
         self.max_retries = max_retries
+        self.timeout_retries = timeout_retries
+        self._stalled = False  # a request timed out, and no completion has answered since
         self.backoff_s = backoff_s
         self.max_retry_after_s = float(max_retry_after_s)
         self.cache_salt_by_version = cache_salt_by_version
@@ -144,7 +157,7 @@ class OpenAIBackend:
                                 max_keepalive_connections=max_concurrency))
         self._tokenizer = _load_tokenizer(tokenizer)
         self.outage = OutageGate(self.base_url, self._reachable, max_outage_s=max_outage_s,
-                                 probe_timeout_s=min(self.timeout_s, _PROBE_TIMEOUT_S))
+                                 probe_timeout_s=min(self.timeout_s, 2 * _PROBE_TIMEOUT_S))
 
     # ----------------------------------------------------------------------------- protocol
 
@@ -207,45 +220,41 @@ class OpenAIBackend:
         self.model = name
 
     async def healthy(self) -> bool:
-        """Whether ``GET /health`` answers 2xx within a few seconds (never raises)."""
-        try:
-            async with asyncio.timeout(min(self.timeout_s, _PROBE_TIMEOUT_S)):
-                response = await self._client.get("/health")
-        except (TimeoutError, httpx.HTTPError):
+        """Whether ``GET /health`` answers 2xx within a few seconds and, after a request timed
+        out, a one-token completion answers too (a hung engine behind a live front end is not
+        healthy). Never raises."""
+        status, _ = await _probes.health(self._client, self._probe_s)
+        if status is None or not 200 <= status < 300:
             return False
-        return 200 <= response.status_code < 300
+        return (await self._engine_alive())[0]
 
     async def _reachable(self) -> tuple[bool, str]:
         """The outage gate's probe: whether ``GET /health`` gets any answer below 500 (a
-        server without that endpoint answers 404, and is there), and why not."""
-        try:
-            response = await self._client.get("/health")
-        except httpx.HTTPError as exc:
-            return False, f"{type(exc).__name__}: {exc}"
-        if response.status_code >= 500:
-            return False, f"HTTP {response.status_code}"
-        return True, f"HTTP {response.status_code}"
+        server without that endpoint answers 404, and is there) and, after a timeout, a
+        one-token completion answers too; and why not."""
+        status, detail = await _probes.health(self._client, self._probe_s)
+        if status is None or status >= 500:
+            return False, detail
+        return await self._engine_alive()
+
+    async def _engine_alive(self) -> tuple[bool, str]:
+        """Whether the engine answers: asked (a one-token completion) only after a timeout."""
+        if not self._stalled:
+            return True, "answers /health"
+        ok, detail = await _probes.completes(self._client, self.model, self._probe_s)
+        if ok:
+            self._stalled = False
+        return ok, detail
+
+    @property
+    def _probe_s(self) -> float:
+        return min(self.timeout_s, _PROBE_TIMEOUT_S)
 
     async def prefix_cache_counters(self) -> tuple[float, float]:
         """``(hits, queries)``: the server's prefix-cache counters in tokens since it started,
         read from its Prometheus ``/metrics`` (summed over engines)."""
-        url = self._url("/metrics")
-        try:
-            async with asyncio.timeout(min(self.timeout_s, _PROBE_TIMEOUT_S)):
-                response = await self._client.get("/metrics")
-        except (TimeoutError, httpx.HTTPError) as exc:
-            raise BackendError(f"GET {url} failed: {type(exc).__name__}: {exc}") from exc
-        if not 200 <= response.status_code < 300:
-            raise BackendError(f"GET {url} returned HTTP {response.status_code}: "
-                               f"{response.text[:_BODY_SNIPPET]}")
-        counters = []
-        for name in (PREFIX_CACHE_HITS, PREFIX_CACHE_QUERIES):
-            value = prometheus_sum(response.text, name)
-            if value is None:
-                raise BackendError(f"GET {url} has no {name} counter (not a vLLM server, or "
-                                   f"prefix caching is off)")
-            counters.append(value)
-        return counters[0], counters[1]
+        return await _probes.prefix_cache_counters(self._client, self._url("/metrics"),
+                                                   self._probe_s)
 
     async def chat(self, messages: Sequence[dict[str, Any]], *,
                    tools: Sequence[dict[str, Any]] | None = None, max_tokens: int = 1024,
@@ -287,50 +296,63 @@ class OpenAIBackend:
 
         ``parse`` validates the decoded body; a :class:`MalformedReply` from it is retried like
         a 5xx (a garbled reply is usually a passing fault), any other BackendError is final.
-        While the outage gate is open no attempt is sent; after an outage the request starts
-        a fresh retry budget. A request whose retries run out on an unreachable server waits
-        for it there (up to ``max_outage_s``) instead of failing at once.
+        A timeout is retried ``timeout_retries`` times only. While the outage gate is open no
+        attempt is sent; after an outage the request starts a fresh retry budget. A request
+        whose retries run out on an unreachable or hung server waits for it there (up to
+        ``max_outage_s``) instead of failing at once.
         """
         url = self._url(path)
-        last, wait, attempt, sent, unreachable = "no attempt made", None, 0, 0, False
+        last, wait, attempt, sent, timeouts = "no attempt made", None, 0, 0, 0
+        gone = hung = False  # the last attempt found the server unreachable / hung
         loop = asyncio.get_running_loop()
         sent_at = loop.time()
         while True:
             if attempt > self.max_retries:
-                passage = (await self.outage.hold(cause=last, sent_at=sent_at) if unreachable
-                           else Passage.CLEAR)
+                passage = (await self.outage.hold(cause=last, sent_at=sent_at)
+                           if gone or hung else Passage.CLEAR)
                 if passage is not Passage.RESUMED:
-                    raise self._failed(url, sent, last, passage)
-                attempt = 0
+                    raise self._failed(url, sent, last, passage, hung)
+                attempt = timeouts = 0
             elif attempt:
                 await asyncio.sleep(self._delay(attempt, wait))
             passage = await self.outage.hold()
             if passage is Passage.EXPIRED:
-                raise self._failed(url, sent, last if sent else self.outage.last_error, passage)
+                raise self._failed(url, sent, last if sent else self.outage.last_error,
+                                   passage, hung)
             if passage is Passage.RESUMED:
-                attempt = 0
+                attempt = timeouts = 0
             attempt, sent, sent_at = attempt + 1, sent + 1, loop.time()
             try:
                 async with self._semaphore:
                     data = await self._attempt(path, url, payload)
                 return parse(data)
             except _Retryable as exc:
-                last, wait, unreachable = exc.detail, exc.retry_after, exc.unreachable
-                if unreachable:
+                last, wait, gone, hung = exc.detail, exc.retry_after, exc.unreachable, exc.hung
+                if gone or hung:
                     self.outage.note_unreachable(last, sent_at)
+                if hung:
+                    self._stalled = True
+                    timeouts += 1
+                    if timeouts > self.timeout_retries:
+                        attempt = self.max_retries + 1  # not again to the same server
             except MalformedReply as exc:
-                last, wait, unreachable = str(exc), None, False
+                last, wait, gone, hung = str(exc), None, False, False
 
-    def _failed(self, url: str, attempts: int, last: str, passage: Passage) -> BackendError:
-        """The error of a request that gives up (as without a gate, plus the wait if any)."""
+    def _failed(self, url: str, attempts: int, last: str, passage: Passage,
+                hung: bool = False) -> BackendError:
+        """The error of a request that gives up (as without a gate, plus the wait if any): a
+        ServerTimeout when its last attempt timed out."""
         waited = (f" and {self.outage.max_outage_s:g} s of waiting for the server to answer "
                   f"again (max_outage_s)" if passage is Passage.EXPIRED else "")
-        return BackendError(f"POST {url} failed after {attempts} "
-                            f"attempt{'s' if attempts != 1 else ''}{waited}: {last}")
+        message = (f"POST {url} failed after {attempts} "
+                   f"attempt{'s' if attempts != 1 else ''}{waited}: {last}")
+        if hung:
+            return ServerTimeout(message, url=url, timeout_s=self.timeout_s)
+        return BackendError(message)
 
     async def _attempt(self, path: str, url: str, payload: dict[str, Any]) -> Any:
-        """One request: JSON on 2xx, _Retryable on 408/429/5xx/transport, BackendError for
-        other statuses, MalformedReply for a body that is not JSON. Tells the outage gate
+        """One request: JSON on 2xx, _Retryable on 408/429/5xx/transport/timeout, BackendError
+        for other statuses, MalformedReply for a body that is not JSON. Tells the outage gate
         whether the server answered."""
         try:
             async with asyncio.timeout(self.timeout_s):
@@ -339,14 +361,16 @@ class OpenAIBackend:
             raise _Retryable(f"timed out connecting ({type(exc).__name__})",
                              unreachable=True) from exc
         except (TimeoutError, httpx.TimeoutException) as exc:
-            raise _Retryable(f"timed out after {self.timeout_s:g}s ({type(exc).__name__})") \
-                from exc
+            raise _Retryable(f"timed out after {self.timeout_s:g} s with no answer from the "
+                             f"server (timeout_s; {type(exc).__name__})", hung=True) from exc
         except httpx.RequestError as exc:
             gone = isinstance(exc, httpx.NetworkError | httpx.RemoteProtocolError)
             raise _Retryable(f"{type(exc).__name__}: {exc}", unreachable=gone) from exc
         status = response.status_code
         if status not in _UNREACHABLE_STATUSES:
             self.outage.note_answer()
+            if status < 500 and path != "/tokenize":
+                self._stalled = False  # a generation answered: the engine is alive
         if status in _RETRY_STATUSES or status >= 500:
             wait = (retry_after_s(response.headers.get("retry-after"))
                     if status in _RETRY_AFTER_STATUSES else None)

@@ -30,9 +30,14 @@ is one of its methods, named in :data:`~agentmath.backends.routing.POLICIES`.
 
 Failures: a :class:`~agentmath.errors.BackendError` from a server (after its own retries) takes
 it out of rotation, drops the homes on it and re-sends the same prompt ids elsewhere, so the
-episode loses nothing; a background probe brings it back. A
+episode loses nothing; a background probe brings it back. A hung server (it takes requests and
+never answers) fails its request after one ``timeout_s`` (a
+:class:`~agentmath.errors.ServerTimeout`) and is taken out the same way; its probe then asks
+for a one-token completion too, so that it stays out while its ``/health`` answers and its
+engine hangs (:meth:`~agentmath.backends.openai.OpenAIBackend.healthy`). A
 :class:`~agentmath.errors.RequestRejected` (the request's own fault) is re-raised, no failover.
-When every server is down, a router built with ``max_outage_s`` > 0 waits instead of failing:
+When every server is down (unreachable or hung), a router built with ``max_outage_s`` > 0 waits
+instead of failing:
 its :class:`~agentmath.backends.outage.OutageGate` probes the down servers with backoff and the
 requests resume (with their failover memory cleared) as soon as one answers, or fail as before
 once the outage has lasted ``max_outage_s``. The servers' own gates stay off, so that one

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import pickle
 import sys
 from collections.abc import Callable
 from typing import Any
@@ -12,7 +13,7 @@ import pytest
 
 from agentmath.backends.base import Backend, SamplingParams
 from agentmath.backends.openai import OpenAIBackend
-from agentmath.errors import BackendError, MissingExtraError
+from agentmath.errors import BackendError, MissingExtraError, ServerTimeout
 
 URL = "http://vllm.test:8000"
 GREEDY = SamplingParams(temperature=0.0, logprobs=True)
@@ -132,16 +133,27 @@ async def test_gives_up_after_max_retries() -> None:
     assert f"{URL}/v1/completions" in str(info.value)
 
 
-async def test_timeout_is_retried_then_fails() -> None:
+async def test_a_timeout_fails_at_once_unless_timeout_retries_allow() -> None:
+    """A request that gets no answer within timeout_s is not sent again to the same server
+    (max_retries is for other faults): ServerTimeout naming the URL and the timeout;
+    timeout_retries sends it again."""
     rec = Recorder(httpx.ReadTimeout("read timed out"))
-    with pytest.raises(BackendError, match="timed out") as info:
+    with pytest.raises(ServerTimeout, match="timed out after 0.5 s") as info:
         await make_backend(rec, max_retries=3, timeout_s=0.5).generate(
             [1], stop=[], max_tokens=2, sampling=GREEDY)
-    assert len(rec.requests) == 4 and "4 attempts" in str(info.value)
+    assert len(rec.requests) == 1 and "after 1 attempt:" in str(info.value)
+    assert info.value.url == f"{URL}/v1/completions" and info.value.timeout_s == 0.5
+    assert pickle.loads(pickle.dumps(info.value)).url == info.value.url
+    rec = Recorder(httpx.ReadTimeout("read timed out"))
+    with pytest.raises(ServerTimeout, match="3 attempts"):
+        await make_backend(rec, max_retries=3, timeout_s=0.5, timeout_retries=2).generate(
+            [1], stop=[], max_tokens=2, sampling=GREEDY)
+    assert len(rec.requests) == 3
 
 
 async def test_slow_server_hits_the_deadline() -> None:
     import asyncio
+    import time
 
     calls = []
 
@@ -152,9 +164,10 @@ async def test_slow_server_hits_the_deadline() -> None:
 
     backend = OpenAIBackend(URL, "tiny", transport=httpx.MockTransport(slow), timeout_s=0.05,
                             max_retries=1, backoff_s=0.001)
-    with pytest.raises(BackendError, match="timed out"):
+    started = time.monotonic()
+    with pytest.raises(ServerTimeout, match="timed out after 0.05 s"):
         await backend.generate([1], stop=[], max_tokens=2, sampling=GREEDY)
-    assert len(calls) == 2
+    assert len(calls) == 1 and time.monotonic() - started < 1
 
 
 async def test_missing_token_ids_is_a_clear_error() -> None:
