@@ -146,7 +146,7 @@ def build_generators(cfg: RLConfig, learner: Learner, out_dir: Path) -> Generato
         remote = make_backend("openai", name, base_url=g.base_urls, timeout_s=g.http_timeout_s,
                               max_outage_s=g.max_outage_s)
     sync = VLLMWeightSync(g.base_urls, g.sync_dir or out_dir / "weights", lora=cfg.optim.lora,
-                          served_name=name)
+                          served_name=name, max_outage_s=g.max_outage_s)
     _restore_after_outages(remote, sync)
     return Generators(remote, sync)
 

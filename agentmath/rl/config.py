@@ -121,9 +121,11 @@ class GeneratorConfig(StrictModel):
     http_timeout_s: float = Field(600.0, gt=0, le=86_400, description="openai: per request.")
     max_outage_s: float = Field(300.0, ge=0, le=86_400, description=(
         "openai: how long rollouts wait, in seconds, when every server stops answering "
-        "(a restart): requests are held while the servers are probed with backoff and go on "
-        "when one answers, episodes keeping their sandbox sessions; past this bound they fail "
-        "as errors. 0: no waiting."))
+        "(a restart, or hung: no answer within http_timeout_s): requests are held while the "
+        "servers are probed with backoff and go on when one answers, episodes keeping their "
+        "sandbox sessions; past this bound they fail as errors. A weight push waits as long "
+        "for a server that does not answer, then pushes (past it the run fails as before). "
+        "0: no waiting."))
 
 
 class FilterConfig(StrictModel):

