@@ -33,15 +33,36 @@ from agentmath.runs.steplog import read_step_log
 CHECKPOINT_FORMAT = 1
 
 
+#: Why a step trained nothing (:attr:`NoUpdate.cause`): every group that came back had no
+#: reward variance; the filters dropped every group; no group came back complete because the
+#: partial rollout reached its draw bound (``RolloutConfig.max_new_groups``: every episode it
+#: drew outlasted its segments, parked for the next step); no group came back for another
+#: reason (the prompts ran out).
+NO_UPDATE_CAUSES = ("no_variance", "filtered", "draw_bound", "no_groups")
+
+
 @dataclass(frozen=True, slots=True)
 class NoUpdate:
-    """Step ``step`` trained nothing (``why``: no group had reward variance)."""
+    """Step ``step`` trained nothing: ``why`` says why in words, ``cause`` is one of
+    :data:`NO_UPDATE_CAUSES` (a record written before it existed reads as ``no_variance``,
+    what it always said)."""
 
     step: int
     why: str
+    cause: str = "no_variance"
+
+    def __post_init__(self) -> None:
+        if self.cause not in NO_UPDATE_CAUSES:
+            raise ValueError(f"unknown no-update cause {self.cause!r} "
+                             f"(known: {', '.join(NO_UPDATE_CAUSES)})")
 
     def to_dict(self) -> dict[str, Any]:
-        return {"event": "no_update", "step": self.step, "why": self.why}
+        """The stored form; ``cause`` only when it is not ``no_variance``, so that a record of
+        that cause is the line it always was."""
+        data: dict[str, Any] = {"event": "no_update", "step": self.step, "why": self.why}
+        if self.cause != "no_variance":
+            data["cause"] = self.cause
+        return data
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,7 +89,8 @@ def event_from_dict(data: Mapping[str, Any]) -> RunEvent:
     kind = data.get("event")
     try:
         if kind == "no_update":
-            return NoUpdate(int(data["step"]), str(data["why"]))
+            return NoUpdate(int(data["step"]), str(data["why"]),
+                            str(data.get("cause", "no_variance")))
         if kind == "stage":
             return StageMove(int(data["step"]), int(data["old"]), int(data["new"]),
                              float(data["rate"]), Stage(**data["budgets"]))

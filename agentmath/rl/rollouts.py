@@ -27,6 +27,7 @@ from agentmath.backends.base import SamplingParams
 from agentmath.datasets import Task
 from agentmath.rl.batch import ScoredGroup, ScoredSample, split_by_signal
 from agentmath.rl.filters import FilterPlan, GroupVerdict, filter_group
+from agentmath.rl.records import NoUpdate
 from agentmath.rl.rewards import RewardModel
 from agentmath.rollout.contract import Iterations
 from agentmath.rollout.records import Group, GroupRequest, RolloutStats
@@ -117,6 +118,29 @@ class Collected:
         """Every sample generated this step: trained, or dropped by a filter or for no signal."""
         groups = self.groups + self.dropped + self.filtered
         return [s for g in groups for s in g.samples] + self.removed
+
+    def no_update(self, step: int) -> NoUpdate:
+        """The record of step ``step`` when it has no group to train on, with its own reason:
+        a partial rollout that reached its draw bound with no group complete is not a step
+        whose groups had no reward variance (it had none to look at)."""
+        came_back = len(self.dropped) + len(self.filtered)
+        stopped = self.stats.draws_stopped
+        if came_back == 0 and stopped:
+            return NoUpdate(step, (
+                f"no group completed: the partial rollout reached its draw bound "
+                f"(max_new_groups) in {stopped} of {self.rounds} iteration(s) with every "
+                f"episode it drew still running, parked for the next step"), "draw_bound")
+        if came_back == 0:
+            ran_out = " (the prompts ran out)" if self.exhausted else ""
+            return NoUpdate(step, f"no group completed in {self.rounds} round(s){ran_out}",
+                            "no_groups")
+        if not self.dropped:
+            return NoUpdate(step, f"the filters dropped every group ({len(self.filtered)})",
+                            "filtered")
+        short = (f"; the draw bound (max_new_groups) ended {stopped} iteration(s) short"
+                 if stopped else "")
+        return NoUpdate(step, f"no group with reward variance ({len(self.dropped)} "
+                              f"group(s) without){short}", "no_variance")
 
     def count(self, verdict: GroupVerdict, original: ScoredGroup) -> None:
         """Add what the filters did to one group (``original``: the group as scored)."""

@@ -21,7 +21,6 @@ from agentmath.rl.metrics import advantage_stats, sample_stats
 from agentmath.rl.records import (
     BoundSettings,
     CheckpointState,
-    NoUpdate,
     RunEvent,
     StageMove,
     StepExtra,
@@ -158,7 +157,7 @@ class RLRun:
     async def _update(self, collected: Collected, events: list[RunEvent]) -> UpdateStats:
         """The optimizer step(s) on the collected groups, then the new weights pushed."""
         if not collected.groups:
-            events.append(NoUpdate(self.step, "no group with reward variance"))
+            events.append(collected.no_update(self.step))
             return UpdateStats()
         backend, updater = self.generators.backend, self.learner.updater
         if isinstance(backend, ModelThread):  # in-process: one thread, one OpenMP pool

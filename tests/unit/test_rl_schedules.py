@@ -14,7 +14,7 @@ from agentmath.datasets import Task
 from agentmath.errors import ConfigError
 from agentmath.rl.config import RLConfig
 from agentmath.rl.rewards import RewardModel
-from agentmath.rl.rollouts import RequestStream, collect_groups
+from agentmath.rl.rollouts import Collected, RequestStream, collect_groups
 from agentmath.rl.schedules import Stage, StageController, linear, lr_factor
 from agentmath.rollout.partial import IterationResult
 from agentmath.rollout.records import Group, GroupRequest, RolloutStats, Sample
@@ -123,6 +123,31 @@ def test_dynamic_sampling_gives_up_after_max_rounds() -> None:
     got = asyncio.run(collect_groups(rollout, rewards, 2, dynamic_sampling=True,  # type: ignore[arg-type]
                                      max_rounds=2))
     assert got.groups == [] and len(got.dropped) == 4 and got.rounds == 2
+    event = got.no_update(3)
+    assert (event.cause, event.why) == ("no_variance", "no group with reward variance "
+                                                       "(4 group(s) without)")
+
+
+def test_a_step_with_no_group_says_why() -> None:
+    """Each way a step ends with nothing to train on has its own NoUpdate cause; a record
+    written before causes existed reads as no_variance (all it ever said)."""
+    from agentmath.rl.records import NoUpdate, event_from_dict
+
+    rewards = RewardModel([{"name": "tests.unit.test_rl_schedules:meta_reward"}])
+    none = asyncio.run(collect_groups(FakeRollout([]), rewards, 2, dynamic_sampling=True,  # type: ignore[arg-type]
+                                      max_rounds=3))
+    assert none.no_update(1).cause == "no_groups" and "prompts ran out" in none.no_update(1).why
+    short = Collected([], dropped=none.dropped, rounds=2, stats=RolloutStats(draws_stopped=1))
+    short.dropped.append(object())  # type: ignore[arg-type]  # a group without variance
+    assert short.no_update(2).cause == "no_variance"
+    assert "draw bound (max_new_groups) ended 1 iteration(s) short" in short.no_update(2).why
+    filtered = Collected([], filtered=[object()], rounds=1)  # type: ignore[list-item]
+    assert filtered.no_update(3).cause == "filtered"
+    old = event_from_dict({"event": "no_update", "step": 4,
+                           "why": "no group with reward variance"})
+    assert old == NoUpdate(4, "no group with reward variance", "no_variance")
+    with pytest.raises(ValueError, match="unknown no-update cause"):
+        NoUpdate(5, "?", "other")
 
 
 @pytest.mark.parametrize(("override", "field"), [

@@ -208,6 +208,27 @@ async def test_max_new_groups_bounds_the_draws() -> None:
     await run.aclose()
 
 
+async def test_a_step_ended_by_the_draw_bound_records_that_as_its_reason() -> None:
+    """A step whose partial rollout reached its draw bound with no group complete trains
+    nothing; its NoUpdate says so (cause draw_bound), not "no group with reward variance",
+    and the step record reads back the same."""
+    from agentmath.rl.records import event_from_dict
+    from agentmath.rl.rewards import RewardModel
+    from agentmath.rl.rollouts import collect_groups
+
+    eng = RolloutEngine(Tracing(), FakeSandbox(), FMT, loop=LoopConfig(), config=RolloutConfig(
+        segment_tokens=1000, segment_tool_calls=1, max_new_groups=3))
+    run = PartialRollout(eng, endless())
+    got = await asyncio.wait_for(collect_groups(
+        run, RewardModel([{"name": "accuracy"}]), 2, dynamic_sampling=True, max_rounds=1), 10)
+    assert got.groups == [] and got.dropped == [] and got.stats.draws_stopped == 1
+    event = got.no_update(7)
+    assert event.cause == "draw_bound" and event.step == 7
+    assert "draw bound (max_new_groups)" in event.why and "reward variance" not in event.why
+    assert event_from_dict(event.to_dict()) == event
+    await run.aclose()
+
+
 LONG = ["Think " * 30 + "\n<code>\nx = 1\n</code>", "More " * 30 + "\\boxed{42}"]
 
 
