@@ -85,3 +85,59 @@ def test_a_push_to_a_server_that_stays_down_fails_naming_it(tmp_path: Path,
     assert url in str(info.value) and info.value.unreachable
     assert max_outage_s <= time.monotonic() - started < max_outage_s + 3
     assert ("max_outage_s" in str(info.value)) == (max_outage_s > 0)
+
+
+def test_rl_waits_out_a_server_that_dies_at_a_weight_push(tiny_model_dir: Path,
+                                                          tmp_path: Path) -> None:
+    """``agentmath rl`` (openai generator, 3 steps, every group trained so that every step
+    pushes): the stand-in server dies as step 1's push reaches it (its second reload, after
+    the run's first push) and is started again DOWN_S later. The run does not crash: the push
+    waits for the server (the wait logged), loads the weights into it first, and the three
+    steps run."""
+    import subprocess
+    import sys
+
+    pytest.importorskip("torch")
+    from tests.integration.test_outage_restart import completions_seen, posts
+
+    tasks = [json.loads(line) for line in
+             (tiny_model_dir.parent / "test.jsonl").read_text().splitlines()[:4]]
+    answers, data = tmp_path / "answers.json", tmp_path / "train.jsonl"
+    answers.write_text(json.dumps({t["problem"]: t["answer"] for t in tasks}))
+    data.write_text("".join(json.dumps(t) + "\n" for t in tasks))
+    port, out, cfg = free_port(), tmp_path / "rl", tmp_path / "rl.toml"
+    cfg.write_text(
+        f'model = "{tiny_model_dir}"\nsteps = 3\ngroup_size = 2\nprompts_per_step = 2\n'
+        f'dynamic_sampling = false\ntensorboard = false\n[data]\ndataset = "{data}"\n'
+        f'[loop]\nmax_model_tokens = 256\n[sandbox]\npreload = []\nspare_workers = 0\n'
+        f'[generator]\nbackend = "openai"\nbase_urls = ["http://127.0.0.1:{port}"]\n'
+        f'served_name = "m"\nmax_outage_s = 60\n')
+    after = tmp_path / "posts-after.log"
+    procs = [start_process(port, answers, 0.05, exit_at_reload=2)]
+    run = subprocess.Popen([sys.executable, "-m", "agentmath.cli", "rl", "--config", str(cfg),
+                            "--out", str(out), "--json"],
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 300
+        while procs[-1].poll() is None:  # it dies at step 1's push
+            assert run.poll() is None and time.monotonic() < deadline, run.stderr
+            time.sleep(0.02)
+        time.sleep(DOWN_S)
+        assert run.poll() is None, "the run should wait for the server, not end"
+        procs.append(start_process(port, answers, 0.05, post_log=after))
+        _, stderr = run.communicate(timeout=300)
+    finally:
+        run.kill()
+        for proc in procs:
+            proc.kill()
+            proc.wait()
+    assert run.returncode == 0, stderr[-3000:]
+    rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert [(r["step"], r["policy_version"]) for r in rows] == [(1, 1), (2, 2), (3, 3)]
+    held = [line for line in stderr.splitlines() if "(weight push) is unreachable" in line]
+    resumed = [line for line in stderr.splitlines()
+               if "(weight push) answers again after" in line]
+    assert len(held) == 1 and len(resumed) == 1, stderr[-3000:]
+    assert posts(after)[:2] == ["/collective_rpc", "/reset_prefix_cache"]  # the push first
+    assert completions_seen(posts(after))  # then the next steps' rollouts
+    print(f"\nrl, server dead at a push: 3 steps; {resumed[0].split('] ')[-1]}")
