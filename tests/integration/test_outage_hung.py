@@ -79,3 +79,67 @@ def test_without_the_gate_a_hung_server_fails_samples_saying_why(tmp_path: Path)
     assert all("ServerTimeout" in r["error"] and "http://127.0.0.1:" in r["error"]
                and "timed out after 1 s" in r["error"] for r in errors), errors[0]["error"]
     print(f"\nhung, ungated: {len(errors)} errors of {len(rows)}: {errors[0]['error']}")
+
+
+def test_rl_waits_out_a_hung_server(tiny_model_dir: Path, tmp_path: Path) -> None:
+    """``agentmath rl`` (openai generator, the stand-in in ``tools`` mode, http_timeout_s 1 s):
+    once step 1 is logged and an episode's request is in flight, the server process is
+    frozen (SIGSTOP: connections still reach its socket, nothing answers, /health neither)
+    for FROZEN_S, then thawed. The requests time out, the gate holds them and probes, and
+    when the server answers they go on: every episode of every step right, no tool error,
+    the wait logged once."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    pytest.importorskip("torch")
+    from tests.fixtures.outage_server import free_port, start_process
+    from tests.integration.test_outage_restart import completions_seen, posts
+
+    frozen_s = 15.0  # longer than the retries of a timed-out request once spanned (~12 s)
+    tasks = [json.loads(line) for line in
+             (tiny_model_dir.parent / "test.jsonl").read_text().splitlines()[:8]]
+    answers, data = tmp_path / "answers.json", tmp_path / "train.jsonl"
+    answers.write_text(json.dumps({t["problem"]: t["answer"] for t in tasks}))
+    data.write_text("".join(json.dumps(t) + "\n" for t in tasks))
+    port, out, cfg, log = free_port(), tmp_path / "rl", tmp_path / "rl.toml", tmp_path / "p.log"
+    cfg.write_text(
+        f'model = "{tiny_model_dir}"\nsteps = 3\ngroup_size = 2\nprompts_per_step = 2\n'
+        f'tensorboard = false\n[data]\ndataset = "{data}"\n[loop]\nmax_model_tokens = 256\n'
+        f'max_tool_calls = 4\n[sandbox]\npreload = []\nspare_workers = 0\n'
+        f'[generator]\nbackend = "openai"\nbase_urls = ["http://127.0.0.1:{port}"]\n'
+        f'served_name = "m"\nmax_outage_s = 60\nhttp_timeout_s = 1.0\n')
+    server = start_process(port, answers, 0.4, post_log=log, tools=True)
+    run = subprocess.Popen([sys.executable, "-m", "agentmath.cli", "rl", "--config", str(cfg),
+                            "--out", str(out), "--json"],
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        metrics, deadline = out / "metrics.jsonl", time.monotonic() + 300
+        while not (metrics.exists() and metrics.read_text().strip()):
+            assert run.poll() is None and time.monotonic() < deadline, run.stderr
+            time.sleep(0.02)
+        since = len(posts(log))
+        while not completions_seen(posts(log, since)):
+            assert run.poll() is None and time.monotonic() < deadline, run.stderr
+            time.sleep(0.01)
+        os.kill(server.pid, signal.SIGSTOP)
+        time.sleep(frozen_s)
+        os.kill(server.pid, signal.SIGCONT)
+        _, stderr = run.communicate(timeout=300)
+    finally:
+        run.kill()
+        server.kill()
+        server.wait()
+    assert run.returncode == 0, stderr[-3000:]
+    rows = [json.loads(line) for line in metrics.read_text().splitlines()]
+    assert [r["step"] for r in rows] == [1, 2, 3]
+    assert all(r["accuracy"] == 1.0 and r["tool_error_rate"] == 0.0 for r in rows), rows
+    held = [line for line in stderr.splitlines() if "is unreachable" in line]
+    resumed = [line for line in stderr.splitlines() if "answers again after" in line]
+    assert len(held) == 1 and len(resumed) == 1, stderr[-3000:]
+    assert "timed out after 1 s" in held[0]
+    waited = float(resumed[0].split("answers again after ")[1].split(" s")[0])
+    assert frozen_s - 2.5 <= waited <= frozen_s + 6
+    print(f"\nrl, hung server: 3 steps, accuracy 1.0 in each; {resumed[0].split('] ')[-1]}")
