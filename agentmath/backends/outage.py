@@ -12,8 +12,9 @@ How a backend uses it (:class:`~agentmath.backends.openai.OpenAIBackend` over on
 * before each attempt, ``await gate.hold()``: immediate unless an outage is on;
 * after each attempt, :meth:`OutageGate.note_answer` (the server answered, whatever it said) or
   :meth:`OutageGate.note_unreachable` (connection refused or reset, a connect timeout, 502,
-  503 or 504). ``trip_after`` of those in a row, with no answer between, open the gate: the
-  server looks gone, so no more requests are sent to it. A single failure is retried as before;
+  503 or 504, or no answer within the request timeout: a hung server). ``trip_after`` of
+  those in a row, with no answer between, open the gate: the server looks gone, so no more
+  requests are sent to it. A single failure is retried as before;
 * a request about to fail on an unreachable server calls ``hold(cause=...)``, which opens the
   gate itself.
 
