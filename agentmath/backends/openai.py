@@ -324,6 +324,9 @@ class OpenAIBackend:
             attempt, sent, sent_at = attempt + 1, sent + 1, loop.time()
             try:
                 async with self._semaphore:
+                    if self.outage.is_open:  # it opened while this one waited for a slot
+                        attempt, sent = attempt - 1, sent - 1
+                        continue
                     data = await self._attempt(path, url, payload)
                 return parse(data)
             except _Retryable as exc:

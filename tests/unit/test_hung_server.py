@@ -158,3 +158,27 @@ async def test_router_with_every_server_hung_past_the_bound_names_each_timeout()
             assert f"POST {server.url}/v1/completions failed after 1 attempt: timed out " \
                    f"after 0.5 s" in str(result), str(result)
         await router.aclose()
+
+
+async def test_requests_queued_for_a_slot_do_not_go_to_a_server_found_hung() -> None:
+    """With one slot (max_concurrency 1), eight requests queue behind one that hangs: once it
+    times out and the gate opens, the queued ones wait with it instead of each being sent to
+    the hung server for another timeout; only probes (one token) reach it until it answers."""
+    with hung_servers(1, {"What is 1 plus 1?": "2"}) as (server,):
+        server.hang = "generation"
+        sizes: list[int] = []
+        b = backend(server, max_outage_s=30, max_concurrency=1)
+        real = b._client.post
+
+        async def post(path: str, **kwargs: Any) -> Any:
+            if path == "/v1/completions":
+                sizes.append(kwargs["json"]["max_tokens"])
+            return await real(path, **kwargs)
+
+        b._client.post = post  # type: ignore[method-assign]
+        results, _ = await asyncio.gather(generate_all(b, 8), unhang_after(server, 2.5))
+        assert answered(results), results
+        during = sizes[:sizes.index(40, 1)] if 40 in sizes[1:] else sizes
+        assert during[0] == 40 and all(n == 1 for n in during[1:]), sizes  # probes only
+        assert sizes.count(40) == 9  # the first twice (before and after), the others once
+        await b.aclose()
