@@ -8,7 +8,8 @@ names the URL and the field, never a ``TypeError`` deep in the agent loop.
 
 A malformed reply is retried by the backend (a proxy hiccup or an overloaded server can garble
 one response); a reply that is well-formed but says the server lacks a feature (no
-``token_ids`` field at all) is a plain BackendError and is not.
+``token_ids`` field at all) is a plain BackendError and is not. :class:`Retryable` is the
+backend's word for any attempt worth another (a status, a transport error, a timeout).
 
 Also here, for the same reason (reading what a server sent): :func:`retry_after_s` (a
 ``Retry-After`` header) and :func:`prometheus_sum` (a counter of a ``/metrics`` page), both
@@ -39,6 +40,21 @@ NO_TOKEN_IDS_MESSAGE = (
 
 class MalformedReply(BackendError):
     """A reply whose shape is wrong (a field missing, null, of the wrong type or size)."""
+
+
+class Retryable(Exception):
+    """An attempt failed in a way worth retrying; ``detail`` describes it, ``retry_after`` is
+    the server's ``Retry-After`` in seconds when it sent one; ``unreachable``: the server did
+    not answer (connection refused or reset, connect timeout, 502/503/504); ``hung``: it took
+    the request and gave no answer within the timeout."""
+
+    def __init__(self, detail: str, retry_after: float | None = None,
+                 unreachable: bool = False, hung: bool = False) -> None:
+        super().__init__(detail)
+        self.detail = detail
+        self.retry_after = retry_after
+        self.unreachable = unreachable
+        self.hung = hung
 
 
 def snippet(value: Any) -> str:

@@ -66,6 +66,7 @@ from agentmath.backends._probes import PREFIX_CACHE_HITS, PREFIX_CACHE_QUERIES
 from agentmath.backends._replies import (
     NO_TOKEN_IDS_MESSAGE,
     MalformedReply,
+    Retryable,
     prometheus_sum,
     retry_after_s,
 )
@@ -86,21 +87,6 @@ _RETRY_AFTER_STATUSES = frozenset({429, 503})
 _UNREACHABLE_STATUSES = frozenset({502, 503, 504})  # a proxy with no server behind it
 _SERVER_SIDE_4XX = frozenset({401, 403, 404})  # credentials, endpoint, model name: the server's
 _PROBE_TIMEOUT_S = 5.0
-
-
-class _Retryable(Exception):
-    """An attempt failed in a way worth retrying; ``detail`` describes it, ``retry_after`` is
-    the server's ``Retry-After`` in seconds when it sent one; ``unreachable``: the server did
-    not answer (connection refused or reset, connect timeout, 502/503/504); ``hung``: it took
-    the request and gave no answer within the timeout."""
-
-    def __init__(self, detail: str, retry_after: float | None = None,
-                 unreachable: bool = False, hung: bool = False) -> None:
-        super().__init__(detail)
-        self.detail = detail
-        self.retry_after = retry_after
-        self.unreachable = unreachable
-        self.hung = hung
 
 
 class OpenAIBackend:
@@ -329,7 +315,7 @@ class OpenAIBackend:
                         continue
                     data = await self._attempt(path, url, payload)
                 return parse(data)
-            except _Retryable as exc:
+            except Retryable as exc:
                 last, wait, gone, hung = exc.detail, exc.retry_after, exc.unreachable, exc.hung
                 if gone or hung:
                     self.outage.note_unreachable(last, sent_at)
@@ -354,21 +340,21 @@ class OpenAIBackend:
         return BackendError(message)
 
     async def _attempt(self, path: str, url: str, payload: dict[str, Any]) -> Any:
-        """One request: JSON on 2xx, _Retryable on 408/429/5xx/transport/timeout, BackendError
+        """One request: JSON on 2xx, Retryable on 408/429/5xx/transport/timeout, BackendError
         for other statuses, MalformedReply for a body that is not JSON. Tells the outage gate
         whether the server answered."""
         try:
             async with asyncio.timeout(self.timeout_s):
                 response = await self._client.post(path, json=payload)
         except httpx.ConnectTimeout as exc:
-            raise _Retryable(f"timed out connecting ({type(exc).__name__})",
+            raise Retryable(f"timed out connecting ({type(exc).__name__})",
                              unreachable=True) from exc
         except (TimeoutError, httpx.TimeoutException) as exc:
-            raise _Retryable(f"timed out after {self.timeout_s:g} s with no answer from the "
+            raise Retryable(f"timed out after {self.timeout_s:g} s with no answer from the "
                              f"server (timeout_s; {type(exc).__name__})", hung=True) from exc
         except httpx.RequestError as exc:
             gone = isinstance(exc, httpx.NetworkError | httpx.RemoteProtocolError)
-            raise _Retryable(f"{type(exc).__name__}: {exc}", unreachable=gone) from exc
+            raise Retryable(f"{type(exc).__name__}: {exc}", unreachable=gone) from exc
         status = response.status_code
         if status not in _UNREACHABLE_STATUSES:
             self.outage.note_answer()
@@ -377,7 +363,7 @@ class OpenAIBackend:
         if status in _RETRY_STATUSES or status >= 500:
             wait = (retry_after_s(response.headers.get("retry-after"))
                     if status in _RETRY_AFTER_STATUSES else None)
-            raise _Retryable(f"HTTP {status}: {response.text[:_BODY_SNIPPET]}", wait,
+            raise Retryable(f"HTTP {status}: {response.text[:_BODY_SNIPPET]}", wait,
                              unreachable=status in _UNREACHABLE_STATUSES)
         if not 200 <= status < 300:
             error = RequestRejected if 400 <= status < 500 and status not in _SERVER_SIDE_4XX \
