@@ -29,7 +29,6 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from agentmath.backends.base import SamplingParams
-from agentmath.backends.outage import OutageGate
 from agentmath.backends.registry import BackendSettings
 from agentmath.config import LoopConfig, SandboxConfig
 from agentmath.rollout.records import GroupRequest, Sample
@@ -124,7 +123,9 @@ class RolloutWorker:
                 return self._engine
             import ray
 
+            from agentmath.backends.openai import OpenAIBackend
             from agentmath.backends.registry import build_backend
+            from agentmath.backends.router import Router
             from agentmath.config import RolloutConfig
             from agentmath.formats import get_format
             from agentmath.rollout.scheduler import RolloutEngine
@@ -136,9 +137,9 @@ class RolloutWorker:
                 open_sandbox(spec.sandbox, spec.sandbox_url, spec.sandbox_token_file))
             backend = build_backend(spec.backend, spec.settings)
             self._stack.push_async_callback(backend.aclose)  # part of the Backend protocol
-            gate = getattr(backend, "outage", None)  # the openai client's, or a router's
-            if spec.restore_weights is not None and isinstance(gate, OutageGate):
-                gate.on_resume(self._restore_weights)
+            # the outage gate of the openai client, or of a router
+            if spec.restore_weights is not None and isinstance(backend, OpenAIBackend | Router):
+                backend.outage.on_resume(self._restore_weights)
             self._engine = RolloutEngine(backend, sandbox, get_format(spec.format),
                                          loop=spec.loop, chat=spec.chat,
                                          config=RolloutConfig(max_in_flight=spec.in_flight))
