@@ -324,15 +324,19 @@ class EvalConfig(StrictModel):
     grade_timeout_s: float = Field(10.0, gt=0, le=600, description=(
         "Per-sample grading limit, answer extraction and verification together (not identity)."))
     http_retries: int = Field(4, ge=0, le=100, description=(
-        "Retries of a failed request to the model server (timeouts, connection errors, 408, "
-        "429, 5xx, malformed replies), with exponential backoff from 0.5 s up to 30 s and the "
-        "server's Retry-After honoured; a server that stops answering is waited for instead "
-        "(max_outage_s) (not identity)."))
+        "Retries of a failed request to the model server (connection errors, 408, 429, 5xx, "
+        "malformed replies; not a timeout: see http_timeout_s), with exponential backoff "
+        "from 0.5 s up to 30 s and the server's Retry-After honoured; a server that stops "
+        "answering is waited for instead (max_outage_s) (not identity)."))
     http_timeout_s: float = Field(120.0, gt=0, le=3600, description=(
-        "Time limit of one request to the model server, in seconds (not identity)."))
+        "Time limit of one request to the model server, in seconds. A request with no answer "
+        "by then is not sent again to that server: the server looks hung, so it is waited "
+        "for as an outage (max_outage_s), or the sample fails with an error naming the server "
+        "and this limit (not identity)."))
     max_outage_s: float = Field(300.0, ge=0, le=86_400, description=(
         "How long samples wait, in seconds, when the model server (every server, with "
-        "several) stops answering (connections refused or reset, 502/503/504): requests are "
+        "several) stops answering (connections refused or reset, 502/503/504, or no answer "
+        "within http_timeout_s: hung): requests are "
         "held while /health is probed with backoff and go on when it answers, so a restart "
         "costs no sample; past this bound they fail as errors. 0: no waiting (not identity)."))
     retry_errors: bool = Field(False, description=(

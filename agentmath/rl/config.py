@@ -118,7 +118,10 @@ class GeneratorConfig(StrictModel):
         "hf, continuous: finished generations whose KV cache is kept for the next turn of "
         "their episode, which then prefills only the tool output and the new turn's header "
         "(0: off; emptied after every weight update)."))
-    http_timeout_s: float = Field(600.0, gt=0, le=86_400, description="openai: per request.")
+    http_timeout_s: float = Field(600.0, gt=0, le=86_400, description=(
+        "openai: per request; a request with no answer by then is not sent again to that "
+        "server (it looks hung): another server takes it, or it waits as in an outage "
+        "(max_outage_s)."))
     max_outage_s: float = Field(300.0, ge=0, le=86_400, description=(
         "openai: how long rollouts wait, in seconds, when every server stops answering "
         "(a restart, or hung: no answer within http_timeout_s): requests are held while the "
