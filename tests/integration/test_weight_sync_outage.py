@@ -65,6 +65,61 @@ def test_a_push_waits_out_a_server_killed_just_before_it(
     print(f"\npush during an outage: {resumed[0]}; then {log.read_text().split()[:2]}")
 
 
+def test_a_push_waits_out_a_server_frozen_just_before_it(tmp_path: Path) -> None:
+    """The stand-in frozen (SIGSTOP: its socket takes the connection, nothing answers) before
+    a push, thawed 3 s later: the reload times out (http_timeout_s 1 s), /health gets no
+    answer either, so the push waits as in an outage and loads the weights once it answers."""
+    answers = tmp_path / "answers.json"
+    answers.write_text(json.dumps({}))
+    port, log = free_port(), tmp_path / "posts.log"
+    server = start_process(port, answers, 0.0, post_log=log)
+
+    async def main() -> float:
+        sync = VLLMWeightSync([f"http://127.0.0.1:{port}"], tmp_path / "weights",
+                              served_name="m", max_outage_s=30, http_timeout_s=1.0)
+        try:
+            os.kill(server.pid, signal.SIGSTOP)
+            started = time.monotonic()
+            push = asyncio.create_task(sync.push(FakeModel(), FakeTokenizer(), 1))
+            await asyncio.sleep(3.0)
+            assert not push.done()
+            os.kill(server.pid, signal.SIGCONT)
+            await push
+            return time.monotonic() - started
+        finally:
+            await sync.aclose()
+
+    try:
+        took = asyncio.run(main())
+    finally:
+        server.kill()
+        server.wait()
+    assert 3.0 <= took < 10.0
+    assert log.read_text().splitlines()[-2:] == ["/collective_rpc", "/reset_prefix_cache"]
+
+
+async def test_a_reload_that_times_out_on_a_server_whose_health_answers_is_not_resent(
+        tmp_path: Path) -> None:
+    """A reload that times out while /health answers at once (the engine stuck, not the
+    server gone) fails after one try: no second reload for another http_timeout_s."""
+    import httpx
+
+    calls: list[str] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        calls.append(request.url.path)
+        if request.url.path == "/collective_rpc":
+            raise httpx.ReadTimeout("timed out", request=request)
+        return httpx.Response(200, json={})
+
+    sync = VLLMWeightSync(["http://a:1"], tmp_path / "w", served_name="m", max_outage_s=30,
+                          transport=httpx.MockTransport(handler))
+    with pytest.raises(WeightSyncError, match="ReadTimeout"):
+        await sync.push(FakeModel(), FakeTokenizer(), 1)
+    assert calls == ["/collective_rpc", "/health"]
+    await sync.aclose()
+
+
 @pytest.mark.parametrize("max_outage_s", [0.0, 1.0])
 def test_a_push_to_a_server_that_stays_down_fails_naming_it(tmp_path: Path,
                                                            max_outage_s: float) -> None:
