@@ -285,10 +285,12 @@ class PartialRollout:
                                      config.max_in_flight)
         if bound < config.max_parked_sessions and not self._bound_noted:
             self._bound_noted = True
+            sandbox = self.engine.sandbox  # lowered only for a SessionLimited one
+            held = sandbox.max_sessions if isinstance(sandbox, SessionLimited) else "?"
             log.warning("max_parked_sessions %d lowered to %d: the sandbox holds %s live "
                         "sessions and max_in_flight is %d (parked episodes beyond it replay "
                         "their cells when they resume)", config.max_parked_sessions, bound,
-                        getattr(self.engine.sandbox, "max_sessions", "?"), config.max_in_flight)
+                        held, config.max_in_flight)
         return bound
 
     async def _over_parked_bound(self, parked: list[Slot]) -> None:
