@@ -294,15 +294,23 @@ def _load_model(path: str | None, device: str, dtype: str) -> Any:
 def load_embedder(path: str | None, device: str, dtype: str, backend: str) -> Any:
     """The embedder for ``backend``: ``onnx`` (:mod:`agentmath.synth.embedder`, int8 on ONNX
     Runtime, CPU only), ``torch`` (sentence-transformers), or ``auto``: onnx on the CPU when
-    onnxruntime and onnx are installed, torch otherwise (a GPU, or the runtime missing)."""
+    onnxruntime and onnx are installed, torch otherwise (a GPU, or the runtime missing); an
+    ``auto`` choice of onnx whose build or load fails warns and falls back to torch."""
     if backend not in ("auto", "onnx", "torch"):
         raise ValueError(f"semantic: backend must be auto, onnx or torch, got {backend!r}")
-    if backend == "auto":
-        has_ort = all(_installed(m) for m in ("onnxruntime", "onnx"))
-        on_cpu = device == "cpu" or (device == "auto" and not _cuda_available())
-        backend = "onnx" if has_ort and on_cpu else "torch"
     if backend == "onnx":
         return load(path or bundled_model_path())
+    on_cpu = device == "cpu" or (device == "auto" and not _cuda_available())
+    if backend == "auto" and on_cpu and all(_installed(m) for m in ("onnxruntime", "onnx")):
+        try:
+            return load(path or bundled_model_path())
+        except Exception as exc:  # noqa: BLE001 - any failure of the faster path: use torch
+            from agentmath.errors import MissingExtraError
+
+            if isinstance(exc, MissingExtraError):
+                raise
+            warnings.warn(f"semantic: the ONNX embedder failed ({type(exc).__name__}: {exc}); "
+                          "using torch", RuntimeWarning, stacklevel=2)
     return TorchEmbedder(_load_model(path, device, dtype))
 
 

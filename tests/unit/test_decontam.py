@@ -354,3 +354,25 @@ def test_importing_decontam_does_not_import_torch() -> None:
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True, timeout=60)
     assert out.stdout.strip() == "[]"
+
+
+def test_semantic_auto_backend_falls_back_to_torch_when_onnx_fails(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """``auto`` picks ONNX on a CPU; if building or loading it fails, a warning says so and
+    torch serves; ``onnx`` asked for by name raises instead."""
+    from agentmath.synth import embedder
+
+    def broken(path: str, threads: int | None = None) -> None:
+        raise RuntimeError("export failed")
+
+    monkeypatch.setattr(embedder, "load", broken)
+    monkeypatch.setattr(embedder, "_installed", lambda module: True)
+    monkeypatch.setattr(embedder, "_cuda_available", lambda: False)
+    monkeypatch.setattr(embedder, "_load_model", lambda path, device, dtype: "st-model")
+    with pytest.warns(RuntimeWarning, match="ONNX embedder failed .*export failed"):
+        chosen = embedder.load_embedder("/models/x", "auto", "auto", "auto")
+    assert isinstance(chosen, embedder.TorchEmbedder) and chosen.model == "st-model"
+    with pytest.raises(RuntimeError, match="export failed"):
+        embedder.load_embedder("/models/x", "auto", "auto", "onnx")
+    with pytest.raises(ValueError, match="backend must be auto, onnx or torch"):
+        embedder.load_embedder("/models/x", "auto", "auto", "tensorrt")
