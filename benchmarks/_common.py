@@ -1,9 +1,10 @@
 """Shared by the benchmark scripts: printing a result table, quantiles, the tool model's
-evaluation data."""
+evaluation data, an older commit's checkout."""
 
 from __future__ import annotations
 
 import json
+import subprocess
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -42,4 +43,15 @@ def tool_model_dataset(model_root: Path, path: Path, n: int) -> Path:
             for r in read_jsonl(model_root / "test.jsonl")]
     rows = [rows[i % len(rows)] | {"id": f"{rows[i % len(rows)]['id']}-{i}"} for i in range(n)]
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+def worktree(rev: str, root: Path) -> Path:
+    """A detached git worktree of ``rev`` under ``root`` (made once): an older commit's
+    package, run as a baseline by putting the worktree first on PYTHONPATH."""
+    path = root / f"worktree-{rev}"
+    if not (path / "agentmath").is_dir():
+        repo = Path(__file__).resolve().parent.parent
+        subprocess.run(["git", "-C", str(repo), "worktree", "add", "--detach", "--force",
+                        str(path), rev], check=True, capture_output=True)
     return path

@@ -50,7 +50,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _common import print_table  # noqa: E402
+from _common import print_table, worktree  # noqa: E402
 
 BASELINE_REV = "b333b8a"  # main when the 18-46 s step was measured (issue 20 was filed)
 DRIVER = Path(__file__).resolve().parent / "_rl_step_driver.py"
@@ -103,16 +103,6 @@ def start_model(args: argparse.Namespace) -> tuple[Path, Path]:
     root = cached_tool_model(cfg, args.out / "models",
                              stage=lambda m: print(m, file=sys.stderr, flush=True))
     return root / "final", data
-
-
-def worktree(rev: str, root: Path) -> Path:
-    """A detached worktree of ``rev`` (made once, under ``root``)."""
-    path = root / f"worktree-{rev}"
-    if not (path / "agentmath").is_dir():
-        repo = Path(__file__).resolve().parent.parent
-        subprocess.run(["git", "-C", str(repo), "worktree", "add", "--detach", "--force",
-                        str(path), rev], check=True, capture_output=True)
-    return path
 
 
 def run_row(row: Row, model: Path, data: Path, args: argparse.Namespace) -> dict[str, Any]:
