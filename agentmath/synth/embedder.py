@@ -128,11 +128,18 @@ def build(model_dir: str | Path, out: str | Path) -> Path:
         optimizer.optimize_model(str(plain), model_type="bert",
                                  num_heads=config.num_attention_heads,
                                  hidden_size=config.hidden_size).save_model_to_file(str(fused))
-        # DefaultTensorType: shape inference cannot type the fused ops' outputs
-        logging.getLogger().setLevel(max(logging.getLogger().level, logging.ERROR))
-        quantization.quantize_dynamic(str(fused), str(quant), per_channel=True,
-                                      weight_type=quantization.QuantType.QInt8,
-                                      extra_options={"DefaultTensorType": 1})
+        # DefaultTensorType: shape inference cannot type the fused ops' outputs. The quantiser
+        # logs through the root logger: quiet it for this call only (a lasting change would
+        # silence the host program's own warnings)
+        root = logging.getLogger()
+        level = root.level
+        root.setLevel(max(level, logging.ERROR))
+        try:
+            quantization.quantize_dynamic(str(fused), str(quant), per_channel=True,
+                                          weight_type=quantization.QuantType.QInt8,
+                                          extra_options={"DefaultTensorType": 1})
+        finally:
+            root.setLevel(level)
         os.replace(quant, out)
     return out
 
