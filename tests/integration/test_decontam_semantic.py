@@ -5,8 +5,8 @@ planted copy of a math500/aime24 problem, each by the detector named."""
 
 from __future__ import annotations
 
-import logging
 import json
+import logging
 import socket
 from pathlib import Path
 from typing import Any
