@@ -160,15 +160,19 @@ def _rollout(name: str, ns: argparse.Namespace, backend: ScriptedLengths, worklo
     """The row's engine (its mode and segment budget) over every problem of the workload."""
     mode, partial, _ = ROWS[name]
     params = _engine_params(ns)
+    requests = [GroupRequest(t, workload.group_size) for t in workload.tasks()]
+    # the workload is finite: an iteration may draw all of it (the paper's partial rollout
+    # keeps drawing while long episodes park), where the default draw bound would end a
+    # short-segment iteration with no group complete
     config = RolloutConfig(mode=mode, max_in_flight=params["max_in_flight"],  # type: ignore[arg-type]
                            segment_tokens=ns.real_segment_tokens if partial else None,
-                           max_parked_sessions=params["max_in_flight"])
+                           max_parked_sessions=params["max_in_flight"],
+                           max_new_groups=max(1, len(requests)))
     engine = RolloutEngine(backend, pool, FMT, config=config,
                            loop=workload.loop_config(tool_timeout_s=30.0, time_limit_s=3600.0,
                                                      system_prompt=SYSTEM_PROMPT),
                            sampling=SamplingParams(temperature=1.0))
-    return PartialRollout(engine, [GroupRequest(t, workload.group_size)
-                                   for t in workload.tasks()])
+    return PartialRollout(engine, requests)
 
 
 async def _iterate(rollout: PartialRollout, ns: argparse.Namespace, name: str, first: int,
