@@ -24,7 +24,7 @@ from collections.abc import Iterable
 
 from agentmath.distributed.engine import RayRolloutEngine
 from agentmath.distributed.partial import SegmentedIterations
-from agentmath.rollout.partial import IterationResult
+from agentmath.rollout.partial import IterationResult, RequestDraws
 from agentmath.rollout.records import Group, GroupRequest, RolloutStats
 
 
@@ -33,21 +33,13 @@ class RayIterations:
 
     def __init__(self, engine: RayRolloutEngine, requests: Iterable[GroupRequest]) -> None:
         self.engine = engine
-        self._requests = iter(requests)
-        self._exhausted = False
-        self._segments = SegmentedIterations(engine, self._next_request)
+        self._draws = RequestDraws(requests)
+        self._segments = SegmentedIterations(engine, self._draws.next)
 
     @property
     def parked(self) -> int:
         """Episodes parked on the workers, waiting for the next iteration."""
         return self._segments.parked
-
-    def _next_request(self) -> GroupRequest | None:
-        if self._exhausted:
-            return None
-        request = next(self._requests, None)
-        self._exhausted = request is None
-        return request
 
     async def iteration(self, batch_groups: int) -> IterationResult:
         """``batch_groups`` complete groups (fewer once the requests run out)."""
@@ -60,13 +52,13 @@ class RayIterations:
             groups = await self._segments.iteration(batch_groups)
         else:
             groups = await self._whole(batch_groups)
-        exhausted = self._exhausted and not self._segments.holding
+        exhausted = self._draws.exhausted and not self._segments.holding
         return IterationResult(self.engine.version, groups, stats, exhausted)
 
     async def _whole(self, batch_groups: int) -> list[Group]:
         """``batch_groups`` new groups run to their end, in draw order."""
         drawn: list[GroupRequest] = []
-        while len(drawn) < batch_groups and (request := self._next_request()) is not None:
+        while len(drawn) < batch_groups and (request := self._draws.next()) is not None:
             drawn.append(request)
         groups: list[Group] = [group async for group in self.engine.stream(drawn)]
         rank = {id(request): i for i, request in enumerate(drawn)}

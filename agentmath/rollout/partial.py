@@ -100,13 +100,29 @@ def take_batch(held: list[Group], new: list[Group], batch_groups: int
     return groups[:batch_groups], groups[batch_groups:]
 
 
+class RequestDraws:
+    """A run's group requests, drawn one at a time, remembering when they ran out (the
+    local and the Ray iterations both draw through it)."""
+
+    def __init__(self, requests: Iterable[GroupRequest]) -> None:
+        self._requests = iter(requests)
+        self.exhausted = False
+
+    def next(self) -> GroupRequest | None:
+        """The next request; None once there are none (and from then on)."""
+        if self.exhausted:
+            return None
+        request = next(self._requests, None)
+        self.exhausted = request is None
+        return request
+
+
 class PartialRollout:
     """Successive RL iterations over ``requests``; parked work carries across iterations."""
 
     def __init__(self, engine: RolloutEngine, requests: Iterable[GroupRequest]) -> None:
         self.engine = engine
-        self._requests = iter(requests)
-        self._exhausted = False
+        self._draws = RequestDraws(requests)
         self._parked: list[Slot] = []
         self._ready: list[Group] = []
         self._bound_noted = False
@@ -115,13 +131,6 @@ class PartialRollout:
     def parked(self) -> int:
         """Episodes waiting for the next iteration."""
         return len(self._parked)
-
-    def _next_request(self) -> GroupRequest | None:
-        if self._exhausted:
-            return None
-        request = next(self._requests, None)
-        self._exhausted = request is None
-        return request
 
     async def iteration(self, batch_groups: int) -> IterationResult:
         """Run until ``batch_groups`` groups are complete (fewer once the requests run out)."""
@@ -134,7 +143,7 @@ class PartialRollout:
         else:
             groups = await self._request_level(batch_groups)
         groups, self._ready = take_batch(self._ready, groups, batch_groups)
-        exhausted = self._exhausted and not self._parked and not self._ready
+        exhausted = self._draws.exhausted and not self._parked and not self._ready
         return IterationResult(engine.version, groups, stats, exhausted)
 
     def pending_task_ids(self) -> list[str]:
@@ -155,7 +164,7 @@ class PartialRollout:
     # --------------------------------------------------------------------------- modes
     async def _lockstep(self, batch_groups: int) -> list[Group]:
         states = []
-        while len(states) < batch_groups and (request := self._next_request()) is not None:
+        while len(states) < batch_groups and (request := self._draws.next()) is not None:
             states.append(GroupState(request))
         return await self.engine.run_lockstep(states)
 
@@ -210,7 +219,7 @@ class PartialRollout:
                 if partial and not may_draw(config, need, len(drawn), episodes):
                     bounded = True
                     break
-                request = self._next_request()
+                request = self._draws.next()
                 if request is None:
                     break
                 drawn[id(request)] = len(drawn)
