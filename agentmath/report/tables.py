@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import csv
 import io
-import json
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -20,6 +19,7 @@ from agentmath.errors import DataError
 from agentmath.eval.results import RunInfo, RunMetrics
 from agentmath.jsonl import is_number
 from agentmath.runs.files import CONFIG_FILE, METRICS_FILE, SAMPLES_FILE
+from agentmath.runs.store import read_json_object
 
 if TYPE_CHECKING:
     from rich.table import Table
@@ -63,19 +63,6 @@ class Run:
         return self._samples
 
 
-def _read_json_object(path: Path) -> dict[str, Any]:
-    """A JSON file that must hold an object; DataError naming the file otherwise."""
-    if not path.is_file():
-        raise DataError(f"{path}: missing (every run directory needs {path.name})")
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise DataError(f"{path}: not valid JSON ({exc})") from exc
-    if not isinstance(data, dict):
-        raise DataError(f"{path}: expected a JSON object, got {type(data).__name__}")
-    return data
-
-
 def _check_metrics(path: Path, metrics: dict[str, Any]) -> None:
     """Raise DataError naming the file and key when a required metric is absent or not numeric."""
     for keys in _REQUIRED_METRICS:
@@ -101,9 +88,9 @@ def load_run(path: str | Path) -> Run:
     if not root.is_dir():
         raise DataError(f"{root}: not a run directory (expected {CONFIG_FILE}, {METRICS_FILE}, "
                         f"{SAMPLES_FILE})")
-    config = _read_json_object(root / CONFIG_FILE)
+    config = read_json_object(root / CONFIG_FILE)
     metrics_path = root / METRICS_FILE
-    metrics = _read_json_object(metrics_path)
+    metrics = read_json_object(metrics_path)
     _check_metrics(metrics_path, metrics)
     return Run(path=root, config=RunInfo.from_dict(config),
                metrics=RunMetrics.from_dict(metrics))

@@ -34,7 +34,8 @@ from agentmath.runs.fingerprint import describe_change
 
 __all__ = ["CONFIG_FILE", "DATASET_KEY", "METRICS_FILE", "RECORD_KEY", "RETRIED_FILE",
            "SAMPLES_FILE", "SampleWriter", "check_or_write_config", "drop_errors", "is_error",
-           "load_records", "unique_records", "write_json_atomic", "write_jsonl_atomic"]
+           "load_records", "read_json_object", "unique_records", "write_json_atomic",
+           "write_jsonl_atomic"]
 
 
 def write_json_atomic(path: Path, data: Any) -> None:
@@ -53,14 +54,23 @@ def write_jsonl_atomic(records: Iterable[dict[str, Any]], path: Path) -> int:
     return count
 
 
-def _read_saved(path: Path) -> dict[str, Any]:
+def read_json_object(path: Path) -> dict[str, Any]:
+    """The one reader of a run directory's JSON files (``config.json``, ``metrics.json``,
+    written by :func:`write_json_atomic`): the object the file holds. A DataError naming the
+    file when it is missing, unreadable, not JSON or not an object."""
     try:
-        saved = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise DataError(f"{path}: cannot read the saved run config: {exc}") from exc
-    if not isinstance(saved, dict):
-        raise DataError(f"{path}: the saved run config is not a JSON object")
-    return saved
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError as exc:
+        raise DataError(f"{path}: missing (every run directory needs {path.name})") from exc
+    except (OSError, UnicodeDecodeError) as exc:
+        raise DataError(f"{path}: cannot read: {exc}") from exc
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise DataError(f"{path}: not valid JSON ({exc})") from exc
+    if not isinstance(data, dict):
+        raise DataError(f"{path}: expected a JSON object, got {type(data).__name__}")
+    return data
 
 
 def check_or_write_config(run_dir: Path, identity: dict[str, Any], full: dict[str, Any],
@@ -78,7 +88,7 @@ def check_or_write_config(run_dir: Path, identity: dict[str, Any], full: dict[st
         extra = {DATASET_KEY: dataset} if dataset is not None else {}
         write_json_atomic(path, {**full, "identity": identity, **extra})
         return False
-    document = _read_saved(path)
+    document = read_json_object(path)
     saved = document.get("identity") if isinstance(document.get("identity"), dict) else {}
     problems = [f"{k}: saved {saved.get(k)!r}, now {identity.get(k)!r}"
                 for k in sorted(set(saved) | set(identity)) if saved.get(k) != identity.get(k)]

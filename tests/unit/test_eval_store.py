@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -16,7 +17,7 @@ from pydantic import ValidationError
 
 from agentmath.config import EvalConfig
 from agentmath.datasets import Task
-from agentmath.errors import ConfigError
+from agentmath.errors import ConfigError, DataError
 from agentmath.eval.runner import identity
 from agentmath.runs.fingerprint import dataset_fingerprint, describe_change
 from agentmath.runs.lock import LOCK_FILE, RunLock, RunLockedError
@@ -120,6 +121,19 @@ def test_a_run_saved_without_a_fingerprint_gets_one(tmp_path: Path) -> None:
     assert check_or_write_config(tmp_path, identity(config), {}, saved) is True
     document = json.loads((tmp_path / CONFIG_FILE).read_text())
     assert document[DATASET_KEY]["sha256"] == saved["sha256"]
+
+
+@pytest.mark.parametrize("text, fragment", [
+    ("{not json", "config.json: not valid JSON"),
+    ("[]", "config.json: expected a JSON object, got list"),
+    (b"\xff", "config.json: cannot read"),
+])
+def test_a_broken_saved_config_names_the_file(tmp_path: Path, text: str | bytes,
+                                               fragment: str) -> None:
+    path = tmp_path / CONFIG_FILE
+    path.write_bytes(text) if isinstance(text, bytes) else path.write_text(text)
+    with pytest.raises(DataError, match=re.escape(fragment)):
+        check_or_write_config(tmp_path, identity(_config()), {})
 
 
 def test_retry_and_timeout_settings_are_bounded_and_resumable() -> None:
