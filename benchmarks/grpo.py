@@ -210,7 +210,7 @@ def run_agentmath(ns: argparse.Namespace, lr: float, model_dir: str, data: Path,
         RLDataConfig,
         TemperatureSchedule,
     )
-    from agentmath.rl.metrics import read_metrics
+    from agentmath.rl.records import read_steps
     from agentmath.rl.trainer import train_rl
 
     cfg = RLConfig(
@@ -234,9 +234,9 @@ def run_agentmath(ns: argparse.Namespace, lr: float, model_dir: str, data: Path,
     started = time.monotonic()
     result = train_rl(cfg, out, progress=False, resume=False,
                       on_step=lambda m: seen.append((m.step, time.monotonic(), m.step_s)))
-    rows = read_metrics(result.metrics)
+    rows = read_steps(result.metrics)
     t0 = seen[0][1] - seen[0][2]  # the first step's start
-    step_s = [r["step_s"] for r in rows]
+    step_s = [r.step_s for r in rows]
     checkpoints = []
     for step in save_steps(ns):
         at = next(t for s, t, _ in seen if s == step)
@@ -247,9 +247,9 @@ def run_agentmath(ns: argparse.Namespace, lr: float, model_dir: str, data: Path,
                             "step_s_sum": sum(step_s[:step])})
     return {"final_dir": result.final_dir, "checkpoints": checkpoints, "step_s": step_s,
             "setup_s": t0 - started,
-            "reward_mean": [r["reward_mean"] for r in rows],
-            "tool_calls_mean": [r.get("tool_calls_mean") for r in rows],
-            "truncation_rate": [r["truncation_rate"] for r in rows]}
+            "reward_mean": [r.reward_mean for r in rows],
+            "tool_calls_mean": [r.tool_calls_mean for r in rows],
+            "truncation_rate": [r.truncation_rate for r in rows]}
 
 
 def run_trl_side(ns: argparse.Namespace, lr: float, model_dir: str, rows: list[dict[str, Any]],

@@ -17,8 +17,7 @@ from agentmath.report.plots import _colors, _figure, _save
 from agentmath.rl.records import StageMove, StepMetrics, read_steps
 from agentmath.runs.steplog import is_training_run
 
-__all__ = ["PANELS", "TRAINING_CURVES", "is_training_run", "load_training",
-           "plot_training_curves"]
+__all__ = ["PANELS", "TRAINING_CURVES", "is_training_run", "plot_training_curves"]
 
 TRAINING_CURVES = "training_curves.png"
 PANELS: tuple[tuple[str, str], ...] = (
@@ -30,12 +29,6 @@ PANELS: tuple[tuple[str, str], ...] = (
     ("groups_dropped", "groups dropped (no signal)"), ("samples_per_s", "samples / s"),
     ("temperature", "temperature"),
 )
-
-
-def load_training(path: str | Path) -> list[StepMetrics]:
-    """The typed step records of a training run (:func:`agentmath.rl.records.read_steps`
-    over :func:`agentmath.runs.steplog.read_step_log`); a bad line is a DataError naming it."""
-    return read_steps(path)
 
 
 def plot_training_curves(runs: dict[str, list[StepMetrics]], out_dir: str | Path,
@@ -66,5 +59,5 @@ def plot_training_curves(runs: dict[str, list[StepMetrics]], out_dir: str | Path
 
 def curves_for_dirs(run_dirs: Sequence[str | Path], out_dir: str | Path) -> Path:
     """Load the training runs in ``run_dirs`` (named by their directory) and plot them."""
-    runs = {Path(p).name or str(p): load_training(p) for p in run_dirs}
+    runs = {Path(p).name or str(p): read_steps(p) for p in run_dirs}
     return plot_training_curves(runs, out_dir)

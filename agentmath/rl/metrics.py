@@ -9,14 +9,12 @@ always, TensorBoard and W&B when configured) and is read back by
 from __future__ import annotations
 
 import statistics
-from pathlib import Path
 from typing import Any
 
 from agentmath.rl.batch import ScoredGroup, ScoredSample
-from agentmath.rl.records import StepMetrics, read_steps
-from agentmath.runs.steplog import read_step_log
+from agentmath.rl.records import StepMetrics
 
-__all__ = ["StepMetrics", "advantage_stats", "read_metrics", "read_steps", "sample_stats"]
+__all__ = ["StepMetrics", "advantage_stats", "sample_stats"]
 
 
 def sample_stats(samples: list[ScoredSample]) -> dict[str, Any]:
@@ -54,9 +52,3 @@ def advantage_stats(groups: list[ScoredGroup]) -> dict[str, float]:
         return {"advantage_mean": 0.0, "advantage_std": 0.0, "advantage_abs_mean": 0.0}
     return {"advantage_mean": statistics.fmean(adv), "advantage_std": statistics.pstdev(adv),
             "advantage_abs_mean": statistics.fmean(abs(a) for a in adv)}
-
-
-def read_metrics(path: str | Path) -> list[dict[str, Any]]:
-    """The records of a metrics.jsonl as JSON objects, through the one reader of the file
-    (:func:`agentmath.runs.steplog.read_step_log`); typed: :func:`read_steps`."""
-    return read_step_log(path)

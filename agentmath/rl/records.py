@@ -26,8 +26,9 @@ from pathlib import Path
 from typing import Any
 
 from agentmath.errors import DataError
+from agentmath.jsonl import iter_jsonl
 from agentmath.rl.schedules import Stage, StageState
-from agentmath.runs.steplog import read_step_log
+from agentmath.runs.files import STEP_METRICS_FILE
 
 #: The version of :class:`CheckpointState`'s payload (0: written before it had one).
 CHECKPOINT_FORMAT = 1
@@ -179,33 +180,49 @@ class StepMetrics:
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> StepMetrics:
         """A record :meth:`to_dict` wrote (fields added since take their defaults; unknown
-        keys are ignored); DataError naming a missing field."""
+        keys are ignored); DataError naming the field that is missing or malformed."""
+        if not isinstance(data.get("step"), int):
+            raise DataError("field 'step': a step record needs an integer")
         known = {f.name: f for f in dataclasses.fields(cls)}
         values = {k: v for k, v in data.items()
                   if k in known and k not in ("extra", "events", "absent")}
         missing = [n for n, f in known.items() if n not in data and
                    f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING]
         if missing:
-            raise DataError(f"step record {data.get('step')!r}: missing {', '.join(missing)}")
+            raise DataError(f"missing field{'s' if len(missing) > 1 else ''} "
+                            f"{', '.join(map(repr, missing))}")
+        if not isinstance(values["reward_terms"], Mapping):
+            raise DataError("field 'reward_terms': expected an object")
         extra = data.get("extra") or {}
+        events = data.get("events") or []
+        if not isinstance(extra, Mapping):
+            raise DataError("field 'extra': expected an object")
+        if not isinstance(events, list) or not all(isinstance(e, Mapping) for e in events):
+            raise DataError("field 'events': expected a list of objects")
+        try:
+            details = StepExtra(int(extra.get("rounds", 0)),
+                                list(extra.get("sample_versions", [])))
+        except (TypeError, ValueError) as exc:
+            raise DataError(f"field 'extra': {exc}") from exc
         absent = tuple(n for n in known if n not in data and n not in ("extra", "events",
                                                                       "absent"))
-        return cls(**values, extra=StepExtra(int(extra.get("rounds", 0)),
-                                             list(extra.get("sample_versions", []))),
-                   events=[event_from_dict(e) for e in data.get("events") or []],
-                   absent=absent)
+        return cls(**values, extra=details,
+                   events=[event_from_dict(e) for e in events], absent=absent)
 
 
 def read_steps(path: str | Path) -> list[StepMetrics]:
-    """The step records of a ``metrics.jsonl`` (or of the run directory holding one), typed;
-    the lines come through the one reader of the file
-    (:func:`agentmath.runs.steplog.read_step_log`)."""
+    """The one reader of an RL run's step log: the typed records of a ``metrics.jsonl`` (or
+    of the run directory holding one), in order. A bad line is a DataError naming the file,
+    the line and the field."""
+    file = Path(path)
+    if file.is_dir():
+        file = file / STEP_METRICS_FILE
     steps = []
-    for number, row in enumerate(read_step_log(path), 1):
+    for lineno, row in iter_jsonl(file, what="an RL run's step log"):
         try:
             steps.append(StepMetrics.from_dict(row))
         except DataError as exc:
-            raise DataError(f"{path}: record {number}: {exc}") from exc
+            raise DataError(f"{file}:{lineno}: {exc}") from exc
     return steps
 
 

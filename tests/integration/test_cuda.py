@@ -19,7 +19,7 @@ pytest.importorskip("accelerate")
 from agentmath.backends.base import SamplingParams  # noqa: E402
 from agentmath.backends.hf import HFBackend  # noqa: E402
 from agentmath.models.tiny import build_model, build_tokenizer  # noqa: E402
-from agentmath.rl.metrics import read_metrics  # noqa: E402
+from agentmath.rl.records import read_steps  # noqa: E402
 from agentmath.rl.trainer import train_rl  # noqa: E402
 from agentmath.train.sft import SFTConfig, train_sft  # noqa: E402
 from tests.fixtures.corpus import synthetic_conversations  # noqa: E402
@@ -61,11 +61,11 @@ def test_grpo_learns_on_cuda_with_bf16(tiny_model_dir: Path, tmp_path: Path) -> 
     generator on the GPU and the update under bf16 autocast."""
     cfg = rl_config(tiny_model_dir, device="cuda", optim__bf16=True)
     result = train_rl(cfg, tmp_path / "run", progress=False)
-    rows = read_metrics(result.metrics)
-    first = sum(r["reward_mean"] for r in rows[:2]) / 2
-    last = sum(r["reward_mean"] for r in rows[-2:]) / 2
-    assert last > first + 0.1, [round(r["reward_mean"], 3) for r in rows]
-    assert all(r["grad_norm"] == r["grad_norm"] for r in rows)  # finite under bf16
+    rows = read_steps(result.metrics)
+    first = sum(r.reward_mean for r in rows[:2]) / 2
+    last = sum(r.reward_mean for r in rows[-2:]) / 2
+    assert last > first + 0.1, [round(r.reward_mean, 3) for r in rows]
+    assert all(r.grad_norm == r.grad_norm for r in rows)  # finite under bf16
 
 
 def test_continuous_generator_on_cuda_matches_one_at_a_time() -> None:
@@ -106,4 +106,4 @@ def test_a_cpu_run_on_a_gpu_machine_keeps_its_generator_on_the_cpu(tmp_path: Pat
                     group_size=2, rewards=[{"name": "tests.integration.test_rl_train:brevity",
                                             "weight": 1.0}])
     result = train_rl(cfg, tmp_path / "run", progress=False)
-    assert result.steps == 1 and len(read_metrics(result.metrics)) == 1
+    assert result.steps == 1 and len(read_steps(result.metrics)) == 1

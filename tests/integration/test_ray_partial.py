@@ -187,7 +187,7 @@ def test_rl_on_ray_with_segment_budgets_loses_a_node_between_steps(
     sessions, in one process as on Ray.)"""
     pytest.importorskip("torch")
     from agentmath.rl.config import RLConfig
-    from agentmath.rl.metrics import read_metrics
+    from agentmath.rl.records import read_steps
     from agentmath.rl.trainer import train_rl
 
     data = tmp_path / "train.jsonl"
@@ -212,10 +212,10 @@ def test_rl_on_ray_with_segment_budgets_loses_a_node_between_steps(
 
         on_ray = cfg.model_copy(update={"ray": RayConfig(address=cluster.address, workers=3)})
         result = train_rl(on_ray, tmp_path / "ray", progress=False, on_step=lose_a_node)
-    rows = read_metrics(result.metrics)
-    assert result.steps == 3 and [r["step"] for r in rows] == [1, 2, 3]
-    assert sum(r["parked"] for r in rows) > 0, rows
-    assert any(len(r["extra"]["sample_versions"]) > 1 for r in rows), rows
+    rows = read_steps(result.metrics)
+    assert result.steps == 3 and [r.step for r in rows] == [1, 2, 3]
+    assert sum(r.parked for r in rows) > 0, rows
+    assert any(len(r.extra.sample_versions) > 1 for r in rows), rows
     assert "lost its worker" in caplog.text  # segments placed on the removed node failed
-    print("\n" + "; ".join(f"step {r['step']}: versions {r['extra']['sample_versions']}, "
-                           f"parked {r['parked']}" for r in rows))
+    print("\n" + "; ".join(f"step {r.step}: versions {r.extra.sample_versions}, "
+                           f"parked {r.parked}" for r in rows))

@@ -18,8 +18,7 @@ pytest.importorskip("accelerate")
 pytest.importorskip("peft")
 
 from agentmath.rl.config import RLConfig  # noqa: E402
-from agentmath.rl.metrics import read_metrics  # noqa: E402
-from agentmath.rl.records import NoUpdate, StageMove  # noqa: E402
+from agentmath.rl.records import NoUpdate, StageMove, read_steps  # noqa: E402
 from agentmath.rl.trainer import train_rl  # noqa: E402
 from tests.fixtures.rundirs.make_rl_run import RUN, fixture_config  # noqa: E402
 
@@ -50,6 +49,6 @@ def test_a_run_written_before_typed_records_resumes(tiny_model_dir: Path,
     assert result.stage == 1  # the stored stage, not stage 0's tight budgets
     assert [type(e) for e in result.events[:2]] == [NoUpdate, StageMove]
     assert result.events[1].budgets.max_model_tokens == 96
-    rows = read_metrics(result.metrics)
-    assert [r["step"] for r in rows] == [1, 2, 3]
-    assert rows[2]["policy_version"] >= 1  # the stored version (1) went on from where it was
+    rows = read_steps(result.metrics)
+    assert [r.step for r in rows] == [1, 2, 3]
+    assert rows[2].policy_version >= 1  # the stored version (1) went on from where it was

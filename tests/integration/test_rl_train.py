@@ -16,8 +16,7 @@ pytest.importorskip("accelerate")
 from agentmath.agent.trajectory import Trajectory  # noqa: E402
 from agentmath.datasets import Task  # noqa: E402
 from agentmath.rl.config import RLConfig  # noqa: E402
-from agentmath.rl.metrics import read_metrics  # noqa: E402
-from agentmath.rl.records import StageMove  # noqa: E402
+from agentmath.rl.records import StageMove, read_steps  # noqa: E402
 from agentmath.rl.trainer import train_rl  # noqa: E402
 
 pytestmark = pytest.mark.integration
@@ -54,15 +53,15 @@ def test_grpo_raises_a_learnable_reward(tiny_model_dir: Path, tmp_path: Path) ->
     result = train_rl(_config(tiny_model_dir, tensorboard=True), tmp_path / "run",
                       progress=False)
     assert list((tmp_path / "run" / "tensorboard").glob("events.out.tfevents.*"))
-    rows = read_metrics(result.metrics)
-    assert [r["step"] for r in rows] == list(range(1, 7))
-    first = sum(r["reward_mean"] for r in rows[:2]) / 2
-    last = sum(r["reward_mean"] for r in rows[-2:]) / 2
-    assert last > first + 0.1, [round(r["reward_mean"], 3) for r in rows]
-    assert result.policy_version == sum(r["groups_trained"] > 0 for r in rows)
-    assert all(r["loss_tokens"] > 0 for r in rows if r["groups_trained"])
+    rows = read_steps(result.metrics)
+    assert [r.step for r in rows] == list(range(1, 7))
+    first = sum(r.reward_mean for r in rows[:2]) / 2
+    last = sum(r.reward_mean for r in rows[-2:]) / 2
+    assert last > first + 0.1, [round(r.reward_mean, 3) for r in rows]
+    assert result.policy_version == sum(r.groups_trained > 0 for r in rows)
+    assert all(r.loss_tokens > 0 for r in rows if r.groups_trained)
     assert Path(result.final_dir, "config.json").exists()
-    assert rows[0]["reward_terms"].keys() == {"brevity", "accuracy"}
+    assert rows[0].reward_terms.keys() == {"brevity", "accuracy"}
 
 
 def test_resume_after_a_kill_gives_the_same_next_step(tiny_model_dir: Path,
@@ -76,11 +75,11 @@ def test_resume_after_a_kill_gives_the_same_next_step(tiny_model_dir: Path,
     assert cut.final_dir is None and cut.steps == 2
     resumed = train_rl(cfg, tmp_path / "cut", progress=False)
     assert resumed.resumed_from == 2 and resumed.steps == 3
-    a, b = read_metrics(whole.metrics), read_metrics(resumed.metrics)
+    a, b = read_steps(whole.metrics), read_steps(resumed.metrics)
     assert len(b) == 3
     keys = ("reward_mean", "loss", "temperature", "lr", "policy_version", "model_tokens_mean",
             "groups_trained", "groups_dropped")
-    assert {k: a[2][k] for k in keys} == {k: b[2][k] for k in keys}
+    assert {k: getattr(a[2], k) for k in keys} == {k: getattr(b[2], k) for k in keys}
     torch = pytest.importorskip("torch")
     from safetensors.torch import load_file
 
@@ -141,8 +140,8 @@ def test_rl_runs_its_rollouts_on_a_remote_sandbox(tiny_model_dir: Path, tmp_path
         result = train_rl(cfg, tmp_path / "remote", progress=False)
         metrics = httpx.get(f"{url}/metrics",
                             headers={"Authorization": f"Bearer {TOKENS[0]}"}).text
-    rows = read_metrics(result.metrics)
-    calls = round(sum(r["tool_calls_mean"] * r["samples"] for r in rows))
+    rows = read_steps(result.metrics)
+    calls = round(sum(r.tool_calls_mean * r.samples for r in rows))
     served = sum(float(line.rsplit(" ", 1)[1]) for line in metrics.splitlines()
                  if line.startswith("agentmath_sandbox_cells_total{"))
     assert result.steps == 2 and calls > 0
@@ -162,8 +161,8 @@ def test_a_tight_first_stage_moves_on_in_a_real_run(tiny_model_dir: Path,
     moves = [e for e in result.events if isinstance(e, StageMove)]
     assert len(moves) == 1 and (moves[0].old, moves[0].new, moves[0].step) == (0, 1, 1)
     assert moves[0].rate >= 0.5 and moves[0].budgets.max_model_tokens == 160
-    rows = read_metrics(result.metrics)
-    assert [r["stage"] for r in rows] == [1, 1]  # logged after the step's observation
-    assert rows[0]["truncation_rate"] >= 0.5  # (all truncated: its groups may carry no signal)
-    assert [e["event"] for e in rows[0]["events"] if e["event"] == "stage"] == ["stage"]
-    assert rows[1]["truncation_rate"] < rows[0]["truncation_rate"]
+    rows = read_steps(result.metrics)
+    assert [r.stage for r in rows] == [1, 1]  # logged after the step's observation
+    assert rows[0].truncation_rate >= 0.5  # (all truncated: its groups may carry no signal)
+    assert sum(isinstance(e, StageMove) for e in rows[0].events) == 1
+    assert rows[1].truncation_rate < rows[0].truncation_rate

@@ -38,7 +38,7 @@ pytestmark = [pytest.mark.vllm, pytest.mark.integration]
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
-from agentmath.rl.metrics import read_metrics  # noqa: E402
+from agentmath.rl.records import read_steps  # noqa: E402
 from agentmath.rl.trainer import train_rl  # noqa: E402
 
 PROMPT = [random.Random(7).randrange(20, 520) for _ in range(300)]
@@ -216,9 +216,9 @@ def test_train_rl_on_a_vllm_server_pushes_every_step(tiny_model_dir: Path, sync_
     cfg = RLConfig.model_validate({**_rl_settings(tiny_model_dir, sync_server),
                                    "prompts_per_step": 2})
     result = train_rl(cfg, tmp_path / "run", progress=False)
-    rows = read_metrics(result.metrics)
+    rows = read_steps(result.metrics)
     assert result.policy_version == 2
-    assert [r["extra"]["sample_versions"] for r in rows] == [[0], [1]]
+    assert [r.extra.sample_versions for r in rows] == [[0], [1]]
     assert (tmp_path / "run" / "weights" / "policy-v2").is_dir()
     # the server now holds the trained weights: its greedy text equals the final model's
     final = transformers.AutoModelForCausalLM.from_pretrained(result.final_dir)
@@ -243,12 +243,12 @@ def _same_run(reference: Any, metrics: str, final_dir: str) -> None:
     """Same samples (every figure they determine) and the same update (final weights equal
     up to the float noise of the servers' logprobs, which depend on how requests were
     batched)."""
-    rows = {"local": read_metrics(reference.metrics), "ray": read_metrics(metrics)}
-    assert [r["extra"]["sample_versions"] for r in rows["ray"]] == [[0], [1]]
+    rows = {"local": read_steps(reference.metrics), "ray": read_steps(metrics)}
+    assert [r.extra.sample_versions for r in rows["ray"]] == [[0], [1]]
     for a, b in zip(rows["local"], rows["ray"], strict=True):
-        assert {k: a[k] for k in DETERMINED} == {k: b[k] for k in DETERMINED}
-        assert b["loss"] == pytest.approx(a["loss"], rel=1e-3, abs=1e-6)
-    assert sum(r["tool_calls_mean"] for r in rows["ray"]) > 0  # the sandboxes ran code
+        assert {k: getattr(a, k) for k in DETERMINED} == {k: getattr(b, k) for k in DETERMINED}
+        assert b.loss == pytest.approx(a.loss, rel=1e-3, abs=1e-6)
+    assert sum(r.tool_calls_mean for r in rows["ray"]) > 0  # the sandboxes ran code
     final = [transformers.AutoModelForCausalLM.from_pretrained(d)
              for d in (reference.final_dir, final_dir)]
     for (key, p), q in zip(final[0].state_dict().items(), final[1].state_dict().values(),

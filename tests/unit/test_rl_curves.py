@@ -10,7 +10,8 @@ from typer.testing import CliRunner
 
 from agentmath.cli.main import app
 from agentmath.errors import DataError
-from agentmath.report.curves import is_training_run, load_training, plot_training_curves
+from agentmath.report.curves import is_training_run, plot_training_curves
+from agentmath.rl.records import read_steps
 from tests.fixtures.rundirs.make_rl_run import RUN
 
 #: a step line and a stage event as agentmath rl writes them (the stored run's)
@@ -32,7 +33,7 @@ def _run(path: Path, steps: int = 4) -> Path:
 def test_curves_png_for_runs(tmp_path: Path) -> None:
     a, b = _run(tmp_path / "grpo"), _run(tmp_path / "grpo-unmasked", 3)
     assert is_training_run(a) and not is_training_run(tmp_path)
-    runs = {"a": load_training(a), "b": load_training(b)}
+    runs = {"a": read_steps(a), "b": read_steps(b)}
     assert [r.step for r in runs["a"]] == [1, 2, 3, 4] and runs["a"][2].events[0].new == 1
     assert "tool_call_rate" not in runs["a"][0].scalars()
     assert "tool_call_rate" in runs["a"][1].scalars()
@@ -45,7 +46,7 @@ def test_bad_metrics_line_names_file_and_line(tmp_path: Path) -> None:
     with (run / "metrics.jsonl").open("a") as f:
         f.write("{not json\n")
     with pytest.raises(DataError, match=r"metrics\.jsonl:5"):
-        load_training(run)
+        read_steps(run)
 
 
 def test_report_command_draws_training_curves(tmp_path: Path) -> None:

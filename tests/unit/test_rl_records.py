@@ -44,8 +44,40 @@ def test_older_step_lines_without_the_newer_fields_load() -> None:
     assert "tool_call_rate" not in step.scalars()  # a default is not a measurement
     assert "absent" not in step.to_dict()
     del row["loss"]
-    with pytest.raises(DataError, match="missing loss"):
+    with pytest.raises(DataError, match="missing field 'loss'"):
         StepMetrics.from_dict(row)
+
+
+@pytest.mark.parametrize("change, message", [
+    ({"loss": None}, None),  # a value is not checked here: the line loads
+    ({"step": "2"}, "field 'step': a step record needs an integer"),
+    ({"reward_terms": []}, "field 'reward_terms': expected an object"),
+    ({"extra": [1]}, "field 'extra': expected an object"),
+    ({"extra": {"rounds": "many"}}, "field 'extra': invalid literal"),
+    ({"events": {"event": "stage"}}, "field 'events': expected a list of objects"),
+    ({"events": [1]}, "field 'events': expected a list of objects"),
+    ({"events": [{"event": "later"}]}, "unknown RL event 'later'"),
+])
+def test_a_bad_step_line_names_the_file_line_and_field(tmp_path: Path, change: dict[str, object],
+                                                       message: str | None) -> None:
+    lines = (RUN / "metrics.jsonl").read_text().splitlines()
+    bad = json.dumps({**json.loads(lines[1]), **change})
+    (tmp_path / "metrics.jsonl").write_text(f"{lines[0]}\n\n{bad}\n")
+    if message is None:
+        assert len(read_steps(tmp_path)) == 2
+        return
+    with pytest.raises(DataError) as info:
+        read_steps(tmp_path)
+    assert str(info.value).startswith(f"{tmp_path / 'metrics.jsonl'}:3: ")
+    assert message in str(info.value)
+
+
+def test_a_step_log_that_is_not_json_lines_names_the_file(tmp_path: Path) -> None:
+    with pytest.raises(DataError, match=r"metrics\.jsonl: cannot read an RL run's step log"):
+        read_steps(tmp_path)
+    (tmp_path / "metrics.jsonl").write_text('[1, 2]\n')
+    with pytest.raises(DataError, match=r"metrics\.jsonl:1: expected a JSON object, got list"):
+        read_steps(tmp_path)
 
 
 def test_scalars_are_what_trackers_chart() -> None:
