@@ -81,7 +81,7 @@ class PolicyUpdater:
 
     def _old_logps(self, batches: list[TensorBatch]) -> list[Any]:
         torch = require("torch", "train")
-        with torch.no_grad():
+        with torch.no_grad(), self.accelerator.autocast():
             return [_forward_logp(self.model, b.to(self.accelerator.device))[1]
                     for b in batches]
 
@@ -89,7 +89,7 @@ class PolicyUpdater:
         torch = require("torch", "train")
         if self.ref_model is None:
             return None
-        with torch.no_grad():
+        with torch.no_grad(), self.accelerator.autocast():
             return _forward_logp(self.ref_model, batch)[1]
 
     def _denominator(self, batches: list[TensorBatch]) -> float:
