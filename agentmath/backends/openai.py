@@ -87,6 +87,7 @@ _RETRY_AFTER_STATUSES = frozenset({429, 503})
 _UNREACHABLE_STATUSES = frozenset({502, 503, 504})  # a proxy with no server behind it
 _SERVER_SIDE_4XX = frozenset({401, 403, 404})  # credentials, endpoint, model name: the server's
 _PROBE_TIMEOUT_S = 5.0
+_PROBE_SLACK_S = 1.0  # the gate's probe bound beyond its two requests' own
 
 
 class OpenAIBackend:
@@ -142,8 +143,11 @@ class OpenAIBackend:
             limits=httpx.Limits(max_connections=max_concurrency,
                                 max_keepalive_connections=max_concurrency))
         self._tokenizer = _load_tokenizer(tokenizer)
+        # The gate's bound on one probe covers both of its requests (``_reachable``: /health,
+        # then maybe a one-token completion, each bounded by ``_probe_s``), so that a hung
+        # engine's probe ends with its own reason, not cut short by the gate's timeout.
         self.outage = OutageGate(self.base_url, self._reachable, max_outage_s=max_outage_s,
-                                 probe_timeout_s=min(self.timeout_s, 2 * _PROBE_TIMEOUT_S))
+                                 probe_timeout_s=2 * self._probe_s + _PROBE_SLACK_S)
 
     # ----------------------------------------------------------------------------- protocol
 

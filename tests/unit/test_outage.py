@@ -139,6 +139,40 @@ async def test_a_server_that_answers_its_probe_is_not_an_outage() -> None:
     await b.aclose()
 
 
+async def test_a_hung_engine_behind_a_live_health_is_logged_as_hung(
+        caplog: pytest.LogCaptureFixture) -> None:
+    """Completions hang while /health answers (slowly, 0.2 s), with a short ``timeout_s``:
+    the outage's log line says why the probe failed (the one-token completion got no
+    answer), as the probe itself reports it. (The gate's bound on a probe was ``timeout_s``,
+    which cut the completion probe short: the line said only "no answer within 0.5 s", as of
+    a server that answers nothing; seen with a real vLLM server whose engine was stopped.)"""
+    hung = asyncio.Event()
+    hung.set()
+
+    async def server(request: httpx.Request) -> httpx.Response:
+        if request.url.path == "/health":
+            await asyncio.sleep(0.2)
+            return httpx.Response(200)
+        while hung.is_set():
+            await asyncio.sleep(0.01)
+        return httpx.Response(200, json=completion())
+
+    async def unhang() -> None:
+        await asyncio.sleep(2.0)
+        hung.clear()
+
+    caplog.set_level(logging.INFO, logger=LOGGER)
+    b = OpenAIBackend("http://a:1", "tiny", transport=httpx.MockTransport(server),
+                      timeout_s=0.5, max_retries=1, max_outage_s=30)
+    result, _ = await asyncio.gather(generate_all(b, 1), unhang())
+    await b.aclose()
+    assert result[0].token_ids == [5, 6] and b.outage.outages == 1
+    opened = [r.getMessage() for r in caplog.records if "is unreachable" in r.getMessage()]
+    assert len(opened) == 1, opened
+    assert "probe: answers /health, but a 1-token completion got no answer within 0.5 s" \
+        in opened[0], opened[0]
+
+
 async def test_with_the_gate_off_nothing_waits() -> None:
     servers = Servers("a")
     b = backend(servers)  # max_outage_s defaults to 0 on the class
