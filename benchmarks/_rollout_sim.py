@@ -31,6 +31,7 @@ from agentmath.rollout.records import GroupRequest
 from agentmath.rollout.scheduler import RolloutEngine
 from agentmath.sim.costs import ServerCostModel
 from agentmath.sim.fleet import build_fleet
+from agentmath.sim.placement import PinnedPlacement
 from agentmath.sim.sandbox import SandboxModel
 from agentmath.sim.workload import LogNormal, Workload
 
@@ -130,6 +131,12 @@ def add_sim_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--stale-kv", action="store_true",
                        help="keep KV computed under older weights reusable after a weight "
                             "update (no cache salt by version); moves +partial and +router")
+    group.add_argument("--sync-placement", choices=("round_robin", "pinned"),
+                       default="round_robin",
+                       help="sync row: each request to the next server (round_robin: every "
+                            "turn re-prefills its context elsewhere) or each episode pinned to "
+                            "one server (pinned: a batch sharded over data-parallel engines, "
+                            "as TRL's colocated vLLM and verl's sync rollout do); moves sync")
     group.add_argument("--router-option", action="append", default=[], metavar="KEY=VALUE",
                        help="a RouterConfig field for the +router row (w_base, l_base, "
                             "spill_factor, spill_slack, max_in_flight_per_server); repeatable")
@@ -161,7 +168,9 @@ def simulate(variant: Variant, workload: Workload, cost: ServerCostModel,
         for item in getattr(ns, "router_option", None) or []:
             key, _, value = item.partition("=")
             options[key] = float(value) if "." in value else int(value)
-    router = Router(fleet.backends, RouterConfig(policy=variant.policy, **options))
+    router: Any = Router(fleet.backends, RouterConfig(policy=variant.policy, **options))
+    if variant.mode == "sync" and getattr(ns, "sync_placement", "round_robin") == "pinned":
+        router = PinnedPlacement(fleet.backends)
     bound = HitBound(router, cost.block_size, getattr(ns, "request_overhead_s", 0.0))
     engine = RolloutEngine(bound, fleet.sandbox, get_format("code_interpreter"),
                            loop=workload.loop_config(), config=_config(variant, workload, cost, ns))
@@ -240,7 +249,7 @@ def run_sim(ns: argparse.Namespace) -> dict[str, Any]:
     return {"workload": asdict(replace(workload)), "servers": ns.servers,
             "cost_model": asdict(cost), "batch_groups": ns.batch_groups,
             "sync_s": ns.sync_s, "kv_fraction": ns.kv_fraction, "stale_kv": ns.stale_kv,
-            "warmup": ns.warmup,
+            "warmup": ns.warmup, "sync_placement": ns.sync_placement,
             "router_options": ns.router_option, "ideal_makespan_s": ideal,
             "ideal_plus_weight_updates_s": ideal + pauses, "rows": rows}
 

@@ -13,7 +13,9 @@ virtual time, and launchers for real local vLLM servers to measure it against.
 * ``sandbox.py``: :class:`SimSandbox`, a worker pool with scripted tool latencies.
 * ``workload.py``: :class:`Workload`, AgentMath-like episode scripts, reproducible per episode.
 * ``policy.py``: :class:`SimPolicy`, the simulated model (synthetic ids, parseable text).
-* ``ideal.py``: :func:`ideal_makespan`, a lower bound no schedule can beat.
+* ``ideal.py``: :func:`ideal_makespan`, a lower bound no schedule can beat; :func:`step_regime`,
+  whether an RL step is bound by its work or by its longest episode.
+* ``placement.py``: :class:`PinnedPlacement`, a lockstep baseline's episodes pinned to servers.
 * ``fleet.py``: :func:`build_fleet`, N servers + backends + sandbox on one environment.
 * ``servers.py``: start ``vllm serve`` and ``vllm-router`` locally; ``vllm_metrics.py``: read
   their counters and measure step costs for :class:`ServerCostModel` (both imported on their
@@ -31,15 +33,23 @@ from agentmath.sim.clock import (
 )
 from agentmath.sim.costs import ServerCostModel, StepMeasurement
 from agentmath.sim.fleet import SimFleet, build_fleet
-from agentmath.sim.ideal import IdealMakespan, ideal_makespan
+from agentmath.sim.ideal import (
+    IdealMakespan,
+    StepRegime,
+    ideal_makespan,
+    servers_for_step,
+    step_regime,
+)
 from agentmath.sim.kvcache import BlockHasher, KVCache
+from agentmath.sim.placement import PinnedPlacement
 from agentmath.sim.policy import SimPolicy
 from agentmath.sim.sandbox import SandboxModel, SimSandbox, SimSession
 from agentmath.sim.server import ServerStats, SimRequest, SimServer
 from agentmath.sim.workload import EpisodeScript, LogNormal, Turn, Workload
 
 __all__ = ["BlockHasher", "EpisodeScript", "IdealMakespan", "KVCache", "LogNormal",
-           "SandboxModel", "ServerCostModel", "ServerStats", "SimEventLoop", "SimFleet",
-           "SimPolicy", "SimRequest", "SimSandbox", "SimServer", "SimServerBackend",
-           "SimSession", "SimulationDeadlock", "StepMeasurement", "Turn", "Workload",
-           "build_fleet", "current_env", "ideal_makespan", "run_simulated", "wait_event"]
+           "PinnedPlacement", "SandboxModel", "ServerCostModel", "ServerStats", "SimEventLoop",
+           "SimFleet", "SimPolicy", "SimRequest", "SimSandbox", "SimServer", "SimServerBackend",
+           "SimSession", "SimulationDeadlock", "StepMeasurement", "StepRegime", "Turn", "Workload",
+           "build_fleet", "current_env", "ideal_makespan", "run_simulated", "servers_for_step",
+           "step_regime", "wait_event"]

@@ -40,7 +40,7 @@ from agentmath.sim.costs import ServerCostModel
 from agentmath.sim.sandbox import SandboxModel
 from agentmath.sim.workload import EpisodeScript, Workload
 
-__all__ = ["IdealMakespan", "ideal_makespan"]
+__all__ = ["IdealMakespan", "StepRegime", "ideal_makespan", "servers_for_step", "step_regime"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,3 +117,43 @@ def ideal_makespan(workload: Workload, servers: int, cost: ServerCostModel,
     return IdealMakespan(servers, workload.episodes, decode, prefill, context, pairs, work,
                          critical,
                          latency_total / workers)
+
+
+@dataclass(frozen=True, slots=True)
+class StepRegime:
+    """What bounds one RL step of ``batch_groups`` groups on a fleet: the work of an average
+    batch spread over the servers (``work_s``, the work bound of :func:`ideal_makespan` per
+    batch) against the longest episode run alone (``longest_episode_s``, its critical path),
+    which an iteration barrier waits for whatever the fleet."""
+
+    servers: int
+    batch_groups: int
+    work_s: float
+    longest_episode_s: float
+
+    @property
+    def tail_ratio(self) -> float:
+        """``longest_episode_s / work_s``. Well below 1 a step is throughput-bound: the
+        barrier's tail is short beside the work, so request-level scheduling is already near
+        the floor and partial rollout can gain little. Near or above 1 the longest episode
+        sets the step (the long tail): that is what partial rollout removes."""
+        return self.longest_episode_s / self.work_s if self.work_s else float("inf")
+
+
+def step_regime(workload: Workload, servers: int, cost: ServerCostModel,
+                batch_groups: int) -> StepRegime:
+    """The :class:`StepRegime` of ``workload`` in steps of ``batch_groups`` groups on
+    ``servers`` servers (the work of its average batch; its longest episode)."""
+    ideal = ideal_makespan(workload, servers, cost)
+    share = batch_groups / workload.n_groups
+    return StepRegime(servers, batch_groups, ideal.work_s * share, ideal.critical_path_s)
+
+
+def servers_for_step(workload: Workload, cost: ServerCostModel, batch_groups: int,
+                     step_s: float) -> float:
+    """The fewest servers (fractional) on which a step of ``batch_groups`` groups can take
+    ``step_s`` seconds at all: the work bound of an average batch on one server over
+    ``step_s``. A step time reported for an unstated fleet bounds that fleet from below."""
+    if step_s <= 0:
+        raise ValueError("step_s must be positive")
+    return step_regime(workload, 1, cost, batch_groups).work_s / step_s
