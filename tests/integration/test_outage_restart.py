@@ -10,12 +10,10 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import os
-import signal
-import subprocess
 import sys
 import time
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +22,8 @@ import pytest
 from agentmath.backends import build_backend
 from agentmath.config import EvalConfig
 from agentmath.eval.runner import backend_settings, run_eval
-from tests.fixtures.outage_server import free_port, start_process
+from tests.fixtures.outage_server import StandIn, free_port
+from tests.fixtures.restart import run_through_a_restart
 
 pytestmark = pytest.mark.integration
 ROWS = [{"id": f"p{i}", "problem": f"What is {i} plus {i}?", "answer": str(2 * i)}
@@ -41,16 +40,14 @@ def records(out: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
-async def kill_and_restart(procs: list[subprocess.Popen[bytes]], out: Path, port: int,
-                           answers: Path, timings: dict[str, float]) -> None:
+async def kill_and_restart(server: StandIn, out: Path, timings: dict[str, float]) -> None:
     """Once a few samples are recorded, SIGKILL the server; start it again DOWN_S later."""
     while len(records(out)) < 4:
         await asyncio.sleep(0.02)
-    os.kill(procs[-1].pid, signal.SIGKILL)
-    procs[-1].wait()
+    server.kill()
     timings["killed"] = time.monotonic()
     await asyncio.sleep(DOWN_S)
-    procs.append(await asyncio.to_thread(start_process, port, answers, DELAY_S))
+    await asyncio.to_thread(server.start)
     timings["restarted"] = time.monotonic()
 
 
@@ -60,27 +57,22 @@ def run_with_a_restart(tmp_path: Path, name: str, max_outage_s: float
     data.write_text("".join(json.dumps(r) + "\n" for r in ROWS))
     answers.write_text(json.dumps({r["problem"]: r["answer"] for r in ROWS}))
     port, out = free_port(), tmp_path / name
-    procs = [start_process(port, answers, DELAY_S)]
     config = EvalConfig.model_validate({
         "dataset": str(data), "model": "m", "base_url": f"http://127.0.0.1:{port}",
         "samples": 2, "concurrency": 4, "http_retries": 2, "max_outage_s": max_outage_s,
         "sandbox": {"preload": [], "spare_workers": 0}})
     timings: dict[str, float] = {}
 
-    async def main() -> None:
+    async def main(server: StandIn) -> None:
         backend = build_backend("openai", backend_settings(config))
         try:
             await asyncio.gather(run_eval(config, out, backend),
-                                 kill_and_restart(procs, out, port, answers, timings))
+                                 kill_and_restart(server, out, timings))
         finally:
             await backend.aclose()
 
-    try:
-        asyncio.run(main())
-    finally:
-        for proc in procs:
-            proc.kill()
-            proc.wait()
+    with StandIn(port, answers, DELAY_S) as server:
+        asyncio.run(main(server))
     return records(out), timings
 
 
@@ -152,33 +144,26 @@ def rl_with_a_restart(tiny_model_dir: Path, tmp_path: Path,
         f'[generator]\nbackend = "openai"\nbase_urls = ["http://127.0.0.1:{port}"]\n'
         f'served_name = "m"\nmax_outage_s = 60\n')
     before, after = tmp_path / "posts-before.log", tmp_path / "posts-after.log"
-    procs = [start_process(port, answers, DELAY_S, post_log=before, tools=True)]
-    run = subprocess.Popen([sys.executable, "-m", "agentmath.cli", "rl", "--config", str(cfg),
-                            "--out", str(out), "--json", *(ray_args or [])],
-                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
-        metrics = out / "metrics.jsonl"
-        deadline = time.monotonic() + 300
-        while not (metrics.exists() and metrics.read_text().strip()):
-            assert run.poll() is None and time.monotonic() < deadline, run.stderr
-            time.sleep(0.02)
-        since = len(posts(before))
-        while not [k for k in completions_seen(posts(before, since)) if k in (1, 2)]:
-            assert run.poll() is None and time.monotonic() < deadline, run.stderr
-            time.sleep(0.01)
-        os.kill(procs[-1].pid, signal.SIGKILL)  # that request is in flight (DELAY_S)
-        procs[-1].wait()
-        killed_turn = completions_seen(posts(before))[-1]
-        time.sleep(RL_DOWN_S)
-        procs.append(start_process(port, answers, DELAY_S, post_log=after, tools=True))
-        _, stderr = run.communicate(timeout=300)
-    finally:
-        run.kill()
-        for proc in procs:
-            proc.kill()
-            proc.wait()
+    metrics = out / "metrics.jsonl"
+    mark: list[int] = []  # the POSTs before step 2's episodes
+
+    def in_flight_after_a_cell() -> bool:
+        if not mark:
+            if not (metrics.exists() and metrics.read_text().strip()):
+                return False
+            mark.append(len(posts(before)))
+        return bool([k for k in completions_seen(posts(before, mark[0])) if k in (1, 2)])
+
+    with StandIn(port, answers, DELAY_S, post_log=before, tools=True) as server:
+        got = run_through_a_restart(
+            [sys.executable, "-m", "agentmath.cli", "rl", "--config", str(cfg), "--out",
+             str(out), "--json", *(ray_args or [])],
+            when=in_flight_after_a_cell, kill=server.kill,  # that request is in flight
+            start=partial(server.start, post_log=after, tools=True), down_s=RL_DOWN_S,
+            log_dir=tmp_path)
+    killed_turn = completions_seen(posts(before))[-1]
     rows = [json.loads(line) for line in metrics.read_text().splitlines()]
-    return RLRestart(run.returncode, rows, stderr, killed_turn, posts(after))
+    return RLRestart(got.returncode, rows, got.stderr, killed_turn, posts(after))
 
 
 def check_rl_restart(got: RLRestart, outage_log: list[str]) -> None:
@@ -249,38 +234,23 @@ def test_eval_on_ray_waits_out_a_restart(tmp_path: Path) -> None:
     data.write_text("".join(json.dumps(r) + "\n" for r in ROWS))
     answers.write_text(json.dumps({r["problem"]: r["answer"] for r in ROWS}))
     port, out = free_port(), tmp_path / "ray"
-    with local_cluster(2) as cluster:
-        procs = [start_process(port, answers, DELAY_S)]
-        run = subprocess.Popen(
+    with local_cluster(2) as cluster, StandIn(port, answers, DELAY_S) as server:
+        got = run_through_a_restart(
             [sys.executable, "-m", "agentmath.cli", "eval", "--dataset", str(data), "--model",
              "m", "--base-url", f"http://127.0.0.1:{port}", "--out", str(out), "--json",
              "--samples", "2", "--concurrency", "4", "--http-retries", "2", "--ray",
              cluster.address, "--ray-workers", "1", "--set", "sandbox.preload=[]",
              "--set", "sandbox.spare_workers=0"],
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        try:
-            deadline = time.monotonic() + 180
-            while len(records(out)) < 4:
-                assert run.poll() is None and time.monotonic() < deadline
-                time.sleep(0.02)
-            os.kill(procs[-1].pid, signal.SIGKILL)
-            procs[-1].wait()
-            time.sleep(DOWN_S)
-            procs.append(start_process(port, answers, DELAY_S))
-            stdout, stderr = run.communicate(timeout=180)
-        finally:
-            run.kill()
-            for proc in procs:
-                proc.kill()
-                proc.wait()
+            when=lambda: len(records(out)) >= 4, kill=server.kill, start=server.start,
+            down_s=DOWN_S, timeout_s=180, log_dir=tmp_path)
         # Workers' logs stay in Ray's session directory (log_to_driver is off).
         logs = Path(cluster.head_node.get_logs_dir_path())
         resumed = [line for path in logs.rglob("worker-*") if path.is_file()
                    for line in path.read_text(errors="replace").splitlines()
                    if "answers again after" in line]
-    assert run.returncode == 0, stderr[-3000:]
+    assert got.returncode == 0, got.stderr[-3000:]
     rows = records(out)
     assert len(rows) == 20 and [r for r in rows if r["finish_reason"] == "error"] == []
-    assert json.loads(stdout)["n_errors"] == 0
+    assert json.loads(got.stdout)["n_errors"] == 0
     assert len(resumed) == 1, resumed
     print(f"\nray: 0 errors of {len(rows)}; {resumed[0]}")

@@ -18,7 +18,8 @@ from pathlib import Path
 import pytest
 
 from agentmath.rl.sync_vllm import VLLMWeightSync, WeightSyncError
-from tests.fixtures.outage_server import free_port, start_process
+from tests.fixtures.outage_server import StandIn, free_port, start_process
+from tests.fixtures.restart import run_through_a_restart
 from tests.unit.test_weight_sync_unit import FakeModel, FakeTokenizer
 
 pytestmark = pytest.mark.integration
@@ -149,8 +150,8 @@ def test_rl_waits_out_a_server_that_dies_at_a_weight_push(tiny_model_dir: Path,
     the run's first push) and is started again DOWN_S later. The run does not crash: the push
     waits for the server (the wait logged), loads the weights into it first, and the three
     steps run."""
-    import subprocess
     import sys
+    from functools import partial
 
     pytest.importorskip("torch")
     from tests.integration.test_outage_restart import completions_seen, posts
@@ -168,25 +169,14 @@ def test_rl_waits_out_a_server_that_dies_at_a_weight_push(tiny_model_dir: Path,
         f'[generator]\nbackend = "openai"\nbase_urls = ["http://127.0.0.1:{port}"]\n'
         f'served_name = "m"\nmax_outage_s = 60\n')
     after = tmp_path / "posts-after.log"
-    procs = [start_process(port, answers, 0.05, exit_at_reload=2)]
-    run = subprocess.Popen([sys.executable, "-m", "agentmath.cli", "rl", "--config", str(cfg),
-                            "--out", str(out), "--json"],
-                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
-        deadline = time.monotonic() + 300
-        while procs[-1].poll() is None:  # it dies at step 1's push
-            assert run.poll() is None and time.monotonic() < deadline, run.stderr
-            time.sleep(0.02)
-        time.sleep(DOWN_S)
-        assert run.poll() is None, "the run should wait for the server, not end"
-        procs.append(start_process(port, answers, 0.05, post_log=after))
-        _, stderr = run.communicate(timeout=300)
-    finally:
-        run.kill()
-        for proc in procs:
-            proc.kill()
-            proc.wait()
-    assert run.returncode == 0, stderr[-3000:]
+    with StandIn(port, answers, 0.05, exit_at_reload=2) as server:
+        got = run_through_a_restart(
+            [sys.executable, "-m", "agentmath.cli", "rl", "--config", str(cfg), "--out",
+             str(out), "--json"],
+            when=lambda: not server.alive, kill=None,  # it dies at step 1's push
+            start=partial(server.start, post_log=after), down_s=DOWN_S, log_dir=tmp_path)
+    stderr = got.stderr
+    assert got.returncode == 0, stderr[-3000:]
     rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     assert [(r["step"], r["policy_version"]) for r in rows] == [(1, 1), (2, 2), (3, 3)]
     held = [line for line in stderr.splitlines() if "(weight push) is unreachable" in line]
