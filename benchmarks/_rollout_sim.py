@@ -137,6 +137,11 @@ def add_sim_arguments(parser: argparse.ArgumentParser) -> None:
                             "turn re-prefills its context elsewhere) or each episode pinned to "
                             "one server (pinned: a batch sharded over data-parallel engines, "
                             "as TRL's colocated vLLM and verl's sync rollout do); moves sync")
+    group.add_argument("--workload", action="append", default=[], metavar="KEY=VALUE",
+                       help="a scalar Workload field (calls_shape, calls_mean, group_sigma, "
+                            "episode_sigma, max_calls, max_episode_tokens) or turn_sigma (the "
+                            "turns' spread at the same mean turn); the shapes the paper does "
+                            "not state (agentmath/sim/workload.py); repeatable")
     group.add_argument("--router-option", action="append", default=[], metavar="KEY=VALUE",
                        help="a RouterConfig field for the +router row (w_base, l_base, "
                             "spill_factor, spill_slack, max_in_flight_per_server); repeatable")
@@ -227,9 +232,26 @@ def replace_ns(ns: argparse.Namespace, **changes: Any) -> argparse.Namespace:
     return argparse.Namespace(**{**vars(ns), **changes})
 
 
+WORKLOAD_FIELDS = ("calls_shape", "calls_mean", "group_sigma", "episode_sigma", "max_calls",
+                   "max_episode_tokens", "turn_sigma")
+
+
+def workload_of(ns: argparse.Namespace) -> Workload:
+    """The workload of the options: the paper's statistics, with ``--workload`` changes."""
+    changes: dict[str, Any] = {}
+    for item in getattr(ns, "workload", None) or []:
+        key, _, value = item.partition("=")
+        if key not in WORKLOAD_FIELDS:
+            raise SystemExit(f"--workload {item}: not one of {', '.join(WORKLOAD_FIELDS)}")
+        changes[key] = int(value) if key.startswith("max_") else float(value)
+    sigma = changes.pop("turn_sigma", None)  # the turns' spread at the same mean
+    workload = Workload(seed=ns.seed, n_groups=ns.groups, group_size=ns.group_size, **changes)
+    return workload if sigma is None else workload.with_turn_sigma(sigma)
+
+
 def run_sim(ns: argparse.Namespace) -> dict[str, Any]:
     """Every variant on the same workload; rows with speedups, plus the ideal makespan."""
-    workload = Workload(seed=ns.seed, n_groups=ns.groups, group_size=ns.group_size)
+    workload = workload_of(ns)
     cost = (ServerCostModel.h100_qwen3_8b() if ns.cost == "h100" else ServerCostModel.cpu_tiny())
     if ns.kv_tokens:
         cost = cost.with_(kv_tokens=ns.kv_tokens)

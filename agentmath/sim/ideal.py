@@ -40,7 +40,8 @@ from agentmath.sim.costs import ServerCostModel
 from agentmath.sim.sandbox import SandboxModel
 from agentmath.sim.workload import EpisodeScript, Workload
 
-__all__ = ["IdealMakespan", "StepRegime", "ideal_makespan", "servers_for_step", "step_regime"]
+__all__ = ["IdealMakespan", "StepRegime", "ideal_makespan", "lockstep_bound", "servers_for_step",
+           "step_regime", "turn_seconds"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -124,12 +125,15 @@ class StepRegime:
     """What bounds one RL step of ``batch_groups`` groups on a fleet: the work of an average
     batch spread over the servers (``work_s``, the work bound of :func:`ideal_makespan` per
     batch) against the longest episode run alone (``longest_episode_s``, its critical path),
-    which an iteration barrier waits for whatever the fleet."""
+    which an iteration barrier waits for whatever the fleet; and ``lockstep_s``, the critical
+    path of a batch run in lockstep (:func:`lockstep_bound`, averaged over the batches), which
+    no fleet brings a ``sync`` step under."""
 
     servers: int
     batch_groups: int
     work_s: float
     longest_episode_s: float
+    lockstep_s: float
 
     @property
     def tail_ratio(self) -> float:
@@ -140,13 +144,43 @@ class StepRegime:
         return self.longest_episode_s / self.work_s if self.work_s else float("inf")
 
 
+def turn_seconds(script: EpisodeScript, cost: ServerCostModel) -> list[float]:
+    """Each turn of ``script`` at its fastest: its tokens decoded alone (``a + b`` per step
+    plus ``d`` per context token read) and its tool latency. Prefill is left out, so each is
+    a lower bound on that turn's time in any schedule."""
+    ctx, out = script.prompt_tokens, []
+    for turn in script.turns:
+        g = turn.gen_tokens
+        out.append(g * (cost.a + cost.b) + cost.d * (g * ctx + g * (g - 1) / 2)
+                   + turn.tool_latency_s)
+        ctx += g + turn.tool_tokens
+    return out
+
+
+def lockstep_bound(workload: Workload, cost: ServerCostModel, groups: range) -> float:
+    """A lower bound on running ``groups`` in lockstep (a barrier after every turn), on any
+    number of servers: each round lasts at least its slowest turn (:func:`turn_seconds`), so
+    the batch takes at least the sum over rounds of the slowest turn of the episodes still
+    running. With a long tail of turn lengths this is several times the longest episode."""
+    turns = [turn_seconds(workload.script(g, s), cost)
+             for g in groups for s in range(workload.group_size)]
+    rounds = max((len(t) for t in turns), default=0)
+    return sum(max(t[r] for t in turns if len(t) > r) for r in range(rounds))
+
+
 def step_regime(workload: Workload, servers: int, cost: ServerCostModel,
                 batch_groups: int) -> StepRegime:
     """The :class:`StepRegime` of ``workload`` in steps of ``batch_groups`` groups on
-    ``servers`` servers (the work of its average batch; its longest episode)."""
+    ``servers`` servers (the work of its average batch; its longest episode; the lockstep
+    bound averaged over its whole batches)."""
     ideal = ideal_makespan(workload, servers, cost)
     share = batch_groups / workload.n_groups
-    return StepRegime(servers, batch_groups, ideal.work_s * share, ideal.critical_path_s)
+    batches = max(1, workload.n_groups // batch_groups)
+    lockstep = sum(lockstep_bound(workload, cost, range(b * batch_groups,
+                                                        (b + 1) * batch_groups))
+                   for b in range(batches)) / batches
+    return StepRegime(servers, batch_groups, ideal.work_s * share, ideal.critical_path_s,
+                      lockstep)
 
 
 def servers_for_step(workload: Workload, cost: ServerCostModel, batch_groups: int,

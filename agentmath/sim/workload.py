@@ -39,7 +39,7 @@ from __future__ import annotations
 import functools
 import math
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Literal
 
 import numpy as np
@@ -163,6 +163,18 @@ class Workload:
     def group_prompt_tokens(self, group: int) -> int:
         """Prompt tokens of problem ``group``."""
         return _group_draws(self, group)[0]
+
+    def with_turn_sigma(self, sigma: float) -> Workload:
+        """This workload with the per-turn spread ``sigma`` (log space) instead of
+        ``turn_tokens.sigma``, its median moved so that the mean turn, and so the paper's
+        16.9k tokens per episode, stays the same (a lognormal's mean is its median times
+        ``exp(sigma**2 / 2)``). The per-turn spread is not stated by the paper; it sets how
+        long the slowest turn of a lockstep round is, and so the ``sync`` row."""
+        if sigma < 0:
+            raise ValueError("sigma must be non-negative")
+        t = self.turn_tokens
+        median = t.median * math.exp((t.sigma ** 2 - sigma ** 2) / 2)
+        return replace(self, turn_tokens=LogNormal(median, sigma, t.low, t.high))
 
     # ------------------------------------------------------------------ the problems as text
 

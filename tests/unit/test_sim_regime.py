@@ -3,6 +3,7 @@ pinned placement."""
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 from agentmath.backends.base import RequestTag, SamplingParams, tagged
@@ -16,6 +17,7 @@ from agentmath.sim import (
     servers_for_step,
     step_regime,
 )
+from agentmath.sim.ideal import lockstep_bound, turn_seconds
 
 H100 = ServerCostModel.h100_qwen3_8b()
 
@@ -50,6 +52,38 @@ def test_a_reported_step_time_bounds_the_fleet_from_below() -> None:
     assert servers_for_step(workload, H100, 64, 900) > 8
     with pytest.raises(ValueError):
         servers_for_step(workload, H100, 64, 0)
+
+
+def test_lockstep_rounds_wait_for_their_slowest_turn() -> None:
+    workload = Workload(n_groups=16)
+    groups = range(8)
+    turns = [turn_seconds(workload.script(g, s), H100) for g in groups for s in range(8)]
+    bound = lockstep_bound(workload, H100, groups)
+    longest = max(sum(t) for t in turns)
+    assert bound >= longest  # every round takes at least the longest episode's own turn
+    rounds = max(len(t) for t in turns)
+    assert bound == pytest.approx(sum(max(t[r] for t in turns if len(t) > r)
+                                      for r in range(rounds)))
+    # one turn: its decode alone (a + b per token, d per context token read) + its tool
+    script = workload.script(0, 0)
+    first = script.turns[0]
+    g, ctx = first.gen_tokens, script.prompt_tokens
+    assert turn_seconds(script, H100)[0] == pytest.approx(
+        g * (H100.a + H100.b) + H100.d * (g * ctx + g * (g - 1) / 2) + first.tool_latency_s)
+
+
+def test_a_narrower_turn_spread_keeps_the_mean_and_shortens_lockstep() -> None:
+    workload = Workload(n_groups=512)
+    narrow = workload.with_turn_sigma(0.5)
+    tokens = np.array([s.total_tokens for s in narrow.scripts()])
+    assert tokens.mean() == pytest.approx(16_900, rel=0.03)  # the paper's mean still holds
+    assert narrow.turn_tokens.sigma == 0.5
+    wide = step_regime(workload, 8, H100, 64)
+    assert step_regime(narrow, 8, H100, 64).lockstep_s < 0.8 * wide.lockstep_s
+    # with the default spread a lockstep step is several times the longest episode
+    assert wide.lockstep_s > 3 * wide.longest_episode_s
+    with pytest.raises(ValueError):
+        workload.with_turn_sigma(-1)
 
 
 def test_pinned_placement_keeps_an_episode_on_its_first_server() -> None:
