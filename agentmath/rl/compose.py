@@ -80,7 +80,24 @@ def _accelerator(config: RLConfig) -> Any:
     accelerate = require("accelerate", "train")
     torch = require("torch", "train")
     cpu = config.device == "cpu" or (config.device == "auto" and not torch.cuda.is_available())
-    return accelerate.Accelerator(cpu=cpu, mixed_precision="bf16" if config.optim.bf16 else "no")
+    precision = "bf16" if config.optim.bf16 else "no"
+    _drop_other_state(accelerate, cpu, precision)
+    return accelerate.Accelerator(cpu=cpu, mixed_precision=precision)
+
+
+def _drop_other_state(accelerate: Any, cpu: bool, precision: str) -> None:
+    """accelerate keeps one state per process and refuses (ValueError) an Accelerator of
+    another precision or device: a second run in one process (a sweep, a notebook, a test
+    session) with other settings would fail at its start. A single-process state that differs
+    is dropped; nothing else holds it. A distributed one is kept: its process group belongs to
+    the launcher. (accelerate's own ``_reset_state``: the library has no public way.)"""
+    state = accelerate.state.AcceleratorState._shared_state
+    if not state or state.get("num_processes", 1) > 1:
+        return
+    device = state.get("device")
+    on_cpu = device is not None and device.type == "cpu"
+    if state.get("_mixed_precision") != precision or on_cpu != cpu:
+        accelerate.state.AcceleratorState._reset_state(reset_partial_state=True)
 
 
 def _tasks(cfg: RLConfig) -> list[Task]:

@@ -40,3 +40,13 @@ def test_bf16_autocasts_the_update_and_not_the_generator(tiny_model_dir: Path,
     generation = [autocast for grad, autocast in seen if not grad]
     assert training and all(training), seen  # the update's forwards: under bf16 autocast
     assert generation and not any(generation), seen  # prefill and decode steps: fp32
+
+
+def test_runs_of_other_precisions_follow_each_other_in_one_process(tiny_model_dir: Path,
+                                                                   tmp_path: Path) -> None:
+    """accelerate keeps one state per process and refused the second run's precision
+    (ValueError at its start) until the learner dropped a single-process state that differs."""
+    for i, bf16 in enumerate((False, True, False)):
+        result = train_rl(rl_config(tiny_model_dir, steps=1, device="cpu", optim__bf16=bf16),
+                          tmp_path / f"run-{i}", progress=False)
+        assert Path(result.final_dir).is_dir()
