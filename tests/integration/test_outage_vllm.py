@@ -1,0 +1,221 @@
+"""Riding out an outage of a real vLLM (CPU) server of the tiny model (the stand-in tests:
+test_outage_restart.py, test_outage_hung.py, test_weight_sync_outage.py).
+
+The server is the second of the session's pair (``vllm_server_pair``: killable, dev mode for
+weight pushes). It is killed with SIGKILL (its whole process group: front end, engine core,
+worker) while requests are in flight (the server's own ``vllm:num_requests_running`` > 0)
+and started again on the same port ``DOWN_S`` later, which takes a real vLLM start (25 to
+60 s on 2 busy cores with the compile cache). ``agentmath eval`` and ``agentmath rl`` (local
+engine) ride it out: no errored sample or episode, the wait logged once, and in RL the
+restarted server gets the current weights before the held requests. A frozen engine behind
+a live front end (``/health`` answers, no generation finishes) holds an outage open until it
+moves again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import re
+import sys
+import time
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from agentmath.backends._replies import prometheus_sum
+from agentmath.backends.base import SamplingParams
+from agentmath.backends.openai import OpenAIBackend
+from tests.fixtures.models import held_out_problems
+from tests.fixtures.restart import run_through_a_restart
+from tests.fixtures.vllm_server import VllmPair
+
+pytestmark = [pytest.mark.vllm, pytest.mark.integration]
+
+DOWN_S = 5.0  # between the kill and the start of the new server (which then takes ~25 s)
+MAX_OUTAGE_S = 180  # the bound: well above a vLLM-CPU restart on a busy 2-core machine
+KILLED = 1  # the pair's server that is killed (the other is the session's shared one)
+
+
+def records(out: Path) -> list[dict[str, Any]]:
+    path = out / "samples.jsonl"
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def running(url: str) -> float:
+    """Requests the server is generating for now (its own gauge); 0 when it does not answer."""
+    try:
+        text = httpx.get(f"{url}/metrics", timeout=2.0).text
+    except httpx.HTTPError:
+        return 0.0
+    return prometheus_sum(text, "vllm:num_requests_running") or 0.0
+
+
+def outage_lines(log: str) -> tuple[list[str], list[str]]:
+    """The lines of a run's log that start and end an outage."""
+    lines = log.splitlines()
+    return ([line for line in lines if "is unreachable" in line],
+            [line for line in lines if "answers again after" in line])
+
+
+def waited_s(resumed: str) -> float:
+    return float(resumed.split("answers again after ")[1].split(" s")[0])
+
+
+def posts(log: Path) -> list[str]:
+    """The paths of the POSTs a vLLM server's access log shows, in order."""
+    return re.findall(r'"POST ([^\s?]+)\S* HTTP', log.read_text(errors="replace"))
+
+
+def test_eval_waits_out_a_vllm_server_killed_mid_run(vllm_server_pair: VllmPair,
+                                                      tmp_path: Path) -> None:
+    """``agentmath eval`` (16 samples, 4 at a time, ``--http-retries 2``: ~1.5 s of retries
+    without the gate) with its server killed once 2 samples are recorded and requests are
+    running: every sample is recorded and graded, none an error, the wait logged once."""
+    pair, out = vllm_server_pair, tmp_path / "run"
+    url = pair.urls[KILLED]
+    data = tmp_path / "data.jsonl"
+    data.write_text("".join(json.dumps({"id": p.id, "problem": p.problem, "answer": p.answer})
+                            + "\n" for p in held_out_problems(8)))
+    seen: list[float] = []
+
+    def in_flight() -> bool:
+        if len(records(out)) < 2:
+            return False
+        seen.append(running(url))
+        return seen[-1] > 0
+
+    got = run_through_a_restart(
+        [sys.executable, "-m", "agentmath.cli", "eval", "--dataset", str(data), "--model",
+         "tiny", "--base-url", url, "--format", "code_interpreter", "--samples", "2",
+         "--concurrency", "4", "--temperature", "1.0", "--max-model-tokens", "200",
+         "--http-retries", "2", "--max-outage", str(MAX_OUTAGE_S), "--out", str(out),
+         "--json"],
+        when=in_flight, kill=partial(pair.kill, KILLED), start=partial(pair.restart, KILLED),
+        down_s=DOWN_S, timeout_s=300, log_dir=tmp_path)
+    assert got.returncode == 0, got.stderr[-3000:]
+    rows = records(out)
+    assert len(rows) == 16
+    assert [r["error"] for r in rows if r["finish_reason"] == "error"] == []
+    assert all(r["correct"] in (True, False) and not r["grade_timed_out"] for r in rows)
+    assert json.loads(got.stdout.strip().splitlines()[-1])["n_errors"] == 0
+    held, resumed = outage_lines(got.stderr)
+    assert len(held) == 1 and len(resumed) == 1, got.stderr[-3000:]
+    assert DOWN_S + got.restart_s - 2 <= waited_s(resumed[0]) <= DOWN_S + got.restart_s + 10
+    print(f"\neval, vLLM killed with {seen[-1]:g} request(s) running "
+          f"({got.killed_s:.1f} s into the run), restarted {got.down_s:.1f} s later, up again "
+          f"{got.restart_s:.1f} s after that: 0 errors of {len(rows)}, "
+          f"{sum(bool(r['correct']) for r in rows)} correct; "
+          f"{resumed[0].split('] ')[-1]} (run {got.total_s:.1f} s)")
+
+
+def test_rl_waits_out_a_vllm_server_killed_mid_step(vllm_server_pair: VllmPair,
+                                                     tiny_model_dir: Path,
+                                                     tmp_path: Path) -> None:
+    """``agentmath rl`` (local engine, openai generator on the killable server, 3 steps),
+    the server killed once a step is logged and requests are running: no episode of any step
+    ends in an error, the wait is logged once, and the restarted server's first POSTs are the
+    reload of the current weights and the cache reset, before the held completions. The
+    tiny model's own weights are loaded back into the server afterwards."""
+    pytest.importorskip("torch")
+    import yaml
+
+    pair, out = vllm_server_pair, tmp_path / "rl"
+    url = pair.urls[KILLED]
+    (config := tmp_path / "rl.yaml").write_text(yaml.safe_dump({
+        "model": str(tiny_model_dir), "format": "code_interpreter",
+        "data": {"dataset": str(tiny_model_dir.parent / "test.jsonl")},
+        "steps": 3, "group_size": 2, "prompts_per_step": 2, "dynamic_sampling": False,
+        "rewards": [{"name": "accuracy"},
+                    {"name": "tests.fixtures.restart:errored", "weight": 0.0, "key": "errored"}],
+        "optim": {"learning_rate": 1e-3},
+        "loop": {"max_model_tokens": 96, "max_tool_calls": 2, "max_total_tokens": 1024},
+        "generator": {"backend": "openai", "base_urls": [url], "served_name": "tiny",
+                      "max_outage_s": MAX_OUTAGE_S},
+        "tensorboard": False, "checkpoint_every": 0}))
+    metrics = out / "metrics.jsonl"
+    seen: list[tuple[int, float]] = []  # (steps logged, requests running)
+
+    def in_flight() -> bool:
+        logged = len(metrics.read_text().splitlines()) if metrics.exists() else 0
+        if not logged:
+            return False
+        seen.append((logged, running(url)))
+        return seen[-1][1] > 0
+
+    try:
+        got = run_through_a_restart(
+            [sys.executable, "-m", "agentmath.cli", "rl", "--config", str(config), "--out",
+             str(out), "--json"],
+            when=in_flight, kill=partial(pair.kill, KILLED),
+            start=partial(pair.restart, KILLED), down_s=DOWN_S, timeout_s=400,
+            log_dir=tmp_path)
+        after = posts(pair.log_path(KILLED))
+    finally:
+        if pair.procs[KILLED] is not None and pair.procs[KILLED].poll() is None:
+            with httpx.Client(base_url=url, timeout=120) as client:
+                client.post("/collective_rpc", json={"method": "reload_weights", "kwargs": {
+                    "weights_path": str(tiny_model_dir)}}).raise_for_status()
+                client.post("/reset_prefix_cache").raise_for_status()
+    assert got.returncode == 0, got.stderr[-3000:]
+    rows = [json.loads(line) for line in metrics.read_text().splitlines()]
+    assert [r["step"] for r in rows] == [1, 2, 3]
+    assert [r["reward_terms"]["errored"] for r in rows] == [0.0, 0.0, 0.0]
+    held, resumed = outage_lines(got.stderr)
+    assert len(held) == 1 and len(resumed) == 1, got.stderr[-3000:]
+    assert after[:2] == ["/collective_rpc", "/reset_prefix_cache"], after[:6]
+    assert "/v1/completions" in after  # then the held requests, and the next step's
+    print(f"\nrl, vLLM killed with {seen[-1][1]:g} request(s) running once step "
+          f"{seen[-1][0]} was logged ({got.killed_s:.1f} s into the run), restarted "
+          f"{got.down_s:.1f} s later, up again {got.restart_s:.1f} s after that: 3 steps, no "
+          f"errored episode; {resumed[0].split('] ')[-1]}; then {after[:3]} "
+          f"(run {got.total_s:.1f} s)")
+
+
+async def test_a_live_health_without_generation_does_not_end_an_outage(
+        vllm_server_pair: VllmPair, caplog: pytest.LogCaptureFixture) -> None:
+    """The server's engine processes stopped (SIGSTOP) for FROZEN_S while its front end runs:
+    requests time out (``timeout_s`` 3), the gate opens, and the probes find ``/health``
+    answering 200 but a one-token completion not answering, so the outage goes on until the
+    engine is continued; then the held requests finish."""
+    frozen_s = 10.0
+    caplog.set_level(logging.INFO, logger="agentmath.backends.outage")
+    pair = vllm_server_pair
+    url = pair.urls[KILLED]
+    backend = OpenAIBackend(url, "tiny", timeout_s=3.0, max_retries=1, max_outage_s=60)
+    sampling = SamplingParams(temperature=0.0, logprobs=False)
+    prompt = list(range(20, 60))
+    try:
+        before = await backend.generate(prompt, stop=[], max_tokens=4, sampling=sampling)
+        pair.freeze(KILLED)
+        try:
+            frozen_at = time.monotonic()
+            held = [asyncio.create_task(backend.generate(prompt, stop=[], max_tokens=4,
+                                                         sampling=sampling))
+                    for _ in range(2)]
+            await asyncio.sleep(frozen_s)
+            async with httpx.AsyncClient(timeout=5) as client:
+                health = (await client.get(f"{url}/health")).status_code
+            assert health == 200 and backend.outage.is_open
+            assert not any(task.done() for task in held)
+        finally:
+            pair.thaw(KILLED)
+        after = await asyncio.gather(*held)
+        took = time.monotonic() - frozen_at
+    finally:
+        await backend.aclose()
+    assert before.token_ids and all(g.token_ids for g in after)  # they were answered
+    messages = [r.getMessage() for r in caplog.records if r.name == "agentmath.backends.outage"]
+    opened = [m for m in messages if "is unreachable" in m]
+    resumed = [m for m in messages if "answers again after" in m]
+    assert len(opened) == 1 and len(resumed) == 1, messages
+    assert "1-token completion got no answer" in opened[0], opened[0]
+    assert frozen_s - 3.5 <= waited_s(resumed[0]) and took >= frozen_s
+    print(f"\nengine frozen {frozen_s:g} s behind a live /health: {opened[0]}; {resumed[0]}; "
+          f"held requests done {took:.1f} s after the freeze")
