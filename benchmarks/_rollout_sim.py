@@ -31,6 +31,7 @@ from agentmath.rollout.records import GroupRequest
 from agentmath.rollout.scheduler import RolloutEngine
 from agentmath.sim.costs import ServerCostModel
 from agentmath.sim.fleet import build_fleet
+from agentmath.sim.ideal import servers_for_step, step_regime
 from agentmath.sim.placement import PinnedPlacement
 from agentmath.sim.sandbox import SandboxModel
 from agentmath.sim.workload import LogNormal, Workload
@@ -227,6 +228,10 @@ def simulate(variant: Variant, workload: Workload, cost: ServerCostModel,
             "wall_s": time.perf_counter() - wall}
 
 
+#: The slow end of the paper's ``+router`` row (750-900 s per RL step, its fleet not stated).
+PAPER_ROUTER_S_PER_STEP = 900.0
+
+
 def replace_ns(ns: argparse.Namespace, **changes: Any) -> argparse.Namespace:
     """A copy of ``ns`` with some options changed."""
     return argparse.Namespace(**{**vars(ns), **changes})
@@ -268,12 +273,21 @@ def run_sim(ns: argparse.Namespace) -> dict[str, Any]:
         row["vs_ideal"] = row["makespan_s"] / row["ideal_makespan_s"]
     ideal = rows[0]["ideal_makespan_s"]
     pauses = (rows[0]["iterations"] - 1) * ns.sync_s
+    regime = step_regime(workload, ns.servers, cost, ns.batch_groups)
+    need = servers_for_step(workload, cost, ns.batch_groups, PAPER_ROUTER_S_PER_STEP)
+    notes = [f"a step's work bound {regime.work_s:,.0f} s, its longest episode alone "
+             f"{regime.longest_episode_s:,.0f} s (tail ratio {regime.tail_ratio:.2f}), "
+             f"lockstep bound {regime.lockstep_s:,.0f} s on any fleet; the paper's "
+             f"{PAPER_ROUTER_S_PER_STEP:.0f} s per step needs >= {need:.1f} servers"]
     return {"workload": asdict(replace(workload)), "servers": ns.servers,
             "cost_model": asdict(cost), "batch_groups": ns.batch_groups,
             "sync_s": ns.sync_s, "kv_fraction": ns.kv_fraction, "stale_kv": ns.stale_kv,
             "warmup": ns.warmup, "sync_placement": ns.sync_placement,
             "router_options": ns.router_option, "ideal_makespan_s": ideal,
-            "ideal_plus_weight_updates_s": ideal + pauses, "rows": rows}
+            "ideal_plus_weight_updates_s": ideal + pauses, "rows": rows,
+            "regime": {**asdict(regime), "tail_ratio": regime.tail_ratio,
+                       # the paper's fastest row (750-900 s per step) needs this fleet at least
+                       "servers_for_900_s_per_step": need}, "notes": notes}
 
 
 def replay(real: dict[str, Any]) -> dict[str, Any]:
