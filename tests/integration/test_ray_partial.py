@@ -32,9 +32,12 @@ from agentmath.rollout.scheduler import RolloutEngine
 from agentmath.sandbox.factory import open_sandbox
 from agentmath.seeding import derive_seed
 from tests.fixtures.fault_server import _QuietServer
+from tests.fixtures.logs import why_not_captured
 from tests.fixtures.outage_server import _with_health
 from tests.fixtures.ray_cluster import local_cluster
 from tests.fixtures.script_server import ScriptServer
+
+PARTIAL_LOG = "agentmath.distributed.partial"  # where "lost its worker" is logged
 
 pytestmark = [pytest.mark.integration, pytest.mark.ray]
 
@@ -149,7 +152,7 @@ def test_partial_rollout_on_ray_survives_a_node_removed_while_episodes_are_parke
     with local_cluster(3) as cluster, caplog.at_level(logging.INFO, "agentmath.distributed"):
         results, removed = asyncio.run(ray_run(model_url, cluster))
     assert removed, "no worker node held parked episodes after any iteration"
-    assert "lost its worker" in caplog.text
+    assert "lost its worker" in caplog.text, why_not_captured(caplog, PARTIAL_LOG)
     assert "continues on another worker" in caplog.text
     got = samples(results)
     assert len(got) == GROUPS * SAMPLES and got == samples(reference)
@@ -216,6 +219,7 @@ def test_rl_on_ray_with_segment_budgets_loses_a_node_between_steps(
     assert result.steps == 3 and [r.step for r in rows] == [1, 2, 3]
     assert sum(r.parked for r in rows) > 0, rows
     assert any(len(r.extra.sample_versions) > 1 for r in rows), rows
-    assert "lost its worker" in caplog.text  # segments placed on the removed node failed
+    # segments placed on the removed node failed
+    assert "lost its worker" in caplog.text, why_not_captured(caplog, PARTIAL_LOG)
     print("\n" + "; ".join(f"step {r.step}: versions {r.extra.sample_versions}, "
                            f"parked {r.parked}" for r in rows))
