@@ -124,10 +124,10 @@ def ideal_makespan(workload: Workload, servers: int, cost: ServerCostModel,
 class StepRegime:
     """What bounds one RL step of ``batch_groups`` groups on a fleet: the work of an average
     batch spread over the servers (``work_s``, the work bound of :func:`ideal_makespan` per
-    batch) against the longest episode run alone (``longest_episode_s``, its critical path),
-    which an iteration barrier waits for whatever the fleet; and ``lockstep_s``, the critical
-    path of a batch run in lockstep (:func:`lockstep_bound`, averaged over the batches), which
-    no fleet brings a ``sync`` step under."""
+    batch) against a batch's longest episode at its fastest (``longest_episode_s``, decoding
+    alone: :func:`turn_seconds`), which an iteration barrier waits for whatever the fleet; and
+    ``lockstep_s``, the critical path of a batch run in lockstep (:func:`lockstep_bound`),
+    which no fleet brings a ``sync`` step under; both averaged over the workload's batches."""
 
     servers: int
     batch_groups: int
@@ -162,25 +162,32 @@ def lockstep_bound(workload: Workload, cost: ServerCostModel, groups: range) -> 
     number of servers: each round lasts at least its slowest turn (:func:`turn_seconds`), so
     the batch takes at least the sum over rounds of the slowest turn of the episodes still
     running. With a long tail of turn lengths this is several times the longest episode."""
+    return _batch_bounds(workload, cost, groups)[0]
+
+
+def _batch_bounds(workload: Workload, cost: ServerCostModel,
+                  groups: range) -> tuple[float, float]:
+    """(lockstep bound, longest episode at its fastest) of a batch of ``groups``."""
     turns = [turn_seconds(workload.script(g, s), cost)
              for g in groups for s in range(workload.group_size)]
     rounds = max((len(t) for t in turns), default=0)
-    return sum(max(t[r] for t in turns if len(t) > r) for r in range(rounds))
+    lockstep = sum(max(t[r] for t in turns if len(t) > r) for r in range(rounds))
+    return lockstep, max((sum(t) for t in turns), default=0.0)
 
 
 def step_regime(workload: Workload, servers: int, cost: ServerCostModel,
                 batch_groups: int) -> StepRegime:
     """The :class:`StepRegime` of ``workload`` in steps of ``batch_groups`` groups on
-    ``servers`` servers (the work of its average batch; its longest episode; the lockstep
-    bound averaged over its whole batches)."""
+    ``servers`` servers: the work of its average batch; the longest episode of a batch and
+    the lockstep bound, each at its fastest (:func:`turn_seconds`) and averaged over the
+    workload's whole batches."""
     ideal = ideal_makespan(workload, servers, cost)
     share = batch_groups / workload.n_groups
     batches = max(1, workload.n_groups // batch_groups)
-    lockstep = sum(lockstep_bound(workload, cost, range(b * batch_groups,
-                                                        (b + 1) * batch_groups))
-                   for b in range(batches)) / batches
-    return StepRegime(servers, batch_groups, ideal.work_s * share, ideal.critical_path_s,
-                      lockstep)
+    bounds = [_batch_bounds(workload, cost, range(b * batch_groups, (b + 1) * batch_groups))
+              for b in range(batches)]
+    return StepRegime(servers, batch_groups, ideal.work_s * share,
+                      sum(b[1] for b in bounds) / batches, sum(b[0] for b in bounds) / batches)
 
 
 def servers_for_step(workload: Workload, cost: ServerCostModel, batch_groups: int,
