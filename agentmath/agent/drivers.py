@@ -10,7 +10,7 @@ answers, parking):
 * :class:`ChatDriver`: native tool calling over ``/v1/chat/completions`` (a backend with a
   ``chat`` method). The server renders the conversation through its chat template at every
   turn, so this is *not* token-exact: segments carry the ids the server reports where it does,
-  and ``meta["token_exact"]`` is False. Use a text format for training data.
+  and the trajectory's ``token_exact`` is False. Use a text format for training data.
 """
 
 from __future__ import annotations
@@ -136,7 +136,7 @@ class TextDriver:
             raise BackendError(f"render_prompt failed: {failure(exc)}") from exc
         self._add(Segment("prompt", "".join(f"[{m['role']}] {m['content']}\n" for m in messages),
                           list(prompt_ids)))
-        ep.trajectory.meta["messages"] = messages
+        ep.trajectory.messages = messages
 
     async def model_turn(self, max_tokens: int, deadline: float) -> ModelTurn | str:
         """One generate call continuing the context (and the open turn, if any)."""
@@ -181,7 +181,11 @@ class TextDriver:
 
 
 class ChatDriver:
-    """Native tool calling over a backend's ``chat`` (``/v1/chat/completions`` + ``tools``)."""
+    """Native tool calling over a backend's ``chat`` (``/v1/chat/completions`` + ``tools``).
+
+    ``messages`` is the conversation it sends, its working state, extended turn by turn. The
+    trajectory's ``messages`` is that same list: the episode's only record of its conversation,
+    which a parked episode's new driver takes back on another worker (``Episode.restore``)."""
 
     can_cut = False  # a chat turn cannot be continued from its ids: segments end between turns
 
@@ -206,7 +210,8 @@ class ChatDriver:
                                        ep.config.system_prompt or CHAT_SYSTEM_PROMPT, ep.few_shot)
         ep.trajectory.segments.append(
             Segment("prompt", json.dumps(self.messages, ensure_ascii=False), []))
-        ep.trajectory.meta.update(messages=self.messages, token_exact=False)  # the live list
+        # the live list: the trajectory's record of the conversation is the one sent
+        ep.trajectory.messages, ep.trajectory.token_exact = self.messages, False
 
     async def model_turn(self, max_tokens: int, deadline: float) -> ModelTurn | str:
         """One assistant message; its tool calls become the turn's calls."""

@@ -53,7 +53,7 @@ _ids = itertools.count()
 @dataclasses.dataclass(slots=True)
 class Progress:
     """What a started episode has done, enough to continue it elsewhere: its trajectory so far
-    (every token id, the chat messages in ``meta``), its budgets and counters, the cells its
+    (every token id, its chat messages), its budgets and counters, the cells its
     session holds (replayed in a new session before the next snippet) and the calls of a
     finished turn not yet run. Picklable (sent between Ray workers)."""
 
@@ -222,7 +222,7 @@ class Episode:
         if isinstance(self.driver, TextDriver):
             self.driver.context = self.trajectory.token_ids
         else:
-            self.driver.messages = self.trajectory.meta.get("messages", [])
+            self.driver.messages = self.trajectory.messages
             self.driver.context = progress.context_tokens
 
     def snapshot(self) -> dict[str, Any]:
@@ -371,10 +371,10 @@ class Episode:
         traj.answer = _extract(traj.model_text)
         traj.duration_ms = self.active_s * 1000.0
         if self.advances > 1 or self.replays:
-            traj.meta["segments"] = self.advances
-            traj.meta["session_replays"] = self.replays
+            traj.advances = self.advances
+            traj.session_replays = self.replays
         self.status = "finished"
         try:
             await self.close()
         except (SandboxError, OSError) as exc:  # closing must not undo a finished episode
-            traj.meta["session_close_error"] = f"{type(exc).__name__}: {exc}"
+            traj.session_close_error = f"{type(exc).__name__}: {exc}"

@@ -7,11 +7,14 @@ a loss mask that is 1 on model tokens and 0 on prompt and tool tokens. It round-
 JSON without loss.
 
 What later stages read back is typed: the problem id and sample index the engine ran it as,
-the sampling settings it was generated with, and its grade (set by whoever grades it: the RL
-reward caches it there). ``meta`` is for free-form extras only (format, budgets, the chat
-messages, node names, reward errors). Trajectories written before these fields existed kept
-them in ``meta`` (``problem_id``, ``sample_index``, ``sampling``, ``correct``/``extracted``);
-:meth:`Trajectory.from_dict` reads them from there.
+the sampling settings it was generated with, its grade (set by whoever grades it: the RL
+reward caches it there), and the facts of its execution (see :class:`Trajectory`: the chat
+messages, whether it is token-exact, the segments it ran in, its session replays and close
+error, the Ray node it ran on, the reward errors). ``meta`` is for free-form extras only
+(format, backend, budgets, and whatever the caller passed). Trajectories written before these
+fields existed kept them in ``meta`` (``problem_id``, ``sample_index``, ``sampling``,
+``correct``/``extracted``, and the execution facts under their old keys, ``segments`` for
+:attr:`Trajectory.advances`); :meth:`Trajectory.from_dict` reads them from there.
 """
 
 from __future__ import annotations
@@ -77,9 +80,40 @@ class Segment:
         return cls(**data)
 
 
+#: The fields older trajectories kept in ``meta``: meta key -> field (the grade aside).
+_OLD_META_FIELDS = {"problem_id": "problem_id", "sample_index": "sample_index",
+                    "sampling": "sampling", "messages": "messages", "token_exact": "token_exact",
+                    "segments": "advances", "session_replays": "session_replays",
+                    "session_close_error": "session_close_error", "ray_node": "ray_node",
+                    "reward_errors": "reward_errors"}
+
+
 @dataclass(slots=True)
 class Trajectory:
-    """One episode of the agent loop."""
+    """One episode of the agent loop.
+
+    Besides its segments and outcome, the facts of its execution, each with one writer:
+
+    * ``messages``: the chat messages of the episode, written by its driver when it starts.
+      A text format's are the messages its prompt was rendered from; native chat's are the
+      whole conversation, the very list the chat driver sends and extends turn by turn. That
+      list is the driver's working state, yet it is a field here, not the driver's alone:
+      it is the only record of the conversation as it was sent (roles, tool calls and their
+      ids, which the segments' texts do not keep), it is what ``samples.jsonl`` keeps of it,
+      and it goes with the trajectory to another worker when a parked episode moves
+      (:meth:`~agentmath.agent.episode.Episode.restore` hands it to the new driver there).
+    * ``token_exact``: False when the ids are not the exact context the model conditioned
+      on (native chat: the server renders the conversation itself); written by the chat
+      driver.
+    * ``advances``: the segments it ran in (calls of ``Episode.advance``; more than 1 only
+      under partial rollout's segment budgets) and ``session_replays``: the times a lost
+      sandbox session was rebuilt by replaying its cells; written by the episode when it
+      finishes (as set before: both only when it ran in segments or replayed).
+    * ``session_close_error``: why closing its sandbox session after it finished failed.
+    * ``ray_node``: the Ray node it ran on, written by the rollout worker.
+    * ``reward_errors``: the failures of user reward terms (each counted 0), written by the
+      RL reward model.
+    """
 
     problem: str
     segments: list[Segment] = field(default_factory=list)
@@ -92,6 +126,13 @@ class Trajectory:
     sample_index: int | None = None
     sampling: SamplingParams | None = None
     grade: Grade | None = None
+    messages: list[dict[str, Any]] = field(default_factory=list)
+    token_exact: bool = True
+    advances: int = 1
+    session_replays: int = 0
+    session_close_error: str | None = None
+    ray_node: str | None = None
+    reward_errors: list[str] = field(default_factory=list)
 
     # ------------------------------------------------------------------ token views
     @property
@@ -164,7 +205,8 @@ class Trajectory:
 
     # ------------------------------------------------------------------ serialisation
     def to_dict(self) -> dict[str, Any]:
-        """The JSON form; the typed fields are written only when set (``grade`` is rarely)."""
+        """The JSON form; the typed fields are written only when set (``grade`` is rarely)
+        or, for the execution facts, when not their default."""
         data: dict[str, Any] = {
             "problem": self.problem,
             "segments": [s.to_dict() for s in self.segments],
@@ -182,6 +224,20 @@ class Trajectory:
             data["sampling"] = asdict(self.sampling)
         if self.grade is not None:
             data["grade"] = self.grade.to_dict()
+        if self.messages:
+            data["messages"] = self.messages
+        if not self.token_exact:
+            data["token_exact"] = False
+        if self.advances != 1:
+            data["advances"] = self.advances
+        if self.session_replays:
+            data["session_replays"] = self.session_replays
+        if self.session_close_error is not None:
+            data["session_close_error"] = self.session_close_error
+        if self.ray_node is not None:
+            data["ray_node"] = self.ray_node
+        if self.reward_errors:
+            data["reward_errors"] = self.reward_errors
         return data
 
     def to_json(self) -> str:
@@ -190,13 +246,14 @@ class Trajectory:
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Trajectory:
         """Inverse of :meth:`to_dict`; also reads the older form that kept the problem id,
-        sample index, sampling settings and RL's cached grade in ``meta``."""
+        sample index, sampling settings, RL's cached grade and the execution facts in
+        ``meta``."""
         data = dict(data)
         meta = dict(data.get("meta") or {})
         data["segments"] = [Segment.from_dict(s) for s in data.get("segments", [])]
-        for key in ("problem_id", "sample_index", "sampling"):
-            if key not in data and key in meta:
-                data[key] = meta.pop(key)
+        for key, name in _OLD_META_FIELDS.items():
+            if name not in data and key in meta:
+                data[name] = meta.pop(key)
         if isinstance(data.get("sampling"), dict):
             data["sampling"] = SamplingParams(**data["sampling"])
         if isinstance(data.get("grade"), dict):

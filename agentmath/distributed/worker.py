@@ -7,7 +7,7 @@ router over several), the sandbox (a local pool on the node, or the sandbox serv
 :class:`~agentmath.rollout.scheduler.RolloutEngine` over them; each call then runs one sample
 to its end with the sampling the driver chose, and returns the finished
 :class:`~agentmath.rollout.records.Sample` (its trajectory holds every token and tool result;
-``meta["ray_node"]`` names the node it ran on).
+``ray_node`` names the node it ran on).
 
 Partial rollout (:mod:`agentmath.distributed.partial`) calls ``advance`` instead: one segment
 of an episode under the segment budgets of a :class:`SegmentOrder`. An episode that parks
@@ -165,7 +165,7 @@ class RolloutWorker:
         sample = await engine.run_sample(request, index, sampling)
         # where it ran: for the user reading a cluster run's samples (and a test that must
         # remove a node known to be running episodes)
-        sample.trajectory.meta["ray_node"] = self._node_id
+        sample.trajectory.ray_node = self._node_id
         return sample
 
     async def advance(self, order: SegmentOrder, policy: EpisodePolicy) -> SegmentOutcome:
@@ -186,7 +186,7 @@ class RolloutWorker:
             await self._spare_sessions(engine)
             return SegmentOutcome(progress=episode.progress())
         sample = Sample(order.request.group_id, order.index, episode.trajectory, order.restarts)
-        sample.trajectory.meta["ray_node"] = self._node_id
+        sample.trajectory.ray_node = self._node_id
         return SegmentOutcome(sample=sample)
 
     async def _spare_sessions(self, engine: Any) -> None:

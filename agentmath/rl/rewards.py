@@ -23,7 +23,7 @@ Built-ins (``n`` is the number of tool calls; sources in each function's docstri
     tool_error       -(failed tool calls / tool calls), in [-1, 0]
 
 A user reward that raises (or returns no finite number) does not stop training: its term counts
-0.0, and the error is appended to ``trajectory.meta["reward_errors"]`` and logged. No torch.
+0.0, and the error is appended to ``trajectory.reward_errors`` and logged. No torch.
 """
 
 from __future__ import annotations
@@ -351,7 +351,7 @@ class RewardBreakdown:
 
 
 def _reward_error(trajectory: Trajectory, key: str, text: str) -> float:
-    trajectory.meta.setdefault("reward_errors", []).append(f"{key}: {text}")
+    trajectory.reward_errors.append(f"{key}: {text}")
     log.warning("reward %s failed (the term counts 0): %s", key, text)
     return 0.0
 

@@ -62,7 +62,7 @@ async def test_chat_episode_runs_native_tool_calls_with_state(pool):
     tool_msgs = [m for m in last if m["role"] == "tool"]
     assert [m["tool_call_id"] for m in tool_msgs] == ["c1", "c2", "c3"]
     assert "42" in tool_msgs[0]["content"]
-    assert traj.meta["token_exact"] is False
+    assert traj.token_exact is False
 
 
 async def test_chat_episode_backend_failure_is_data(pool):
@@ -100,7 +100,7 @@ async def test_chat_episode_through_vllm_hermes_parser(vllm_server, pool):
         assert traj.finish_reason != "error", traj.error
         assert traj.tool_calls, traj.model_text
         assert all(call.result.ok for call in traj.tool_calls), traj.tool_calls
-        tool_msgs = [m for m in traj.meta["messages"] if m["role"] == "tool"]
+        tool_msgs = [m for m in traj.messages if m["role"] == "tool"]
         assert [m["content"].strip() for m in tool_msgs] == \
             [c.result.stdout.strip() for c in traj.tool_calls]
     assert any(len(t.tool_calls) >= 2 for t in trajs)  # the conversation went on after a result

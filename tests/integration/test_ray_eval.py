@@ -58,7 +58,7 @@ def test_ray_eval_gives_the_local_samples(cluster: Any, vllm_server: str,
     got = outputs(out)
     assert len(got) == 18 and got == outputs(reference)
     assert sum(src == "tool" for segs in got.values() for src, _ in segs) > 0
-    nodes = {r["trajectory"]["meta"]["ray_node"] for r in lines(out / "samples.jsonl")}
+    nodes = {r["trajectory"]["ray_node"] for r in lines(out / "samples.jsonl")}
     assert nodes <= {n.node_id for n in cluster.list_all_nodes()}, nodes
     config = json.loads((out / "config.json").read_text())
     assert config["ray"]["address"] == cluster.address
@@ -95,7 +95,7 @@ def _busy_worker_node(proc: subprocess.Popen[Any], cluster: Any, path: Path,
         if path.exists():
             for line in path.read_text().splitlines():
                 record = json.loads(line) if line.endswith("}") else {}
-                node = record.get("trajectory", {}).get("meta", {}).get("ray_node")
+                node = record.get("trajectory", {}).get("ray_node")
                 if node in workers:
                     return workers[node]
         _alive(proc)

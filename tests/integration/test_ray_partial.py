@@ -160,21 +160,21 @@ def test_partial_rollout_on_ray_survives_a_node_removed_while_episodes_are_parke
     assert all(t.finish_reason in ("answered", "eos") for t in trajectories)
     assert all("lost my place" not in t.completion_text for t in trajectories)
     assert all("Error" not in t.completion_text for t in trajectories)  # no NameError
-    assert max(t.meta.get("segments", 1) for t in trajectories) > 2
+    assert max(t.advances for t in trajectories) > 2
     if removed["cells"]:  # cells had run there: replayed in a new session elsewhere
-        assert sum(t.meta.get("session_replays", 0) for t in trajectories) > 0
+        assert sum(t.session_replays for t in trajectories) > 0
     for t in trajectories:  # the staleness bound (1): no sample spans more than 2 versions
         versions = t.policy_versions
         assert versions[-1] - versions[0] <= ROLLOUT.max_staleness
     stats = [r.stats for r in results]
     assert sum(s.parked for s in stats) > 0 and sum(s.resumed for s in stats) > 0
-    survivors = {s.trajectory.meta["ray_node"] for r in results[removed["version"] + 1:]
+    survivors = {s.trajectory.ray_node for r in results[removed["version"] + 1:]
                  for g in r.groups for s in g.samples}
     assert removed["node"] not in survivors
     print(f"\nremoved node after iteration {removed['version']} holding "
           f"{removed['episodes']} parked episodes ({removed['cells']} cells); "
           f"{len(results)} iterations, regenerated {sum(s.regenerated for s in stats)}, "
-          f"replays {sum(t.meta.get('session_replays', 0) for t in trajectories)}")
+          f"replays {sum(t.session_replays for t in trajectories)}")
 
 
 @pytest.mark.timeout(900)  # the trainer's start (torch, the tiny model) is slow on 2 cores

@@ -105,7 +105,7 @@ async def test_sandbox_state_survives_parking_and_a_lost_session_is_replayed(poo
     traj = episode.trajectory
     last = traj.tool_calls[-1].result
     assert last.stdout == "43\n" and not last.error and not last.state_lost, last
-    assert traj.meta["session_replays"] == 1 and traj.answer == "43"
+    assert traj.session_replays == 1 and traj.answer == "43"
 
 
 # ----------------------------------------------------------------------- eval on two servers

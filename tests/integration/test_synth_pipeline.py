@@ -133,7 +133,7 @@ async def test_records_replay_through_the_agent_loop(pool: SandboxPool, name: st
     turns = [p["text"] for p in outcome.record["completion"] if p["train"]]
     traj = await run_episode(task.problem, ScriptedBackend(turns), fmt, pool,
                              LoopConfig(max_output_chars=4000))
-    assert traj.meta["messages"] == outcome.record["messages"]
+    assert traj.messages == outcome.record["messages"]
     assert traj.completion_text == "".join(p["text"] for p in outcome.record["completion"])
     assert traj.finish_reason == "answered" and traj.answer == task.answer
 

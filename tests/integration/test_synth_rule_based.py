@@ -166,7 +166,7 @@ async def test_agent_loop_replays_the_completion_exactly(name: str, pool: Sandbo
         turns = [p["text"] for p in record["completion"] if p["train"]]
         traj = await run_episode(problem.problem, ScriptedBackend(turns), fmt, pool,
                                  LoopConfig())
-        assert traj.meta["messages"] == record["messages"]
+        assert traj.messages == record["messages"]
         assert traj.completion_text == _joined(record)
         sources = [s.source for s in traj.segments if s.source != "prompt"]
         assert sources == ["model" if p["train"] else "tool" for p in record["completion"]]

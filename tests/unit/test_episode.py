@@ -52,7 +52,7 @@ async def test_parked_episode_equals_unparked(segment: int) -> None:
     assert (b.finish_reason, b.answer) == (a.finish_reason, a.answer) == ("answered", "42")
     assert cut.model_used == whole.model_used == a.model_tokens
     if segment < 40:
-        assert cut.advances > 1 and b.meta["segments"] == cut.advances
+        assert cut.advances > 1 and b.advances == cut.advances
 
 
 async def test_stop_string_split_by_a_cut_is_not_run_past() -> None:
@@ -102,7 +102,7 @@ async def test_lost_session_is_rebuilt_by_replaying_cells() -> None:
     traj = episode.trajectory
     assert [s.result.stdout for s in traj.tool_calls] == ["41\n", "42\n"]
     assert len(sandbox.sessions) == 2 and sandbox.sessions[1].ran[0] == "x = 41\nprint(x)"
-    assert traj.meta["session_replays"] == 1 and episode.replays == 1
+    assert traj.session_replays == 1 and episode.replays == 1
 
 
 async def test_closing_a_parked_episode_releases_its_session_and_it_can_resume() -> None:
@@ -135,7 +135,7 @@ async def test_bad_segment_budget_is_a_clear_error() -> None:
 async def test_run_episode_is_the_one_shot_episode() -> None:
     traj = await run_episode("q", ScriptedBackend(TURNS), FMT, FakeSandbox())
     assert traj.token_ids == (await _unparked()).trajectory.token_ids
-    assert "segments" not in traj.meta
+    assert traj.advances == 1 and "advances" not in traj.to_dict()
 
 
 class _ChatBackend:
@@ -166,4 +166,41 @@ async def test_chat_episode_honours_max_total_tokens() -> None:
     assert traj.finish_reason == "token_budget"
     # contexts of 130, 150 then 170 tokens: the third turn may only use the 10 left
     assert backend.calls == 3 and backend.max_tokens[-1] == 10
-    assert traj.meta["token_exact"] is False
+    assert traj.token_exact is False
+
+
+class _AnsweringChat:
+    """One tool call, then the answer; records the roles of every conversation sent."""
+
+    name = "chat"
+
+    def __init__(self) -> None:
+        self.sent: list[list[str]] = []
+
+    async def chat(self, messages, *, tools, max_tokens, sampling, **extra):  # noqa: ANN001
+        self.sent.append([m["role"] for m in messages])
+        usage = {"prompt_tokens": 20 * len(self.sent), "completion_tokens": 10}
+        if len(self.sent) == 1:
+            call = {"id": "c1", "type": "function",
+                    "function": {"name": "python", "arguments": '{"code": "print(42)"}'}}
+            return {"role": "assistant", "content": "", "tool_calls": [call],
+                    "finish_reason": "tool_calls", "token_ids": [1] * 10, "usage": usage}
+        return {"role": "assistant", "content": "\\boxed{42}", "finish_reason": "stop",
+                "token_ids": [2] * 10, "usage": usage}
+
+
+async def test_a_parked_chat_episode_moves_with_its_messages() -> None:
+    """A chat episode restored elsewhere takes its conversation from the trajectory's
+    ``messages`` field and goes on sending it."""
+    backend, fmt = _AnsweringChat(), get_format("openai_tools")
+    first = Episode("q", backend, fmt, FakeSandbox(), chat=True)
+    assert not await first.advance(max_turns=1)
+    moved = Episode("q", backend, fmt, FakeSandbox(), chat=True)
+    moved.restore(first.progress())
+    assert moved.driver.messages is moved.trajectory.messages  # the live list, shared
+    assert await moved.advance()
+    traj = moved.trajectory
+    assert backend.sent[-1] == ["system", "user", "assistant", "tool"]
+    assert [m["role"] for m in traj.messages] == backend.sent[-1]
+    assert (traj.answer, traj.token_exact, traj.advances) == ("42", False, 2)
+    assert "messages" not in traj.meta and "token_exact" not in traj.meta

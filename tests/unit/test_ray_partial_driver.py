@@ -160,8 +160,8 @@ async def test_segments_park_on_their_workers_and_give_the_local_samples() -> No
         assert all(max(s.policy_versions) <= r.version for g in r.groups for s in g.samples)
     done = [s.trajectory for r in results for g in r.groups for s in g.samples]
     assert all("NameError" not in t.completion_text for t in done)
-    assert sum(t.meta.get("segments", 1) > 1 for t in done) > 0
-    assert sum(t.meta.get("session_replays", 0) for t in done) == 0  # sessions kept alive
+    assert sum(t.advances > 1 for t in done) > 0
+    assert sum(t.session_replays for t in done) == 0  # sessions kept alive
     for slot in engine.slots:  # every parked session closed; every worker took segments
         assert slot.actor.sandbox.open == 0 and slot.actor.worker._parked == {}
         assert slot.actor.segments > 0
@@ -200,7 +200,7 @@ async def test_a_worker_lost_while_episodes_are_parked_on_it(
     assert killed and "lost its worker" in caplog.text
     assert "continues on another worker" in caplog.text
     assert samples(results) == samples(reference)
-    replays = [s.trajectory.meta.get("session_replays", 0)
+    replays = [s.trajectory.session_replays
                for r in results for g in r.groups for s in g.samples]
     assert (sum(replays) > 0) == bool(cells)  # cells ran there: replayed in a new session
     assert [s.dead for s in engine.slots].count(True) == 1
@@ -295,7 +295,7 @@ async def test_an_iteration_whose_episodes_all_outlast_a_segment_ends_on_ray() -
     assert sum(len(r.groups) for r in results) >= 6
     done = [s.trajectory for r in results for g in r.groups for s in g.samples]
     assert all("NameError" not in t.completion_text for t in done)
-    assert all(t.meta.get("segments", 1) > 1 for t in done)
+    assert all(t.advances > 1 for t in done)
     await iterations.aclose()
     for slot in engine.slots:
         assert slot.actor.sandbox.open == 0 and slot.actor.sandbox.waiting == 0
@@ -319,7 +319,7 @@ async def test_parked_episodes_never_hold_every_session_of_a_worker() -> None:
         assert engine.slots[0].actor.sandbox.open <= 4
     done = [s.trajectory for g in groups for s in g.samples]
     assert done and all("NameError" not in t.completion_text for t in done)
-    assert sum(t.meta.get("session_replays", 0) for t in done) > 0
+    assert sum(t.session_replays for t in done) > 0
     await iterations.aclose()
     assert engine.slots[0].actor.sandbox.open == 0
 
@@ -378,7 +378,7 @@ async def test_progress_restored_in_another_episode_continues_it_exactly(
     assert moved.config == LoopConfig()  # the episode's budgets, not the new worker's
     assert await moved.advance()
     assert moved.trajectory.token_ids == whole.trajectory.token_ids
-    assert moved.trajectory.meta["session_replays"] == 1
+    assert moved.trajectory.session_replays == 1
     assert elsewhere.sessions[0].ran[0] == "x = 41"  # replayed before the next cell
     with pytest.raises(ValueError, match="only a new episode"):
         moved.restore(parked.progress())

@@ -233,7 +233,7 @@ def test_raising_user_reward_is_recorded_not_raised(caplog: pytest.LogCaptureFix
         got = model.score(TASK, t)
     assert got.terms == {"accuracy": 1.0, "raising_reward": 0.0, "nan_reward": 0.0}
     assert got.total == 1.0
-    errors = t.meta["reward_errors"]
+    errors = t.reward_errors
     assert errors[0] == "raising_reward: RuntimeError: boom"
     assert errors[1].startswith("nan_reward: returned nan")
     assert "boom" in caplog.text

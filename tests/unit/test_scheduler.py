@@ -170,7 +170,7 @@ async def test_an_iteration_whose_episodes_all_outlast_a_segment_ends() -> None:
     done = [s.trajectory for r in results for g in r.groups for s in g.samples]
     assert all(g.complete for r in results for g in r.groups)
     assert all("NameError" not in t.completion_text for t in done)
-    assert all(t.meta.get("segments", 1) > 1 for t in done)
+    assert all(t.advances > 1 for t in done)
     await run.aclose()
     assert sandbox.open == 0
 
@@ -194,7 +194,7 @@ async def test_parked_episodes_never_hold_every_session_of_the_sandbox(
     assert "max_parked_sessions 512 lowered to 4" in caplog.text
     done = [s.trajectory for g in groups for s in g.samples]
     assert done and all("NameError" not in t.completion_text for t in done)
-    assert sum(t.meta.get("session_replays", 0) for t in done) > 0
+    assert sum(t.session_replays for t in done) > 0
     await run.aclose()
     assert sandbox.open == 0
 

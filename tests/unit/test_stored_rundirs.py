@@ -1,5 +1,7 @@
 """A run directory written before the run records were typed (tests/fixtures/rundirs/eval_v1,
-by commit b97303d's code) still loads, scores and resumes under the current code."""
+by commit b97303d's code) still loads, scores and resumes under the current code; trajectories
+written before their execution facts were typed (tests/fixtures/rundirs/trajectories_v1.jsonl,
+by commit 790a290's code) read them as fields."""
 
 from __future__ import annotations
 
@@ -9,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from agentmath.agent.trajectory import Trajectory
 from agentmath.eval.metrics import compute_metrics
 from agentmath.eval.records import SampleRecord, iter_samples, read_samples
 from agentmath.eval.results import RunMetrics
@@ -17,6 +20,7 @@ from agentmath.grading import Verdict
 from agentmath.runs.files import METRICS_FILE, RETRIED_FILE, SAMPLES_FILE
 from agentmath.seeding import eval_sample_seed
 from tests.fixtures.rundirs.make_eval_run import RUN, FixtureBackend, config
+from tests.fixtures.rundirs.make_trajectories import OUT as OLD_TRAJECTORIES
 
 
 @pytest.fixture
@@ -42,6 +46,35 @@ def test_old_records_read_typed() -> None:
     assert traj.sampling is not None and traj.sampling.seed == eval_sample_seed(7, "a", 0)
     assert "sampling" not in traj.meta and traj.meta["format"] == "code_interpreter"
     assert traj.tool_calls[0].result is not None and traj.tool_calls[0].result.stdout == "42\n"
+    assert traj.messages[-1] == {"role": "user", "content": "What is 20+22?"}
+    assert set(traj.meta) == {"format", "backend", "budgets"}
+
+
+def test_old_trajectories_read_their_execution_facts_as_fields() -> None:
+    """Facts the old code kept in ``meta`` are fields; ``meta`` keeps only the free-form."""
+    stored = [json.loads(line) for line in OLD_TRAJECTORIES.read_text().splitlines()]
+    text, chat = (Trajectory.from_dict(d) for d in stored)
+    assert "messages" in stored[0]["meta"] and "messages" not in stored[0]  # the old form
+    assert (text.advances, text.session_replays) == (stored[0]["meta"]["segments"], 1) == (3, 1)
+    assert text.ray_node == "node-a" and text.session_close_error is None
+    assert text.reward_errors == ["raising_reward: RuntimeError: boom"]
+    assert text.token_exact and [m["role"] for m in text.messages] == ["system", "user"]
+    assert not chat.token_exact and chat.advances == 1 and chat.session_replays == 0
+    assert chat.session_close_error == "SandboxError: the session service is gone"
+    assert chat.ray_node is None and chat.reward_errors == []
+    assert [m["role"] for m in chat.messages] == ["system", "user", "assistant", "tool"]
+    for traj, old in ((text, stored[0]), (chat, stored[1])):
+        assert set(traj.meta) == {"format", "backend", "budgets"}
+        assert traj.meta["budgets"] == old["meta"]["budgets"]
+        new = traj.to_dict()  # the new form: the facts as top-level keys, meta free-form
+        assert new["meta"] == traj.meta and Trajectory.from_dict(new) == traj
+        assert new["segments"] == old["segments"]
+    assert {k: v for k, v in text.to_dict().items() if k not in stored[0]} == {
+        "messages": text.messages, "advances": 3, "session_replays": 1, "ray_node": "node-a",
+        "reward_errors": ["raising_reward: RuntimeError: boom"]}
+    assert {k: v for k, v in chat.to_dict().items() if k not in stored[1]} == {
+        "messages": chat.messages, "token_exact": False,
+        "session_close_error": "SandboxError: the session service is gone"}
 
 
 def test_a_record_round_trips_to_the_same_top_level_fields() -> None:
