@@ -9,6 +9,7 @@ from agentmath.agent import Episode, run_chat_episode, run_episode
 from agentmath.backends.scripted import ScriptedBackend
 from agentmath.config import LoopConfig
 from agentmath.formats import get_format
+from tests.fixtures.chat_backends import AnsweringChat
 from tests.fixtures.sandboxes import FakeSandbox
 
 FMT = get_format("code_interpreter")
@@ -169,30 +170,10 @@ async def test_chat_episode_honours_max_total_tokens() -> None:
     assert traj.token_exact is False
 
 
-class _AnsweringChat:
-    """One tool call, then the answer; records the roles of every conversation sent."""
-
-    name = "chat"
-
-    def __init__(self) -> None:
-        self.sent: list[list[str]] = []
-
-    async def chat(self, messages, *, tools, max_tokens, sampling, **extra):  # noqa: ANN001
-        self.sent.append([m["role"] for m in messages])
-        usage = {"prompt_tokens": 20 * len(self.sent), "completion_tokens": 10}
-        if len(self.sent) == 1:
-            call = {"id": "c1", "type": "function",
-                    "function": {"name": "python", "arguments": '{"code": "print(42)"}'}}
-            return {"role": "assistant", "content": "", "tool_calls": [call],
-                    "finish_reason": "tool_calls", "token_ids": [1] * 10, "usage": usage}
-        return {"role": "assistant", "content": "\\boxed{42}", "finish_reason": "stop",
-                "token_ids": [2] * 10, "usage": usage}
-
-
 async def test_a_parked_chat_episode_moves_with_its_messages() -> None:
     """A chat episode restored elsewhere takes its conversation from the trajectory's
     ``messages`` field and goes on sending it."""
-    backend, fmt = _AnsweringChat(), get_format("openai_tools")
+    backend, fmt = AnsweringChat(), get_format("openai_tools")
     first = Episode("q", backend, fmt, FakeSandbox(), chat=True)
     assert not await first.advance(max_turns=1)
     moved = Episode("q", backend, fmt, FakeSandbox(), chat=True)
