@@ -34,10 +34,12 @@ RL_DOWN_S = 10.0  # longer than RL's retries (4, backoff ~0.5 to 4 s) ride out o
 
 
 def records(out: Path) -> list[dict[str, Any]]:
+    """The sample records written so far (complete lines: the last may be half written while
+    the run goes on)."""
     path = out / "samples.jsonl"
     if not path.exists():
         return []
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    return [json.loads(line) for line in path.read_text().split("\n")[:-1] if line.strip()]
 
 
 async def kill_and_restart(server: StandIn, out: Path, timings: dict[str, float]) -> None:
