@@ -23,7 +23,7 @@ from agentmath.backends import build_backend
 from agentmath.config import EvalConfig
 from agentmath.eval.runner import backend_settings, run_eval
 from tests.fixtures.outage_server import StandIn, free_port
-from tests.fixtures.restart import run_through_a_restart
+from tests.fixtures.restart import records, run_through_a_restart
 
 pytestmark = pytest.mark.integration
 ROWS = [{"id": f"p{i}", "problem": f"What is {i} plus {i}?", "answer": str(2 * i)}
@@ -31,15 +31,6 @@ ROWS = [{"id": f"p{i}", "problem": f"What is {i} plus {i}?", "answer": str(2 * i
 DOWN_S = 4.0  # between the kill and the restart
 DELAY_S = 0.4  # per completion, so that requests are in flight when the server dies
 RL_DOWN_S = 10.0  # longer than RL's retries (4, backoff ~0.5 to 4 s) ride out on their own
-
-
-def records(out: Path) -> list[dict[str, Any]]:
-    """The sample records written so far (complete lines: the last may be half written while
-    the run goes on)."""
-    path = out / "samples.jsonl"
-    if not path.exists():
-        return []
-    return [json.loads(line) for line in path.read_text().split("\n")[:-1] if line.strip()]
 
 
 async def kill_and_restart(server: StandIn, out: Path, timings: dict[str, float]) -> None:

@@ -22,7 +22,6 @@ import sys
 import time
 from functools import partial
 from pathlib import Path
-from typing import Any
 
 import httpx
 import pytest
@@ -31,7 +30,7 @@ from agentmath.backends._replies import prometheus_sum
 from agentmath.backends.base import SamplingParams
 from agentmath.backends.openai import OpenAIBackend
 from tests.fixtures.models import held_out_problems
-from tests.fixtures.restart import run_through_a_restart
+from tests.fixtures.restart import records, run_through_a_restart
 from tests.fixtures.vllm_server import STARTUP_TIMEOUT_S, VllmPair
 
 pytestmark = [pytest.mark.vllm, pytest.mark.integration]
@@ -52,15 +51,6 @@ def killable(vllm_server_pair: VllmPair) -> VllmPair:
     between a kill and the end of the restart)."""
     vllm_server_pair.revive(KILLED)
     return vllm_server_pair
-
-
-def records(out: Path) -> list[dict[str, Any]]:
-    """The sample records written so far (complete lines: the last may be half written while
-    the run goes on)."""
-    path = out / "samples.jsonl"
-    if not path.exists():
-        return []
-    return [json.loads(line) for line in path.read_text().split("\n")[:-1] if line.strip()]
 
 
 def running(url: str) -> float:
