@@ -225,6 +225,10 @@ def simulate(variant: Variant, workload: Workload, cost: ServerCostModel,
                 totals["groups"] / workload.n_groups),
             "s_per_step": (report["sim_time_s"] - started[0]) / max(
                 1, totals["iterations"] - measure_after),
+            # tokens decoded per iteration over what an average batch needs: ~1 in a steady
+            # state; above 1, work is piling up parked (partial rows measured too early)
+            "decode_vs_batch_work": report["decode_tokens"] / max(1, totals["iterations"]) / (
+                report["ideal"]["decode_tokens"] * ns.batch_groups / workload.n_groups),
             "wall_s": time.perf_counter() - wall}
 
 

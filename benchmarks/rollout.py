@@ -64,9 +64,8 @@ def main(argv: list[str] | None = None) -> int:
     if ns.simulate:
         result = run_sim(ns)
         columns = ["name", "makespan_s", "s_per_step", "speedup_vs_sync", "vs_ideal",
-                   "prefix_hit_rate",
-                   "ideal_hit_rate", "imbalance", "idle_fraction", "prefill_tokens",
-                   "preemptions", "wall_s"]
+                   "prefix_hit_rate", "ideal_hit_rate", "decode_vs_batch_work", "imbalance",
+                   "idle_fraction", "prefill_tokens", "preemptions", "wall_s"]
         title = (f"simulated: {result['workload']['n_groups']} groups x "
                  f"{result['workload']['group_size']} on {result['servers']} servers; ideal "
                  f"makespan {result['ideal_makespan_s']:,.0f} s")
