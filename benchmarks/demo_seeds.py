@@ -2,6 +2,7 @@
 
     python benchmarks/demo_seeds.py                  # seeds 0 1 2, the demo's defaults
     python benchmarks/demo_seeds.py --seeds 0 1 2 3 --json
+    python benchmarks/demo_seeds.py --reuse          # seeds already run with these settings: read
 
 Runs the demo recipe (``agentmath demo``: data, code injection, two SFTs, headroom, two GRPO
 runs, four evaluations) once per seed, each into ``--out/seed-N``, and prints one row per seed
@@ -25,12 +26,40 @@ from _common import print_table
 GOAL_POINTS = 15.0
 
 
-def run_seed(seed: int, out: Path) -> dict:
+def run_seed(seed: int, out: Path, reuse: bool = False) -> dict:
+    """The demo's summary for ``seed``: run into ``out/seed-N``, or with ``reuse`` read from
+    there when a finished run of the same configuration is found."""
     from agentmath.recipes.demo import DemoConfig, run_demo
 
-    return run_demo(DemoConfig(seed=seed), out / f"seed-{seed}", None,
+    cfg = DemoConfig(seed=seed)
+    if reuse:
+        found = saved_summary(out / f"seed-{seed}", cfg.model_dump())
+        if found is not None:
+            print(f"[seed {seed}] reusing {out / f'seed-{seed}' / 'summary.json'}",
+                  file=sys.stderr, flush=True)
+            return found
+    return run_demo(cfg, out / f"seed-{seed}", None,
                     stage=lambda msg: print(f"[seed {seed}] {msg}", file=sys.stderr,
                                             flush=True)).to_dict()
+
+
+def saved_summary(folder: Path, config: dict) -> dict | None:
+    """``folder``'s summary.json when its run had ``config`` (every current setting equal;
+    a setting the saved run has and this version lacks is named and must not matter)."""
+    path = folder / "summary.json"
+    if not path.exists():
+        return None
+    summary = json.loads(path.read_text())
+    saved = summary.get("config", {})
+    differs = {k: (saved.get(k), v) for k, v in config.items() if saved.get(k) != v}
+    if differs:
+        print(f"{path}: not reused, settings differ (saved, now): {differs}", file=sys.stderr)
+        return None
+    extra = sorted(set(saved) - set(config))
+    if extra:
+        print(f"{path}: saved settings this version lacks: "
+              f"{ {k: saved[k] for k in extra} }", file=sys.stderr)
+    return summary
 
 
 def gain_row(summary: dict) -> dict:
@@ -54,8 +83,10 @@ def main() -> None:
     ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     ap.add_argument("--out", type=Path, default=Path("runs/bench-demo-seeds"))
     ap.add_argument("--json", action="store_true", help="print one JSON object")
+    ap.add_argument("--reuse", action="store_true",
+                    help="read a seed's finished run of the same settings instead of rerunning")
     args = ap.parse_args()
-    summaries = {seed: run_seed(seed, args.out) for seed in args.seeds}
+    summaries = {seed: run_seed(seed, args.out, args.reuse) for seed in args.seeds}
     gains = {seed: gain_row(s) for seed, s in summaries.items()}
     names = [r["model"] for r in next(iter(summaries.values()))["models"]]
     acc = {name: [100 * next(r["accuracy"] for r in s["models"] if r["model"] == name)

@@ -13,7 +13,8 @@ Read top to bottom; each stage is a call into the library:
    a solution, and only the code path gets 3-4 digit products right: a decision under
    uncertainty that the accuracy reward resolves (RL teaches *when* to use the tool). The
    greedy start (text, 0%) is far from the cliff at which a model learns to copy numbers into
-   code; its pass@k is not (0% at 650 SFT steps, 56-77% at the default 800: docs/demo.md);
+   code; its pass@k is not (seed 0: 0% at 650 SFT steps, 39% at 725, 77% at the default 800,
+   74% at 1,000: docs/demo.md);
 5. measure the start's headroom: greedy pass@1, and pass@k at the RL temperature, on held-out
    problems (RL sharpens what sampling can already sometimes do);
 6. agentic GRPO from the mixed model on the training problems (accuracy reward, void-turn
