@@ -58,7 +58,8 @@ def demo(
                                     help="Save the tool model as solve's default."),
     device: str = typer.Option("cpu", "--device", help=(
         "Where SFT, GRPO and evaluation run: cpu (the README's figures), cuda, cuda:N, auto.")),
-    bf16: bool = typer.Option(False, "--bf16", help="bfloat16 autocast in SFT and GRPO (GPU)."),
+    bf16: bool = typer.Option(False, "--bf16", help=(
+        "bfloat16 autocast in SFT and GRPO (a GPU, or a CPU with bf16 instructions).")),
     json_out: bool = JSON_OPTION,
 ) -> None:
     """Train a text-only and a tool-using tiny model with the same budget on synthetic

@@ -87,7 +87,8 @@ class DemoConfig(StrictModel):
         "Where SFT, GRPO and evaluation run: 'cpu' (the README's figures were measured "
         "there, one core per stage), 'cuda', 'cuda:N', or 'auto' (cuda when there is one)."))
     bf16: bool = Field(False, description=(
-        "bfloat16 autocast in SFT and GRPO (weights and optimizer stay fp32); for a GPU."))
+        "bfloat16 autocast in SFT and GRPO updates (weights and optimizer stay fp32; decoding "
+        "stays fp32); for a GPU, or a CPU with bf16 instructions (AVX512-BF16, AMX)."))
 
 
 Stage = Callable[[str], None]
