@@ -35,7 +35,7 @@ def run_seed(seed: int, out: Path, reuse: bool = False) -> dict:
     if reuse:
         found = saved_summary(out / f"seed-{seed}", cfg.model_dump())
         if found is not None:
-            print(f"[seed {seed}] reusing {out / f'seed-{seed}' / 'summary.json'}",
+            print(f"[seed {seed}] reusing the finished run in {out / f'seed-{seed}'}",
                   file=sys.stderr, flush=True)
             return found
     return run_demo(cfg, out / f"seed-{seed}", None,
@@ -44,22 +44,25 @@ def run_seed(seed: int, out: Path, reuse: bool = False) -> dict:
 
 
 def saved_summary(folder: Path, config: dict) -> dict | None:
-    """``folder``'s summary.json when its run had ``config`` (every current setting equal;
-    a setting the saved run has and this version lacks is named and must not matter)."""
-    path = folder / "summary.json"
-    if not path.exists():
+    """``folder``'s summary (read by ``DemoSummary.read``, its one reader) when its run had
+    ``config`` (every current setting equal; a setting the saved run has and this version
+    lacks is named and must not matter)."""
+    from agentmath.recipes.summary import SUMMARY_FILE, DemoSummary
+
+    if not (folder / SUMMARY_FILE).exists():
         return None
-    summary = json.loads(path.read_text())
-    saved = summary.get("config", {})
+    summary = DemoSummary.read(folder)
+    saved = summary.config
     differs = {k: (saved.get(k), v) for k, v in config.items() if saved.get(k) != v}
     if differs:
-        print(f"{path}: not reused, settings differ (saved, now): {differs}", file=sys.stderr)
+        print(f"{folder / SUMMARY_FILE}: not reused, settings differ (saved, now): {differs}",
+              file=sys.stderr)
         return None
     extra = sorted(set(saved) - set(config))
     if extra:
-        print(f"{path}: saved settings this version lacks: "
+        print(f"{folder / SUMMARY_FILE}: saved settings this version lacks: "
               f"{ {k: saved[k] for k in extra} }", file=sys.stderr)
-    return summary
+    return summary.to_dict()
 
 
 def gain_row(summary: dict) -> dict:

@@ -25,9 +25,9 @@ def main() -> None:
         rest = rest[1:]
     counts: collections.Counter[str] = collections.Counter()
     stop = threading.Event()
-    me = threading.get_ident()
 
     def sample() -> None:
+        me = threading.get_ident()  # the sampler itself is left out
         while not stop.wait(1 / hz):
             names = {t.ident: t.name for t in threading.enumerate()}
             for ident, frame in sys._current_frames().items():
@@ -43,7 +43,6 @@ def main() -> None:
 
     sampler = threading.Thread(target=sample, daemon=True)
     sampler.start()
-    me = sampler.ident
     sys.argv = rest
     started = time.monotonic()
     try:
