@@ -37,7 +37,7 @@ import contextlib
 import logging
 import math
 from collections import deque
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncIterator, Collection, Iterable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -191,6 +191,19 @@ class RayRolloutEngine:
             ray.shutdown()
             self._started_ray = False
 
+    async def wait_any(self, running: Collection[asyncio.Future[Any]], *,
+                       placeable: bool) -> set[asyncio.Future[Any]]:
+        """The calls of ``running`` that have finished, once one has. While work waits for a
+        worker (``placeable``: queued episodes and room in the cluster), a worker that becomes
+        ready ends the wait too, with nothing finished: the caller places again. Without it a
+        worker that starts after the first ones would idle until an episode ends, which for
+        long episodes (or a stalled server) is a whole wave of episodes."""
+        starting = ([s.ready for s in self.slots if not s.dead and not s.ready.done()]
+                    if placeable else [])
+        done, _ = await asyncio.wait([*running, *starting],
+                                     return_when=asyncio.FIRST_COMPLETED)
+        return {fut for fut in done if fut in running}
+
     # ----------------------------------------------------------------------------- placement
     def _place(self, job: _Job, homes: dict[str, Slot]) -> Slot | None:
         cap = self.spec.in_flight
@@ -231,7 +244,8 @@ class RayRolloutEngine:
                         return
                     await self.wait_ready()
                     continue
-                done, _ = await asyncio.wait(running, return_when=asyncio.FIRST_COMPLETED)
+                done = await self.wait_any(
+                    running, placeable=bool(todo) and len(running) < self.max_in_flight)
                 for fut in done:
                     slot, job = running.pop(fut)
                     slot.inflight -= 1

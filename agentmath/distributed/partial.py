@@ -138,7 +138,8 @@ class SegmentedIterations:
                         break
                     await engine.wait_ready()
                     continue
-                done, _ = await asyncio.wait(running, return_when=asyncio.FIRST_COMPLETED)
+                done = await engine.wait_any(running, placeable=bool(todo) and not run.stopped
+                                             and len(running) < engine.max_in_flight)
                 for fut in done:
                     slot, episode = running.pop(fut)
                     slot.inflight -= 1

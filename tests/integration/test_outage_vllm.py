@@ -3,12 +3,15 @@ test_outage_restart.py, test_outage_hung.py, test_weight_sync_outage.py).
 
 The server is the second of the session's pair (``vllm_server_pair``: killable, dev mode for
 weight pushes). It is killed with SIGKILL (its whole process group: front end, engine core,
-worker) while requests are in flight (the server's own ``vllm:num_requests_running`` > 0)
-and started again on the same port ``DOWN_S`` later, which takes a real vLLM start (25 to
-60 s on 2 busy cores with the compile cache). ``agentmath eval`` and ``agentmath rl`` (local
-engine) ride it out: no errored sample or episode, the wait logged once, and in RL the
-restarted server gets the current weights before the held requests. A frozen engine behind
-a live front end (``/health`` answers, no generation finishes) holds an outage open until it
+worker) while requests are in flight, and started again on the same port ``DOWN_S`` later,
+which takes a real vLLM start (25 to 60 s on 2 busy cores with the compile cache). "In
+flight" is made certain rather than caught by polling (a fast machine finished a whole run
+between two polls): at the moment, the engine is frozen (SIGSTOP) and the kill waits until
+the front end has taken in one more request
+(:func:`tests.fixtures.vllm_server.held_in_flight`). ``agentmath eval`` and ``agentmath rl``
+(local engine) ride it out: no errored sample or episode, the wait logged once, and in RL the
+restarted server gets the current weights before the held requests. A frozen engine behind a
+live front end (``/health`` answers, no generation finishes) holds an outage open until it
 moves again.
 """
 
@@ -26,12 +29,11 @@ from pathlib import Path
 import httpx
 import pytest
 
-from agentmath.backends._replies import prometheus_sum
 from agentmath.backends.base import SamplingParams
 from agentmath.backends.openai import OpenAIBackend
 from tests.fixtures.models import held_out_problems
 from tests.fixtures.restart import records, run_through_a_restart
-from tests.fixtures.vllm_server import STARTUP_TIMEOUT_S, VllmPair
+from tests.fixtures.vllm_server import STARTUP_TIMEOUT_S, VllmPair, held_in_flight
 
 pytestmark = [pytest.mark.vllm, pytest.mark.integration]
 
@@ -53,15 +55,6 @@ def killable(vllm_server_pair: VllmPair) -> VllmPair:
     return vllm_server_pair
 
 
-def running(url: str) -> float:
-    """Requests the server is generating for now (its own gauge); 0 when it does not answer."""
-    try:
-        text = httpx.get(f"{url}/metrics", timeout=2.0).text
-    except httpx.HTTPError:
-        return 0.0
-    return prometheus_sum(text, "vllm:num_requests_running") or 0.0
-
-
 def outage_lines(log: str) -> tuple[list[str], list[str]]:
     """The lines of a run's log that start and end an outage."""
     lines = log.splitlines()
@@ -81,20 +74,15 @@ def posts(log: Path) -> list[str]:
 @RESTARTS
 def test_eval_waits_out_a_vllm_server_killed_mid_run(killable: VllmPair, tmp_path: Path) -> None:
     """``agentmath eval`` (16 samples, 4 at a time, ``--http-retries 2``: ~1.5 s of retries
-    without the gate) with its server killed once 2 samples are recorded and requests are
-    running: every sample is recorded and graded, none an error, the wait logged once."""
+    without the gate) with its server killed once 2 samples are recorded and a request is
+    in flight: every sample is recorded and graded, none an error, the wait logged once."""
     pair, out = killable, tmp_path / "run"
     url = pair.urls[KILLED]
     data = tmp_path / "data.jsonl"
     data.write_text("".join(json.dumps({"id": p.id, "problem": p.problem, "answer": p.answer})
                             + "\n" for p in held_out_problems(8)))
-    seen: list[float] = []
-
-    def in_flight() -> bool:
-        if len(records(out)) < 2:
-            return False
-        seen.append(running(url))
-        return seen[-1] > 0
+    in_flight = held_in_flight(lambda: len(records(out)) >= 2, partial(pair.freeze, KILLED),
+                               partial(pair.added, KILLED))
 
     got = run_through_a_restart(
         [sys.executable, "-m", "agentmath.cli", "eval", "--dataset", str(data), "--model",
@@ -113,7 +101,7 @@ def test_eval_waits_out_a_vllm_server_killed_mid_run(killable: VllmPair, tmp_pat
     held, resumed = outage_lines(got.stderr)
     assert len(held) == 1 and len(resumed) == 1, got.stderr[-3000:]
     assert DOWN_S + got.restart_s - 3 <= waited_s(resumed[0]) <= DOWN_S + got.restart_s + 10
-    print(f"\neval, vLLM killed with {seen[-1]:g} request(s) running "
+    print(f"\neval, vLLM killed with request(s) held in its frozen engine "
           f"({got.killed_s:.1f} s into the run), restarted {got.down_s:.1f} s later, up again "
           f"{got.restart_s:.1f} s after that: 0 errors of {len(rows)}, "
           f"{sum(bool(r['correct']) for r in rows)} correct; "
@@ -124,8 +112,8 @@ def test_eval_waits_out_a_vllm_server_killed_mid_run(killable: VllmPair, tmp_pat
 def test_rl_waits_out_a_vllm_server_killed_mid_step(killable: VllmPair, tiny_model_dir: Path,
                                                      tmp_path: Path) -> None:
     """``agentmath rl`` (local engine, openai generator on the killable server, 3 steps of 4
-    groups of 2: 8 episodes at once, so that a step's requests run long enough to be seen),
-    the server killed once a step is logged and requests are running: no episode of any step
+    groups of 2: 8 episodes at once), the server killed once a step is logged and a request
+    of the next step is in flight: no episode of any step
     ends in an error, the wait is logged once, and the restarted server's first POSTs are the
     reload of the current weights and the cache reset, before the held completions. The
     tiny model's own weights are loaded back into the server afterwards."""
@@ -146,14 +134,14 @@ def test_rl_waits_out_a_vllm_server_killed_mid_step(killable: VllmPair, tiny_mod
                       "max_outage_s": MAX_OUTAGE_S},
         "tensorboard": False, "checkpoint_every": 0}))
     metrics = out / "metrics.jsonl"
-    seen: list[tuple[int, float]] = []  # (steps logged, requests running)
 
-    def in_flight() -> bool:
-        logged = len(metrics.read_text().splitlines()) if metrics.exists() else 0
-        if not logged:
-            return False
-        seen.append((logged, running(url)))
-        return seen[-1][1] > 0
+    def logged() -> int:
+        return len(metrics.read_text().splitlines()) if metrics.exists() else 0
+
+    # a step logged (its weights pushed: the next requests are the next step's), the engine
+    # frozen, and a request of the next step taken in: it is in flight at the kill
+    in_flight = held_in_flight(lambda: logged() >= 1, partial(pair.freeze, KILLED),
+                               partial(pair.added, KILLED))
 
     try:
         got = run_through_a_restart(
@@ -177,8 +165,8 @@ def test_rl_waits_out_a_vllm_server_killed_mid_step(killable: VllmPair, tiny_mod
     assert len(held) == 1 and len(resumed) == 1, got.stderr[-3000:]
     assert after[:2] == ["/collective_rpc", "/reset_prefix_cache"], after[:6]
     assert "/v1/completions" in after  # then the held requests, and the next step's
-    print(f"\nrl, vLLM killed with {seen[-1][1]:g} request(s) running once step "
-          f"{seen[-1][0]} was logged ({got.killed_s:.1f} s into the run), restarted "
+    print(f"\nrl, vLLM killed with request(s) held in its frozen engine once step "
+          f"1 was logged ({got.killed_s:.1f} s into the run), restarted "
           f"{got.down_s:.1f} s later, up again {got.restart_s:.1f} s after that: 3 steps, no "
           f"errored episode; {resumed[0].split('] ')[-1]}; then {after[:3]} "
           f"(run {got.total_s:.1f} s)")

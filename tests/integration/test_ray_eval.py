@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 
 from tests.fixtures.ray_cluster import local_cluster
+from tests.fixtures.vllm_server import VllmServer
 from tests.integration.test_eval_e2e import eval_cmd, held_out_dataset, lines
 
 pytestmark = [pytest.mark.integration, pytest.mark.vllm, pytest.mark.ray]
@@ -83,36 +84,41 @@ def _wait_for_samples(proc: subprocess.Popen[Any], path: Path, n: int,
     raise AssertionError(f"fewer than {n} samples in {path} after {timeout} s")
 
 
-def _busy_worker_node(proc: subprocess.Popen[Any], cluster: Any, path: Path,
-                      timeout: float = 300) -> Any:
-    """A worker node (not the head) whose rollout worker has finished a sample: it is started
-    and, with episodes still queued, the driver has given it more (least load first), so
-    removing it loses episodes in flight. (Removing a node whose worker is still starting
-    would test only a failed start.)"""
-    workers = {n.node_id: n for n in cluster.list_all_nodes() if n is not cluster.head_node}
+def _wait_for_requests(proc: subprocess.Popen[Any], server: VllmServer, n: int,
+                       stderr: Path, timeout: float = 300) -> None:
+    """Wait until the server's front end has taken in ``n`` requests (its engine may be
+    frozen: they are then all in flight); fail at once, with the run's stderr, if it ended."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        if path.exists():
-            for line in path.read_text().splitlines():
-                record = json.loads(line) if line.endswith("}") else {}
-                node = record.get("trajectory", {}).get("ray_node")
-                if node in workers:
-                    return workers[node]
-        _alive(proc)
+        if server.added() >= n:
+            return
+        if proc.poll() is not None:
+            raise AssertionError(f"the evaluation ended early (exit {proc.returncode}): "
+                                 f"{stderr.read_text(errors='replace')[-3000:]}")
         time.sleep(0.05)
-    raise AssertionError(f"no sample from a worker node in {path} after {timeout} s")
+    raise AssertionError(f"the server took in {server.added()} of {n} requests in {timeout} s")
 
 
-def test_kill_9_of_the_driver_then_resume(cluster: Any, vllm_server: str,
+def test_kill_9_of_the_driver_then_resume(cluster: Any, vllm_server_handle: VllmServer,
                                           local_run: tuple[Path, tuple], tmp_path: Path) -> None:
+    """The driver killed (SIGKILL, its process group) once 3 samples are recorded, with the
+    server's engine frozen from then on so that the run cannot finish before the kill; the
+    same command again completes the run: every sample once, the local run's samples."""
     reference, data = local_run
-    out = tmp_path / "ray"
-    cmd = eval_cmd(vllm_server, out, "--ray", cluster.address, dataset=data)
+    server, out = vllm_server_handle, tmp_path / "ray"
+    cmd = eval_cmd(server.url, out, "--ray", cluster.address, dataset=data)
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                             start_new_session=True)
-    _wait_for_samples(proc, out / "samples.jsonl", 3)
-    os.killpg(proc.pid, signal.SIGKILL)
-    proc.wait()
+    try:
+        _wait_for_samples(proc, out / "samples.jsonl", 3)
+        server.freeze()
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+    finally:
+        server.thaw()
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
     partial = len(lines(out / "samples.jsonl"))
     assert 3 <= partial < 18, partial
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
@@ -122,17 +128,38 @@ def test_kill_9_of_the_driver_then_resume(cluster: Any, vllm_server: str,
     assert outputs(out) == outputs(reference)
 
 
-def test_worker_node_lost_mid_run(cluster: Any, vllm_server: str,
+def test_worker_node_lost_mid_run(cluster: Any, vllm_server_handle: VllmServer,
                                   local_run: tuple[Path, tuple], tmp_path: Path) -> None:
-    """Last in this module: it removes a node from the shared cluster."""
+    """A worker node removed while it certainly runs episodes: the shared server's engine is
+    frozen before the run, so every episode placed waits on its first request; once the front
+    end has taken in as many requests as the run's concurrency (6), every worker is full (3
+    workers, one per 1-CPU node, 2 episodes each), a worker node is removed and the engine
+    thawed. (Waiting for a sample from a worker node and removing it then raced the run: on a
+    fast machine it ended between two polls, or the node had nothing left to run.) Last in
+    this module: it removes a node from the shared cluster."""
     reference, data = local_run
-    out = tmp_path / "ray"
-    proc = subprocess.Popen(eval_cmd(vllm_server, out, "--ray", cluster.address,
-                                     "--concurrency", "6", dataset=data),
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    victim = _busy_worker_node(proc, cluster, out / "samples.jsonl")
-    cluster.remove_node(victim, allow_graceful=False)
-    stdout, stderr = proc.communicate(timeout=600)
+    server, out = vllm_server_handle, tmp_path / "ray"
+    concurrency = 6
+    before = server.added()
+    server.freeze()
+    with open(tmp_path / "stdout.txt", "w") as so, open(tmp_path / "stderr.txt", "w") as se:
+        proc = subprocess.Popen(
+            eval_cmd(server.url, out, "--ray", cluster.address, "--concurrency",
+                     str(concurrency), "--http-timeout", "600", dataset=data),
+            stdout=so, stderr=se, text=True)
+    try:
+        try:
+            _wait_for_requests(proc, server, before + concurrency, tmp_path / "stderr.txt")
+            victim = next(n for n in cluster.list_all_nodes() if n is not cluster.head_node)
+            cluster.remove_node(victim, allow_graceful=False)
+        finally:
+            server.thaw()
+        proc.wait(timeout=600)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    stdout, stderr = ((tmp_path / f).read_text() for f in ("stdout.txt", "stderr.txt"))
     assert proc.returncode == 0, stderr[-3000:]
     assert "lost its worker" in stderr  # an episode was running there and was placed again
     assert json.loads(stdout)["n_samples"] == 18  # Ray's news of the lost node is not on stdout

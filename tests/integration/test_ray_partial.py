@@ -180,14 +180,15 @@ def test_partial_rollout_on_ray_survives_a_node_removed_while_episodes_are_parke
 @pytest.mark.timeout(900)  # the trainer's start (torch, the tiny model) is slow on 2 cores
 def test_rl_on_ray_with_segment_budgets_loses_a_node_between_steps(
         model_url: str, tiny_model_dir: Any, tmp_path: Any,
-        caplog: pytest.LogCaptureFixture) -> None:
+        caplog: pytest.LogCaptureFixture, all_workers_ready: None) -> None:
     """``train_rl`` with its rollouts on the cluster and partial rollout on (the stand-in as the
     generator's server): episodes park on the workers across steps and a worker node is
     removed after step 1; the run finishes every step, the episodes parked there continue
     elsewhere, and samples carry the versions of more than one step. (The segment budget lets
     the shortest scripts finish in one segment: with every episode longer than a segment, an
     iteration over an endless prompt stream would park episodes until the sandboxes run out of
-    sessions, in one process as on Ray.)"""
+    sessions, in one process as on Ray.) Every worker is ready before step 1
+    (``all_workers_ready``), so the removed one is one that step 2 places on."""
     pytest.importorskip("torch")
     from agentmath.rl.config import RLConfig
     from agentmath.rl.records import read_steps

@@ -260,27 +260,15 @@ def _same_run(reference: Any, metrics: str, final_dir: str) -> None:
 @pytest.mark.ray
 def test_rl_with_rollouts_on_ray_matches_the_in_process_run_despite_a_lost_node(
         local_rl_run: Any, tiny_model_dir: Path, sync_server: str, tmp_path: Path,
-        caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch) -> None:
+        caplog: pytest.LogCaptureFixture, all_workers_ready: None) -> None:
     """The reference run again with its rollouts on a local 3-node Ray cluster (workers with
     their own clients and sandboxes; the driver has no model client), a worker node removed
     between step 1 and step 2 (the driver learns of it only when step 2's episodes placed there
-    fail, and runs them again elsewhere from scratch): the same run.
-
-    The engine starts placing once one worker is ready; here it waits for all three, so that
-    the removed node's worker is one that step 2 places episodes on (on a slow machine it was
-    still starting when the node went, and nothing was lost)."""
+    fail, and runs them again elsewhere from scratch): the same run. Every worker is ready
+    before step 1 (``all_workers_ready``), so the removed one is one step 2 places on."""
     from agentmath.config import RayConfig
-    from agentmath.distributed.engine import RayRolloutEngine
     from agentmath.rl.config import RLConfig
     from tests.fixtures.ray_cluster import local_cluster
-
-    start = RayRolloutEngine.start
-
-    async def start_all(self: RayRolloutEngine) -> None:
-        await start(self)
-        await asyncio.gather(*(slot.ready for slot in self.slots))
-
-    monkeypatch.setattr(RayRolloutEngine, "start", start_all)
 
     cfg = RLConfig.model_validate(_rl_settings(tiny_model_dir, sync_server))
     with local_cluster(3) as cluster, caplog.at_level("WARNING", "agentmath.distributed"):

@@ -382,3 +382,58 @@ async def test_progress_restored_in_another_episode_continues_it_exactly(
     assert elsewhere.sessions[0].ran[0] == "x = 41"  # replayed before the next cell
     with pytest.raises(ValueError, match="only a new episode"):
         moved.restore(parked.progress())
+
+
+class StalledActor(FakeActor):
+    """A worker whose episodes wait on ``gate`` (a model server that answers nothing yet)."""
+
+    gate: asyncio.Event
+
+    async def call(self, name: str, *args: Any) -> Any:
+        if name in ("run", "advance"):
+            await self.gate.wait()
+        return await super().call(name, *args)
+
+
+@pytest.mark.parametrize("partial", [False, True], ids=["stream", "partial"])
+async def test_a_worker_ready_late_gets_episodes_before_any_episode_ends(partial: bool) -> None:
+    """One worker ready, two still starting, and no episode can end (the server stalls): the
+    first worker fills up (2 in flight), and each late worker gets its share the moment it is
+    ready, not only once an episode ends (the driver waited on running episodes alone)."""
+    from agentmath.distributed.engine import Slot
+    from agentmath.distributed.iterations import RayIterations
+
+    sampling, gate = Seeds(), asyncio.Event()
+    rollout = RolloutConfig(segment_tokens=40 if partial else None, max_in_flight=6)
+    engine = ray_engine(ScriptedBackend(TURNS), sampling, rollout, workers=0)
+    loop = asyncio.get_running_loop()
+    for i in range(3):
+        actor = StalledActor(f"n{i}", ScriptedBackend(TURNS))
+        actor.gate = gate
+        ready: asyncio.Future[Any] = loop.create_future()
+        engine.slots.append(Slot(actor, ready))
+    engine.slots[0].ready.set_result({"node_id": "n0"})
+
+    async def settle() -> None:
+        for _ in range(50):
+            await asyncio.sleep(0)
+
+    if partial:
+        task = asyncio.ensure_future(RayIterations(engine, requests(6)).iteration(6))
+    else:
+        async def drain() -> list[Group]:
+            return [g async for g in engine.stream(requests(6))]
+        task = asyncio.ensure_future(drain())
+    await settle()
+    assert [s.inflight for s in engine.slots] == [2, 0, 0]
+    for i in (1, 2):
+        engine.slots[i].ready.set_result({"node_id": f"n{i}"})
+        await settle()
+        assert [s.inflight for s in engine.slots][: i + 1] == [2] * (i + 1)
+    assert engine.stats.samples_done == 0  # nothing ended: the late workers were not waited for
+    gate.set()
+    result = await asyncio.wait_for(task, 30)
+    if partial:  # an iteration ends when its episodes have run a segment: parked or done
+        assert result.stats.segments >= 6 and all(s.actor.segments for s in engine.slots)
+    else:
+        assert sum(len(g.samples) for g in result) == 12
