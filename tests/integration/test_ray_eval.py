@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from tests.fixtures.ray_cluster import local_cluster
+from tests.fixtures.ray_cluster import local_cluster, lose_node
 from tests.fixtures.vllm_server import VllmServer
 from tests.integration.test_eval_e2e import eval_cmd, held_out_dataset, lines
 
@@ -151,7 +151,7 @@ def test_worker_node_lost_mid_run(cluster: Any, vllm_server_handle: VllmServer,
         try:
             _wait_for_requests(proc, server, before + concurrency, tmp_path / "stderr.txt")
             victim = next(n for n in cluster.list_all_nodes() if n is not cluster.head_node)
-            cluster.remove_node(victim, allow_graceful=False)
+            lose_node(cluster, victim)
         finally:
             server.thaw()
         proc.wait(timeout=600)

@@ -34,7 +34,7 @@ from agentmath.seeding import derive_seed
 from tests.fixtures.fault_server import _QuietServer
 from tests.fixtures.logs import why_not_captured
 from tests.fixtures.outage_server import _with_health
-from tests.fixtures.ray_cluster import local_cluster
+from tests.fixtures.ray_cluster import local_cluster, lose_node
 from tests.fixtures.script_server import ScriptServer
 
 PARTIAL_LOG = "agentmath.distributed.partial"  # where "lost its worker" is logged
@@ -136,7 +136,7 @@ async def ray_run(url: str, cluster: Any) -> tuple[list[Any], dict[str, Any]]:
                     here = [e for e in parked if e.home is episode.home]
                     removed.update(node=node, version=version, episodes=len(here),
                                    cells=sum(len(e.progress.cells) for e in here if e.progress))
-                    cluster.remove_node(nodes[node], allow_graceful=False)
+                    lose_node(cluster, nodes[node])
                     return
 
         results = await iterate(iterations, engine, remove_a_node_with_parked_episodes)
@@ -212,7 +212,7 @@ def test_rl_on_ray_with_segment_budgets_loses_a_node_between_steps(
 
         def lose_a_node(metrics: Any) -> None:
             if metrics.step == 1:
-                cluster.remove_node(workers[0], allow_graceful=False)
+                lose_node(cluster, workers[0])
 
         on_ray = cfg.model_copy(update={"ray": RayConfig(address=cluster.address, workers=3)})
         result = train_rl(on_ray, tmp_path / "ray", progress=False, on_step=lose_a_node)

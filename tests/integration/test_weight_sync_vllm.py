@@ -268,13 +268,13 @@ def test_rl_with_rollouts_on_ray_matches_the_in_process_run_despite_a_lost_node(
     before step 1 (``all_workers_ready``), so the removed one is one step 2 places on."""
     from agentmath.config import RayConfig
     from agentmath.rl.config import RLConfig
-    from tests.fixtures.ray_cluster import local_cluster
+    from tests.fixtures.ray_cluster import local_cluster, lose_node
 
     cfg = RLConfig.model_validate(_rl_settings(tiny_model_dir, sync_server))
     with local_cluster(3) as cluster, caplog.at_level("WARNING", "agentmath.distributed"):
         def lose_a_node(metrics: Any) -> None:  # after step 1, before step 2 is placed
             if metrics.step == 1:
-                cluster.remove_node(cluster.list_all_nodes()[-1], allow_graceful=False)
+                lose_node(cluster, cluster.list_all_nodes()[-1])
 
         on_ray = cfg.model_copy(update={"ray": RayConfig(address=cluster.address)})
         result = train_rl(on_ray, tmp_path / "ray", progress=False, on_step=lose_a_node)
