@@ -23,6 +23,7 @@ import time
 from typing import Any
 
 from _common import pct, print_table
+from _floor import floors
 from _service import service_measure
 
 from agentmath.config import SandboxConfig
@@ -298,13 +299,25 @@ def service_rows(r: dict[str, Any], s: dict[str, Any]) -> list[tuple[str, str, s
     base_p50 = pct(r["base_trivial"], 0.5)
     ip_p50 = pct(r["rt_trivial"], 0.5)
     ratio = r["tput_trivial"] / r["base_tput_trivial"]
+    uv_p50, uv_ratio = pct(r["rt_trivial_uvloop"], 0.5), r["tput_trivial_uvloop"] / r[
+        "base_tput_trivial"]
     out = [
         ("in process: round trip, trivial (p50)", f"{ip_p50:.3f} ms ({base_p50 / ip_p50:,.0f}x)",
          f"{base_p50:.1f} ms", ">= 300x faster", met(base_p50 / ip_p50 >= 300)),
         ("in process: throughput, trivial (32 sessions)",
          f"{r['tput_trivial']:,.0f} /s ({ratio:,.0f}x)", f"{r['base_tput_trivial']:,.0f} /s",
          ">= 300x", met(ratio >= 300)),
+        ("in process on uvloop: round trip, trivial (p50)",
+         f"{uv_p50:.3f} ms ({base_p50 / uv_p50:,.0f}x)", f"{base_p50:.1f} ms", "", ""),
+        ("in process on uvloop: throughput, trivial (32 sessions)",
+         f"{r['tput_trivial_uvloop']:,.0f} /s ({uv_ratio:,.0f}x)",
+         f"{r['base_tput_trivial']:,.0f} /s", "", ""),
     ]
+    for kind in ("asyncio", "uvloop"):  # the machine's share (benchmarks/_floor.py)
+        bare, frozen = r[f"floor_{kind}"], r[f"floor_freeze_{kind}"]
+        out.append((f"floor on {kind}: bare 2-process ping-pong, without / with the freeze's "
+                    f"2 signals (p50)", f"{bare:.3f} ms ({base_p50 / bare:,.0f}x) / {frozen:.3f}"
+                    f" ms ({base_p50 / frozen:,.0f}x)", f"{base_p50:.1f} ms", "", ""))
     for kind, c in s.items():
         rt = c["rt"]
         out.append((f"HTTP ({kind} client): round trip, trivial (p50 / p99)",
@@ -331,11 +344,17 @@ async def measure_service(quick: bool) -> tuple[dict[str, Any], dict[str, Any]]:
     baseline it is compared with, then the service over HTTP, all in this run."""
     k = 10 if quick else 1
     res: dict[str, Any] = {"cpus": os.cpu_count(), "python": sys.version.split()[0]}
-    async with SandboxPool() as pool:
-        res["rt_trivial"] = await round_trips(pool, TRIVIAL, 3000 // k)
-        res["tput_trivial"] = await throughput(pool, TRIVIAL, 32, 1000 // k)
+    res["rt_trivial"], res["tput_trivial"] = await trivial_in_process(quick)
     res["base_trivial"], res["base_tput_trivial"] = baseline(TRIVIAL, 40 // k)
     return res, await service_measure(quick)
+
+
+async def trivial_in_process(quick: bool) -> tuple[list[float], float]:
+    """Trivial round trips (ms) in one session and the 32-session throughput of a pool."""
+    k = 10 if quick else 1
+    async with SandboxPool() as pool:
+        return (await round_trips(pool, TRIVIAL, 3000 // k),
+                await throughput(pool, TRIVIAL, 32, 1000 // k))
 
 
 SERVICE_NOTE = ("the client (httpx or raw HTTP/1.1 on asyncio, this process) runs on the same "
@@ -373,6 +392,7 @@ def main() -> None:
     args = parser.parse_args()
     if args.service:
         r, s = asyncio.run(measure_service(args.quick))
+        r.update(floors(args.quick, lambda: trivial_in_process(args.quick)))
         print_service_table(r, s, args.json)
         return
     if args.costs:
@@ -381,6 +401,7 @@ def main() -> None:
         return
     result = asyncio.run(measure(args.quick))
     service = asyncio.run(service_measure(args.quick))
+    result.update(floors(args.quick, lambda: trivial_in_process(args.quick)))
     table = rows(result)
     if args.json:
         print(json.dumps({"rows": table, "protection_costs": cost_rows(result["costs"]),
