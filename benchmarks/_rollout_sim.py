@@ -167,7 +167,9 @@ def simulate(variant: Variant, workload: Workload, cost: ServerCostModel,
              ns: argparse.Namespace, measure_after: int = 0) -> dict[str, Any]:
     """One row: the run of ``workload`` under ``variant``, in simulated time (the makespan
     counts from the end of the first ``measure_after`` iterations: a warm-up)."""
-    fleet = build_fleet(workload, ns.servers, cost, SandboxModel(workers=ns.sandbox_workers),
+    sandbox = SandboxModel(workers=ns.sandbox_workers,
+                           call_overhead_s=getattr(ns, "tool_overhead_s", 0.0))
+    fleet = build_fleet(workload, ns.servers, cost, sandbox,
                         stale_kv=getattr(ns, "stale_kv", False))
     options: dict[str, Any] = {"max_in_flight_per_server": cost.max_running}
     if variant.policy == "prefix_aware":
@@ -299,6 +301,10 @@ def replay(real: dict[str, Any]) -> dict[str, Any]:
     the real servers: simulated vs measured makespan per row (the calibration check)."""
     cal = real["calibration"]
     engine, fitted = cal["engine"], dict(cal["fitted"])
+    # the host's measured share of each tool call (the loop, the sandbox, a client sharing
+    # its core with the servers' front ends: the contention the cost model has no term for),
+    # from the +async row (no barriers, no parking), added to every simulated call
+    tool_overhead = (cal.get("tool_overhead_s") or {}).get("median", 0.0)
     cost = ServerCostModel(**fitted)
     wl = dict(cal["workload"])
     for key in ("prompt_tokens", "turn_tokens", "tool_tokens", "tool_latency_s"):
@@ -311,7 +317,8 @@ def replay(real: dict[str, Any]) -> dict[str, Any]:
                                 engine["batch_groups"] * workload.group_size),
                             sync_s=0.0, sandbox_workers=engine["sandbox_workers"],
                             kv_fraction=0.0, steps=None,
-                            request_overhead_s=cal.get("request_overhead_s", 0.0))
+                            request_overhead_s=cal.get("request_overhead_s", 0.0),
+                            tool_overhead_s=tool_overhead)
     measured = {row["name"]: row["makespan_s"] for row in real["rows"]}
     rows = []
     for variant in VARIANTS:
@@ -324,5 +331,5 @@ def replay(real: dict[str, Any]) -> dict[str, Any]:
                      "sim_makespan_s": sim["makespan_s"],
                      "sim_vs_real": sim["makespan_s"] / measured[variant.name],
                      "sim_prefix_hit_rate": sim["prefix_hit_rate"]})
-    return {"cost_model": fitted, "rows": rows,
+    return {"cost_model": fitted, "tool_overhead_s": tool_overhead, "rows": rows,
             "within_25_percent": all(abs(r["sim_vs_real"] - 1) <= 0.25 for r in rows)}

@@ -43,6 +43,10 @@ class SandboxModel:
     latency: LogNormal = field(default_factory=lambda: LogNormal(0.4, 1.0, 0.01, 30.0))
     #: Extra seconds the first snippet of a session pays (interpreter start).
     session_start_s: float = 0.0
+    #: Extra seconds every snippet pays beyond its latency: the host's share of a call (the
+    #: agent loop, the sandbox round trip, a busy client's queue), for replaying a measured
+    #: run; 0 in the paper-scale runs, whose workload states none.
+    call_overhead_s: float = 0.0
     #: Probability that a session dies after a snippet (its state lost).
     loss_prob: float = 0.0
     #: Seed of the draws for unscripted snippets and losses.
@@ -99,7 +103,7 @@ class SimSandbox:
             else:
                 rng = self._draw(code, session, run)
                 chars, latency = 8, float(self.model.latency.draw(rng))
-            latency += self.model.session_start_s if first else 0.0
+            latency += (self.model.session_start_s if first else 0.0) + self.model.call_overhead_s
             timed_out = timeout is not None and latency > timeout
             spent = min(latency, timeout) if timed_out and timeout is not None else latency
             yield self.env.timeout(spent)
