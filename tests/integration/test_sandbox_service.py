@@ -5,7 +5,6 @@ graceful shutdown, against a real uvicorn server on a loopback socket."""
 from __future__ import annotations
 
 import contextlib
-import os
 import signal
 import socket
 import subprocess
@@ -22,6 +21,7 @@ import uvicorn
 
 from agentmath.config import SandboxConfig
 from agentmath.sandbox.service import ServiceConfig, create_app
+from tests.fixtures.procs import descendants
 from tests.fixtures.sandbox_payloads import ESC
 
 TOKENS = ("token-one", "token-two", "token-three")
@@ -256,20 +256,6 @@ def _gone(pid: int) -> bool:
         return True
 
 
-def _descendants(pid: int) -> set[int]:
-    """Every live descendant of ``pid``, from /proc (no psutil needed)."""
-    parents: dict[int, int] = {}
-    for name in os.listdir("/proc"):
-        with contextlib.suppress(OSError, IndexError, ValueError):
-            with open(f"/proc/{name}/stat") as fh:
-                parents[int(name)] = int(fh.read().rsplit(")", 1)[1].split()[1])
-    found, frontier = set(), {pid}
-    while frontier:
-        frontier = {child for child, parent in parents.items() if parent in frontier} - found
-        found |= frontier
-    return found
-
-
 def test_graceful_shutdown_finishes_running_cell(tmp_path: Path) -> None:
     replies: list[httpx.Response] = []
     with serve(tmp_path) as (url, server, app):
@@ -286,7 +272,7 @@ def test_graceful_shutdown_finishes_running_cell(tmp_path: Path) -> None:
         thread.start()
         while httpx.get(f"{url}/health").json()["inflight"] < 1:
             time.sleep(0.02)
-        workers = _descendants(zygote)
+        workers = descendants(zygote)
         assert workers
         server.should_exit = True  # what SIGTERM does; serve() then waits for the thread
         thread.join(30)
@@ -335,7 +321,7 @@ def test_serve_cli_runs_and_stops_on_sigterm(tmp_path: Path) -> None:
         with client(url) as http:
             sid = http.post("/v1/sessions").json()["session_id"]
             assert run(http, sid, 0, "6 * 7").json()["result"]["value"] == "42"
-        children = _descendants(proc.pid)
+        children = descendants(proc.pid)
         assert children  # the zygote and the session's worker
         proc.send_signal(signal.SIGTERM)
         # uvicorn shuts down gracefully, then re-raises the signal: the exit is "killed by
