@@ -3,6 +3,7 @@
     python benchmarks/demo_seeds.py                  # seeds 0 1 2, the demo's defaults
     python benchmarks/demo_seeds.py --seeds 0 1 2 3 --json
     python benchmarks/demo_seeds.py --reuse          # seeds already run with these settings: read
+    python benchmarks/demo_seeds.py --device cuda --parallel 3   # a GPU machine: seeds at once
 
 Runs the demo recipe (``agentmath demo``: data, code injection, two SFTs, headroom, two GRPO
 runs, four evaluations) once per seed, each into ``--out/seed-N``, and prints one row per seed
@@ -11,6 +12,8 @@ before GRPO, the stage transitions, the gain of GRPO over its start with whether
 overlap, and the spread (mean, standard deviation, min, max) of every model's accuracy and of
 the gain over the seeds. The goal it checks: tool + GRPO >= tool + 15 points, CIs apart, on
 every seed. One seed takes as long as the demo (minutes); nothing is cached between runs.
+``--parallel N`` runs N seeds at once, each as its own ``agentmath demo`` process (for a machine
+with cores to spare, such as a GPU machine: the demo itself uses two).
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
+import subprocess
 import sys
 from pathlib import Path
 
@@ -26,12 +30,13 @@ from _common import print_table
 GOAL_POINTS = 15.0
 
 
-def run_seed(seed: int, out: Path, reuse: bool = False) -> dict:
+def run_seed(seed: int, out: Path, reuse: bool = False, device: str = "cpu",
+             bf16: bool = False) -> dict:
     """The demo's summary for ``seed``: run into ``out/seed-N``, or with ``reuse`` read from
     there when a finished run of the same configuration is found."""
     from agentmath.recipes.demo import DemoConfig, run_demo
 
-    cfg = DemoConfig(seed=seed)
+    cfg = DemoConfig(seed=seed, device=device, bf16=bf16)
     if reuse:
         found = saved_summary(out / f"seed-{seed}", cfg.model_dump())
         if found is not None:
@@ -41,6 +46,34 @@ def run_seed(seed: int, out: Path, reuse: bool = False) -> dict:
     return run_demo(cfg, out / f"seed-{seed}", None,
                     stage=lambda msg: print(f"[seed {seed}] {msg}", file=sys.stderr,
                                             flush=True)).to_dict()
+
+
+def run_seeds_at_once(seeds: list[int], out: Path, device: str, bf16: bool) -> dict:
+    """Each seed as its own ``agentmath demo`` process, all started together; the summaries
+    read back from their folders (``DemoSummary.read``). A seed whose process failed is named
+    with its exit status and log, and left out of the table."""
+    from agentmath.recipes.summary import DemoSummary
+
+    procs = {}
+    for seed in seeds:
+        folder = out / f"seed-{seed}"
+        folder.mkdir(parents=True, exist_ok=True)
+        cmd = [sys.executable, "-m", "agentmath.cli", "demo", "--seed", str(seed), "--out",
+               str(folder), "--no-save-model", "--device", device, "--json"]
+        if bf16:
+            cmd.append("--bf16")
+        log = (folder / "demo.log").open("w")
+        procs[seed] = (subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT), folder)
+    summaries = {}
+    for seed, (proc, folder) in procs.items():
+        if proc.wait() != 0:
+            print(f"[seed {seed}] the demo exited with status {proc.returncode}; its log: "
+                  f"{folder / 'demo.log'}", file=sys.stderr)
+            continue
+        summaries[seed] = DemoSummary.read(folder).to_dict()
+    if not summaries:
+        sys.exit("no seed finished")
+    return summaries
 
 
 def saved_summary(folder: Path, config: dict) -> dict | None:
@@ -88,8 +121,19 @@ def main() -> None:
     ap.add_argument("--json", action="store_true", help="print one JSON object")
     ap.add_argument("--reuse", action="store_true",
                     help="read a seed's finished run of the same settings instead of rerunning")
+    ap.add_argument("--device", default="cpu", help="the demo's --device (cpu, cuda, cuda:N)")
+    ap.add_argument("--bf16", action="store_true", help="the demo's --bf16")
+    ap.add_argument("--parallel", type=int, default=1,
+                    help="seeds run at once, each its own process (default 1: one by one)")
     args = ap.parse_args()
-    summaries = {seed: run_seed(seed, args.out, args.reuse) for seed in args.seeds}
+    if args.parallel > 1:
+        summaries = {}
+        for i in range(0, len(args.seeds), args.parallel):
+            summaries.update(run_seeds_at_once(args.seeds[i:i + args.parallel], args.out,
+                                               args.device, args.bf16))
+    else:
+        summaries = {seed: run_seed(seed, args.out, args.reuse, args.device, args.bf16)
+                     for seed in args.seeds}
     gains = {seed: gain_row(s) for seed, s in summaries.items()}
     names = [r["model"] for r in next(iter(summaries.values()))["models"]]
     acc = {name: [100 * next(r["accuracy"] for r in s["models"] if r["model"] == name)
