@@ -7,7 +7,10 @@ amc23 and hmmt25 problems (other words, the same numbers), the six heavier hand 
 math500/aime24 problems, and 27 same-topic problems that must be kept: 11 telling the source's
 story with another question, 16 of the same kind with other numbers or another object. Each
 configuration decontaminates them against every built-in benchmark found locally; a
-paraphrase counts as removed only when it is matched to its own source.
+paraphrase counts as removed only when it is matched to its own source. Every row carries its
+reference answer (a paraphrase its source's, a same-topic problem its own, worked out by hand),
+as the benchmarks do: the same-story rule spares a match whose answers differ
+(:mod:`agentmath.synth.questions`); ``answers=False`` gives the texts-only figures.
 """
 
 from __future__ import annotations
@@ -19,24 +22,36 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 
-def hand_scores(configs: dict[str, str], backend: str = "auto") -> list[dict[str, Any]]:
+def hand_scores(configs: dict[str, str], backend: str = "auto",
+                answers: bool = True) -> list[dict[str, Any]]:
     """One row per configuration: paraphrase and heavy-rewording recall, same-topic removals
-    by kind."""
+    by kind; with ``answers`` the rows and benchmarks carry their answers (the same-story rule
+    on), without them the texts alone decide."""
     from agentmath.datasets import BUILTIN, find_builtin, load_tasks
-    from agentmath.synth.decontam import DetectorSettings, Item, decontaminate, make_detectors
+    from agentmath.synth.decontam import (
+        DetectorSettings,
+        decontaminate,
+        make_detectors,
+        other_question,
+    )
+    from agentmath.synth.rows import Item
     from tests.fixtures.paraphrases import HEAVY, PARAPHRASES, SAME_TOPIC
 
-    refs = [Item(t.id, t.problem, name) for name in BUILTIN if find_builtin(name) is not None
-            for t in load_tasks(name, allow_hub=False)]
-    known = {r.id for r in refs}
-    rows = [(Item(f"para-{n}", v.text), "para", v.source) for n, v in enumerate(PARAPHRASES)]
-    rows += [(Item(f"heavy-{n}", t), "heavy", s) for n, (s, t) in enumerate(HEAVY.items())]
-    rows += [(Item(f"{v.kind}-{n}", v.text), v.kind, v.source) for n, v in enumerate(SAME_TOPIC)]
-    rows = [r for r in rows if r[2] in known]  # sources whose benchmark is here
+    refs = [Item(t.id, t.problem, name, t.answer) for name in BUILTIN
+            if find_builtin(name) is not None for t in load_tasks(name, allow_hub=False)]
+    gold = {r.id: r.answer for r in refs}
+    rows = [(Item(f"para-{n}", v.text, "", gold.get(v.source)), "para", v.source)
+            for n, v in enumerate(PARAPHRASES)]
+    rows += [(Item(f"heavy-{n}", t, "", gold.get(s)), "heavy", s)
+             for n, (s, t) in enumerate(HEAVY.items())]
+    rows += [(Item(f"{v.kind}-{n}", v.text, "", v.answer), v.kind, v.source)
+             for n, v in enumerate(SAME_TOPIC)]
+    rows = [r for r in rows if r[2] in gold]  # sources whose benchmark is here
     out = []
     for label, config in configs.items():
         detectors = make_detectors(config, DetectorSettings(semantic_backend=backend))
-        report = decontaminate([r[0] for r in rows], refs, detectors)
+        report = decontaminate([r[0] for r in rows], refs, detectors,
+                               spare=other_question if answers else None)
         removed = {r.index: r for r in report.removed}
         count = {k: sum(1 for _, kind, _ in rows if kind == k)
                  for k in ("para", "heavy", "question", "problem")}
@@ -44,7 +59,7 @@ def hand_scores(configs: dict[str, str], backend: str = "auto") -> list[dict[str
                       and i in removed and removed[i].matched == source) for k in count}
         wrong = {k: sum(1 for i, (_, kind, _) in enumerate(rows) if kind == k and i in removed)
                  for k in ("question", "problem")}
-        out.append({"config": label, "paraphrases": count["para"],
+        out.append({"config": label, "answers": answers, "paraphrases": count["para"],
                     "paraphrase_recall": hit["para"] / max(1, count["para"]),
                     "heavy": count["heavy"], "heavy_removed": hit["heavy"],
                     "other_question": count["question"],

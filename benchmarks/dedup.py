@@ -74,12 +74,8 @@ def worker(config: str, data: Path, result: Path, backend: str = "auto") -> None
     if config.startswith("baseline"):
         removed = _baseline(texts, overlap=config == "baseline-overlap")
     else:
-        from agentmath.synth.decontam import (
-            DetectorSettings,
-            Item,
-            deduplicate,
-            make_detectors,
-        )
+        from agentmath.synth.decontam import DetectorSettings, deduplicate, make_detectors
+        from agentmath.synth.rows import Item
 
         items = [Item(r["id"], r["problem"]) for r in rows]
         position = {r["id"]: i for i, r in enumerate(rows)}
@@ -175,13 +171,19 @@ def run(ns: argparse.Namespace) -> dict[str, Any]:
 
 def _hand(ns: argparse.Namespace) -> list[dict[str, Any]]:
     """The hand-written rewordings' table (benchmarks/_dedup_hand.py), for the detector
-    configurations run on the corpus (not the baselines)."""
+    configurations run on the corpus (not the baselines), the rows with their answers; and
+    all three detectors once more on the texts alone."""
     from _dedup_hand import hand_scores
 
     chosen = {label: config for label, config in CONFIGS.items()
               if not config.startswith("baseline")
               and (not ns.only or config in ns.only.split(";"))}
-    return hand_scores(chosen, ns.backend)
+    rows = hand_scores(chosen, ns.backend)
+    if "ngram,minhash,semantic" in chosen.values():  # the same rows without their answers
+        texts_only = hand_scores({"all three, texts only (--ignore-answers)":
+                                  "ngram,minhash,semantic"}, ns.backend, answers=False)
+        rows += texts_only
+    return rows
 
 
 def _goal(rows: list[dict[str, Any]], hand: list[dict[str, Any]]) -> dict[str, Any]:

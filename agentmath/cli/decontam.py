@@ -40,6 +40,12 @@ BACKEND_OPTION = typer.Option("auto", "--semantic-backend", help=(
     "onnxruntime is installed)."))
 PROBLEM_FIELD = typer.Option("problem", "--problem-field", help="Field holding the text.")
 ID_FIELD = typer.Option("id", "--id-field", help="Field holding the id (default: row index).")
+ANSWER_FIELD = typer.Option("answer", "--answer-field", help=(
+    "Field holding a row's reference answer (optional per row). A match between two rows "
+    "with answers is spared when the answers differ and the texts differ in more than their "
+    "numbers: the same story asking another question."))
+IGNORE_ANSWERS = typer.Option(False, "--ignore-answers", help=(
+    "Match on the texts alone: no match is spared for asking another question."))
 SHOW_OPTION = typer.Option(10, "--show", help="Removals listed in the table.")
 
 
@@ -55,11 +61,12 @@ def _settings(ngram_n: int, ngram_threshold: float, minhash_threshold: float,
 
 
 def _run(command: str, input_path: Path, against: str | None, out: Path | None,
-         detectors: str, settings: DetectorSettings, fields: tuple[str, str],
-         data_dir: str | None, quiet: bool) -> DecontamReport:
+         detectors: str, settings: DetectorSettings, fields: tuple[str, str, str],
+         data_dir: str | None, quiet: bool, ignore_answers: bool) -> DecontamReport:
     """Read, run the detector cascade, write; every expected failure exits with a message."""
     from agentmath.errors import AgentMathError, MissingExtraError
     from agentmath.synth import decontam
+    from agentmath.synth import rows as row_io
 
     def progress(name: str, rows: int) -> None:
         if not quiet:
@@ -67,16 +74,17 @@ def _run(command: str, input_path: Path, against: str | None, out: Path | None,
 
     try:
         chosen = decontam.make_detectors(detectors, settings)
-        rows = decontam.read_rows(input_path, *fields)
+        rows = row_io.read_rows(input_path, *fields[:2], answer_field=fields[2])
         items = [row.item for row in rows]
+        spare = None if ignore_answers else decontam.other_question
         if against is None:
-            report = decontam.deduplicate(items, chosen, progress)
+            report = decontam.deduplicate(items, chosen, progress, spare)
         else:
-            refs = decontam.load_against(against, data_dir=data_dir, problem_field=fields[0],
-                                         id_field=fields[1])
-            report = decontam.decontaminate(items, refs, chosen, progress)
+            refs = row_io.load_against(against, data_dir=data_dir, problem_field=fields[0],
+                                       id_field=fields[1], answer_field=fields[2])
+            report = decontam.decontaminate(items, refs, chosen, progress, spare)
         if out is not None:
-            decontam.write_rows(out, (rows[i] for i in report.kept))
+            row_io.write_rows(out, (rows[i] for i in report.kept))
     except MissingExtraError as exc:
         usage_error(f"the semantic detector needs the training extra: {exc} "
                     "(or leave it out: --detectors ngram,minhash)")
@@ -106,6 +114,9 @@ def _print(title: str, report: DecontamReport, out: Path | None, show: int) -> N
         for r in report.removed[:show]:
             listed.add_row(r.id, r.detector, f"{r.score:.3f}", f"{r.source}: {r.matched}")
         console.print(listed)
+    if report.spared:
+        console.print(f"{len(report.spared)} kept row(s) matched only problems asking another "
+                      "question (other answers; listed in --json as 'spared')", highlight=False)
     console.print(f"kept {len(report.kept)} of {report.total} rows"
                   + (f"; wrote {out}" if out is not None else ""), highlight=False)
 
@@ -139,17 +150,20 @@ def decontam(
     semantic_backend: str = BACKEND_OPTION,
     problem_field: str = PROBLEM_FIELD,
     id_field: str = ID_FIELD,
+    answer_field: str = ANSWER_FIELD,
+    ignore_answers: bool = IGNORE_ANSWERS,
     data_dir: str = typer.Option(None, "--data-dir", help="Where built-in datasets live."),
     show: int = SHOW_OPTION,
     json_out: bool = JSON_OPTION,
 ) -> None:
     """Remove the rows that copy, reformat, reword or renumber a benchmark problem; each
-    removal names the detector, its score and the matched benchmark item."""
+    removal names the detector, its score and the matched benchmark item. A row telling a
+    benchmark problem's story but asking another question (its answer differs) is kept."""
     settings = _settings(ngram_n, ngram_threshold, minhash_threshold, minhash_perm,
                          minhash_shingle, semantic_threshold, semantic_numbers,
                          semantic_model, device, semantic_backend)
     report = _run("decontam", input_path, against, out, detectors, settings,
-                     (problem_field, id_field), data_dir, json_out)
+                  (problem_field, id_field, answer_field), data_dir, json_out, ignore_answers)
     _finish("decontam", f"{input_path} vs {against}", report, out, json_out, show)
 
 
@@ -169,6 +183,8 @@ def dedup(
     semantic_backend: str = BACKEND_OPTION,
     problem_field: str = PROBLEM_FIELD,
     id_field: str = ID_FIELD,
+    answer_field: str = ANSWER_FIELD,
+    ignore_answers: bool = IGNORE_ANSWERS,
     show: int = SHOW_OPTION,
     json_out: bool = JSON_OPTION,
 ) -> None:
@@ -178,5 +194,5 @@ def dedup(
                          minhash_shingle, semantic_threshold, semantic_numbers,
                          semantic_model, device, semantic_backend)
     report = _run("dedup", input_path, None, out, detectors, settings,
-                     (problem_field, id_field), None, json_out)
+                  (problem_field, id_field, answer_field), None, json_out, ignore_answers)
     _finish("dedup", str(input_path), report, out, json_out, show)

@@ -27,7 +27,7 @@ import math
 import zlib
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
@@ -62,6 +62,14 @@ class Detector(Protocol):
 
     def query(self, texts: Sequence[str], *, earlier_only: bool = False) -> list[list[Match]]:
         ...
+
+
+@runtime_checkable
+class PreparesAhead(Protocol):
+    """A detector that can start on every text before its stage (the embedding one, on the
+    other core while the lexical stages run): the cascade hands it the texts first."""
+
+    def prepare(self, texts: Sequence[str]) -> None: ...
 
 
 def _ranked(candidates: dict[int, float], limit: int) -> list[Match]:

@@ -306,6 +306,13 @@ def fingerprint(text: str) -> tuple[str, ...]:
     return tuple(tokens)
 
 
+def masked_wording(text: str) -> tuple[str, ...]:
+    """The fingerprint's tokens of ``text`` with every number masked as ``#``, however short
+    the text: two texts with equal masked wording differ at most in their numbers (a copy,
+    or a renumbered copy). The same-story rule (:mod:`agentmath.synth.questions`) uses it."""
+    return tuple(_tokens(text, mask=True))
+
+
 @functools.lru_cache(maxsize=1 << 17)
 def numbers(text: str) -> tuple[str, ...]:
     """The numbers of ``text`` as written after normalisation (``\\frac12`` -> ``1/2``,

@@ -17,8 +17,9 @@ from typer.testing import CliRunner
 
 from agentmath.cli.main import app
 from agentmath.datasets import load_tasks
-from agentmath.synth.decontam import Item, decontaminate, make_detectors
+from agentmath.synth.decontam import decontaminate, make_detectors
 from agentmath.synth.detectors import SemanticDetector, bundled_model_path
+from agentmath.synth.rows import Item
 from tests.fixtures.contamination import DISTINCT, PLANTED
 from tests.fixtures.paraphrases import HEAVY, PARAPHRASES, SAME_TOPIC
 
@@ -161,20 +162,31 @@ def test_onnx_build_offline_and_same_removals_as_torch(tmp_path: Path) -> None:
 def test_hand_paraphrases_removed_and_other_problems_kept() -> None:
     """Hand paraphrases of math500, gsm8k, aime25, amc23 and hmmt25 problems (other words, the
     same numbers) are removed, >= 95% of them, each matched to its source; same-topic problems
-    with other numbers or another object are kept by the semantic detector. (The same story
-    asked another question is the known limit: see tests/fixtures/paraphrases.py.)"""
-    refs = [Item(t.id, t.problem, name) for name in ("math500", "gsm8k", "aime25", "amc23",
-                                                     "hmmt25") for t in load_tasks(name)]
-    rows = [Item(f"para-{n}", v.text) for n, v in enumerate(PARAPHRASES)]
-    rows += [Item(f"{v.kind}-{n}", v.text) for n, v in enumerate(SAME_TOPIC)]
+    with other numbers or another object are kept by the semantic detector. With every row's
+    answer (a paraphrase has its source's), the problems telling a source's story and asking
+    another question are kept too: those the texts alone would remove (the known limit,
+    tests/fixtures/paraphrases.py) are listed as spared against their source."""
+    refs = [Item(t.id, t.problem, name, t.answer) for name in ("math500", "gsm8k", "aime25",
+                                                               "amc23", "hmmt25")
+            for t in load_tasks(name)]
+    gold = {r.id: r.answer for r in refs}
+    rows = [Item(f"para-{n}", v.text, "", gold[v.source]) for n, v in enumerate(PARAPHRASES)]
+    rows += [Item(f"{v.kind}-{n}", v.text, "", v.answer) for n, v in enumerate(SAME_TOPIC)]
     report = decontaminate(rows, refs, make_detectors("ngram,minhash,semantic"))
     removed = {r.id: r for r in report.removed}
     found = [removed[f"para-{n}"].matched == v.source for n, v in enumerate(PARAPHRASES)
              if f"para-{n}" in removed]
     assert all(found) and len(found) >= 0.95 * len(PARAPHRASES), sorted(removed)
-    wrongly = [i for i, r in removed.items() if i.startswith("problem") and
-               r.detector == "semantic"]
+    wrongly = [i for i in removed if not i.startswith("para")]
     assert not wrongly, wrongly
+    asked = {f"question-{n}": v.source for n, v in enumerate(SAME_TOPIC) if v.kind == "question"}
+    spared = {s.id: s.matched for s in report.spared}
+    texts_only = decontaminate(rows, refs, make_detectors("ngram,minhash,semantic"),
+                               spare=None)
+    caught = {r.id: r.matched for r in texts_only.removed if r.id in asked}
+    assert len(caught) >= len(asked) // 2  # what the answers save
+    assert caught == {i: asked[i] for i in caught}  # each matched its own source ...
+    assert {i: spared.get(i) for i in caught} == caught  # ... and spared against it
 
 
 def test_texts_embedded_ahead_are_embedded_as_alone() -> None:

@@ -40,6 +40,12 @@ def test_dedup_benchmark_quick_json() -> None:
     assert set(data["goal"]) == {"met", "seconds", "memory", "recall_reworded", "precision",
                                  "recall_hand_paraphrases"}
     hand = {r["config"]: r for r in data["hand"]}
-    assert list(hand) == ["ngram", "minhash", "semantic", "all three"]
+    texts_only = "all three, texts only (--ignore-answers)"
+    assert list(hand) == ["ngram", "minhash", "semantic", "all three", texts_only]
     assert hand["all three"]["paraphrase_recall"] >= hand["semantic"]["paraphrase_recall"] > 0.5
     assert hand["semantic"]["other_problem_removed"] == 0
+    assert hand[texts_only]["answers"] is False and hand["all three"]["answers"] is True
+    # the answers spare the same story asked another question, and remove no fewer paraphrases
+    assert (hand["all three"]["other_question_removed"]
+            < hand[texts_only]["other_question_removed"])
+    assert hand["all three"]["paraphrase_recall"] == hand[texts_only]["paraphrase_recall"]

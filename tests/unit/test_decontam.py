@@ -18,13 +18,10 @@ from agentmath.datasets import load_tasks
 from agentmath.errors import DataError
 from agentmath.synth.decontam import (
     Item,
-    Row,
     decontaminate,
     deduplicate,
     make_detectors,
     parse_detectors,
-    read_rows,
-    write_rows,
 )
 from agentmath.synth.detectors import MinHashDetector, NGramDetector
 from agentmath.synth.normalize import (
@@ -34,6 +31,7 @@ from agentmath.synth.normalize import (
     number_agreement,
     numbers,
 )
+from agentmath.synth.rows import Row, read_rows, write_rows
 from tests.fixtures.contamination import DISTINCT, PLANTED
 
 runner = CliRunner()

@@ -1,0 +1,182 @@
+"""The rows that decontamination and dedup read and write (:mod:`agentmath.synth.decontam`).
+
+Reading is as strict as ``agentmath eval``'s: a malformed row (bad JSON, a missing, empty or
+non-string problem field, a bad id, an answer that is neither text nor a number) raises
+:class:`~agentmath.errors.DataError` naming the file, the line (or row) and the field. The kept
+rows are written back unchanged (a JSONL line byte for byte), in input order, to a temporary
+file renamed over the output at the end, so an interrupted run never leaves a half-written file.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from agentmath.errors import DataError
+
+
+@dataclass(frozen=True)
+class Item:
+    """One text to check or to check against: its id, the problem text, where it is from, and
+    its reference answer when known (for the same-story rule; None: unknown)."""
+
+    id: str
+    text: str
+    source: str = ""
+    answer: str | None = None
+
+
+@dataclass(frozen=True)
+class Row:
+    """An input row: its :class:`Item`, its location (``line 3``), the parsed object, and the
+    original JSONL line (None for JSON and Parquet input), which is what gets written back."""
+
+    item: Item
+    where: str
+    data: dict[str, Any]
+    raw: str | None = None
+
+
+def _row_error(path: Path, where: str, field_name: str | None, message: str) -> DataError:
+    """A DataError naming the file, the line (or row) and the field, as datasets.py does."""
+    return DataError(f"{path}: {where}: " + (f"field {field_name!r}: " if field_name else "")
+                     + message)
+
+
+def _jsonl_lines(path: Path) -> Iterator[tuple[str, Any, str]]:
+    """``(where, object, raw line)`` per non-blank line of a JSONL file."""
+    with path.open("rb") as handle:
+        for lineno, data in enumerate(handle, start=1):
+            where = f"line {lineno}"
+            try:
+                raw = data.decode("utf-8-sig" if lineno == 1 else "utf-8").rstrip("\r\n")
+            except UnicodeDecodeError as exc:
+                raise _row_error(path, where, None, f"not valid UTF-8 ({exc.reason})") from None
+            if not raw.strip():
+                continue
+            try:
+                yield where, json.loads(raw), raw
+            except json.JSONDecodeError as exc:
+                raise _row_error(path, where, None, f"invalid JSON: {exc.msg} "
+                                 f"(column {exc.colno})") from None
+
+
+def _source_rows(path: Path) -> Iterator[tuple[str, Any, str | None]]:
+    """Rows of a .jsonl (raw lines kept), .json or .parquet file (read as datasets.py does)."""
+    if path.suffix.lower() == ".jsonl":
+        yield from _jsonl_lines(path)
+        return
+    from agentmath.datasets import _file_rows
+
+    for where, obj in _file_rows(path):
+        yield where, obj, None
+
+
+def _row_id(obj: dict[str, Any], index: int, path: Path, where: str, id_field: str) -> str:
+    """The row's id as text; its 0-based index when ``id_field`` is absent or null."""
+    value = obj.get(id_field) if id_field else None
+    if value is None:
+        return str(index)
+    if (isinstance(value, str) and value.strip()) or (
+            isinstance(value, int) and not isinstance(value, bool)):
+        return str(value)
+    raise _row_error(path, where, id_field, f"must be a non-empty string or an integer, got "
+                     f"{value!r}")
+
+
+def _row_answer(obj: dict[str, Any], path: Path, where: str, field_name: str | None
+                ) -> str | None:
+    """The row's reference answer as text (a number written as JSON too); None when the
+    field is absent, null or empty, or ``field_name`` is None."""
+    value = obj.get(field_name) if field_name else None
+    if value is None:
+        return None
+    if isinstance(value, str):
+        return value.strip() or None
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return str(value)
+    raise _row_error(path, where, field_name, f"must be a string or a number, got "
+                     f"{type(value).__name__}")
+
+
+def read_rows(path: str | Path, problem_field: str = "problem", id_field: str = "id",
+              source: str | None = None, answer_field: str | None = "answer") -> list[Row]:
+    """Every row of a JSONL/JSON/Parquet file, validated: the first malformed row raises a
+    DataError naming the file, the line and the field. Duplicate ids are allowed (dedup
+    exists to remove copied rows); a row without ``id_field`` gets its 0-based index. A row's
+    ``answer_field`` (optional) is its reference answer, for the same-story rule."""
+    path = Path(path)
+    if not path.is_file():
+        raise DataError(f"{path}: no such file")
+    rows: list[Row] = []
+    for index, (where, obj, raw) in enumerate(_source_rows(path)):
+        if not isinstance(obj, dict):
+            raise _row_error(path, where, None, f"row must be a JSON object, got "
+                             f"{type(obj).__name__}")
+        if problem_field not in obj:
+            raise _row_error(path, where, problem_field, "is missing")
+        text = obj[problem_field]
+        if not isinstance(text, str):
+            kind = "null" if text is None else type(text).__name__
+            raise _row_error(path, where, problem_field, f"must be a string, got {kind}")
+        if not text.strip():
+            raise _row_error(path, where, problem_field, "is empty")
+        item = Item(_row_id(obj, index, path, where, id_field), text, source or str(path),
+                    _row_answer(obj, path, where, answer_field))
+        rows.append(Row(item, where, obj, raw))
+    return rows
+
+
+def load_against(spec: str | Sequence[str], *, data_dir: str | Path | None = None,
+                 problem_field: str = "problem", id_field: str = "id",
+                 answer_field: str | None = "answer") -> list[Item]:
+    """The items of ``spec``: comma-separated built-in names (``math500,aime24``, read with
+    :func:`agentmath.datasets.load_tasks`, with their gold answers) or file paths (read with
+    :func:`read_rows`)."""
+    from agentmath.datasets import BUILTIN, load_tasks
+
+    names = [s.strip() for s in (spec.split(",") if isinstance(spec, str) else spec)]
+    names = [n for n in names if n]
+    if not names:
+        raise DataError("--against names no dataset")
+    items: list[Item] = []
+    for name in names:
+        if name in BUILTIN:
+            items += [Item(t.id, t.problem, name, t.answer or None)
+                      for t in load_tasks(name, data_dir=data_dir)]
+        elif Path(name).expanduser().is_file():
+            items += [row.item for row in read_rows(Path(name).expanduser(), problem_field,
+                                                    id_field, source=name,
+                                                    answer_field=answer_field)]
+        else:
+            raise DataError(f"--against {name!r} is neither a built-in dataset "
+                            f"({', '.join(BUILTIN)}) nor a file")
+    return items
+
+
+def write_rows(path: str | Path, rows: Iterable[Row]) -> None:
+    """Write ``rows`` unchanged to ``path`` atomically (a temporary file in the same
+    directory, flushed and renamed over ``path``): JSONL, or a JSON list for a ``.json``
+    path. JSONL input lines are copied as they were; other rows are dumped as JSON."""
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        with tmp.open("w", encoding="utf-8", newline="\n") as out:
+            if path.suffix.lower() == ".json":
+                json.dump([row.data for row in rows], out, ensure_ascii=False, default=str)
+                out.write("\n")
+            else:
+                for row in rows:
+                    out.write(row.raw if row.raw is not None
+                              else json.dumps(row.data, ensure_ascii=False, default=str))
+                    out.write("\n")
+            out.flush()
+            os.fsync(out.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
