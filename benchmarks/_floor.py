@@ -20,7 +20,7 @@ import time
 from collections.abc import Callable, Coroutine
 from typing import Any
 
-__all__ = ["on_loop", "pingpong_p50_ms"]
+__all__ = ["floors", "on_loop", "one_core", "pingpong_p50_ms"]
 
 
 def _echo(sock: socket.socket) -> None:
@@ -86,4 +86,28 @@ def floors(quick: bool, in_process: Callable[[], Coroutine[Any, Any, tuple[list[
         out[f"floor_{kind}"] = on_loop(kind, lambda: pingpong_p50_ms(n, freeze=False))
         out[f"floor_freeze_{kind}"] = on_loop(kind, lambda: pingpong_p50_ms(n, freeze=True))
     out["rt_trivial_uvloop"], out["tput_trivial_uvloop"] = on_loop("uvloop", in_process)
+    return out
+
+
+def one_core(quick: bool,
+             in_process: Callable[[], Coroutine[Any, Any, tuple[list[float], float]]],
+             baseline: Callable[[], tuple[list[float], float]]) -> dict[str, Any]:
+    """The floor on uvloop, ``in_process()`` on uvloop and ``baseline()`` (``python -c``) with
+    this process and every process it starts pinned to one CPU (its lowest allowed), then the
+    affinity restored. On a VM a message between two processes on two CPUs waits for the
+    other CPU to be woken (an inter-processor interrupt through the hypervisor); on one CPU
+    the kernel switches to the woken process directly. What that costs the round trip is the
+    difference between these rows and the unpinned ones of the same run."""
+    saved = os.sched_getaffinity(0)
+    os.sched_setaffinity(0, {min(saved)})
+    n = 500 if quick else 5000
+    try:
+        out: dict[str, Any] = {
+            "one_core_floor_uvloop": on_loop("uvloop", lambda: pingpong_p50_ms(n, freeze=False)),
+            "one_core_floor_freeze_uvloop": on_loop(
+                "uvloop", lambda: pingpong_p50_ms(n, freeze=True))}
+        out["one_core_rt_uvloop"], out["one_core_tput_uvloop"] = on_loop("uvloop", in_process)
+        out["one_core_base"], out["one_core_base_tput"] = baseline()
+    finally:
+        os.sched_setaffinity(0, saved)
     return out

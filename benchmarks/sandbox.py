@@ -23,7 +23,7 @@ import time
 from typing import Any
 
 from _common import pct, print_table
-from _floor import floors
+from _floor import floors, one_core
 from _service import service_measure
 
 from agentmath.config import SandboxConfig
@@ -318,6 +318,7 @@ def service_rows(r: dict[str, Any], s: dict[str, Any]) -> list[tuple[str, str, s
         out.append((f"floor on {kind}: bare 2-process ping-pong, without / with the freeze's "
                     f"2 signals (p50)", f"{bare:.3f} ms ({base_p50 / bare:,.0f}x) / {frozen:.3f}"
                     f" ms ({base_p50 / frozen:,.0f}x)", f"{base_p50:.1f} ms", "", ""))
+    out += _one_core_rows(r)
     for kind, c in s.items():
         rt = c["rt"]
         out.append((f"HTTP ({kind} client): round trip, trivial (p50 / p99)",
@@ -366,6 +367,29 @@ SERVICE_NOTE = ("the client (httpx or raw HTTP/1.1 on asyncio, this process) run
                 "so the python -c baseline is a lower bound on its cost per cell")
 
 
+def _one_core_rows(r: dict[str, Any]) -> list[tuple[str, str, str, str, str]]:
+    """The same run pinned to one CPU (benchmarks/_floor.one_core), against ``python -c`` on
+    that CPU: the client, the sandbox's workers and the baseline's interpreters on one core."""
+    if "one_core_rt_uvloop" not in r:
+        return []
+    base = pct(r["one_core_base"], 0.5)
+    rt = pct(r["one_core_rt_uvloop"], 0.5)
+    ratio = r["one_core_tput_uvloop"] / r["one_core_base_tput"]
+    bare, frozen = r["one_core_floor_uvloop"], r["one_core_floor_freeze_uvloop"]
+    return [
+        ("one CPU, in process on uvloop: round trip, trivial (p50)",
+         f"{rt:.3f} ms ({base / rt:,.0f}x)", f"{base:.1f} ms (one CPU)", ">= 300x faster",
+         "met" if base / rt >= 300 else "NOT met"),
+        ("one CPU, in process on uvloop: throughput, trivial (32 sessions)",
+         f"{r['one_core_tput_uvloop']:,.0f} /s ({ratio:,.0f}x)",
+         f"{r['one_core_base_tput']:,.0f} /s (one CPU)", ">= 300x",
+         "met" if ratio >= 300 else "NOT met"),
+        ("one CPU, floor on uvloop: without / with the freeze (p50)",
+         f"{bare:.3f} ms ({base / bare:,.0f}x) / {frozen:.3f} ms ({base / frozen:,.0f}x)",
+         f"{base:.1f} ms (one CPU)", "", ""),
+    ]
+
+
 def print_service_table(r: dict[str, Any], s: dict[str, Any], as_json: bool) -> None:
     """The service table (in process and over loopback HTTP against the baseline)."""
     table = service_rows(r, s)
@@ -393,6 +417,8 @@ def main() -> None:
     if args.service:
         r, s = asyncio.run(measure_service(args.quick))
         r.update(floors(args.quick, lambda: trivial_in_process(args.quick)))
+        r.update(one_core(args.quick, lambda: trivial_in_process(args.quick),
+                          lambda: baseline(TRIVIAL, 4 if args.quick else 40)))
         print_service_table(r, s, args.json)
         return
     if args.costs:
@@ -402,6 +428,8 @@ def main() -> None:
     result = asyncio.run(measure(args.quick))
     service = asyncio.run(service_measure(args.quick))
     result.update(floors(args.quick, lambda: trivial_in_process(args.quick)))
+    result.update(one_core(args.quick, lambda: trivial_in_process(args.quick),
+                           lambda: baseline(TRIVIAL, 4 if args.quick else 40)))
     table = rows(result)
     if args.json:
         print(json.dumps({"rows": table, "protection_costs": cost_rows(result["costs"]),

@@ -59,7 +59,8 @@ def demo(
     device: str = typer.Option("cpu", "--device", help=(
         "Where SFT, GRPO and evaluation run: cpu (the README's figures), cuda, cuda:N, auto.")),
     bf16: bool = typer.Option(False, "--bf16", help=(
-        "bfloat16 autocast in SFT and GRPO (a GPU, or a CPU with bf16 instructions).")),
+        "bfloat16 autocast in SFT and GRPO (a GPU, or a CPU with bf16 instructions); it "
+        "weakens the micro model's start: on a GPU, fp32 reproduces the CPU's figures.")),
     json_out: bool = JSON_OPTION,
 ) -> None:
     """Train a text-only and a tool-using tiny model with the same budget on synthetic

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -11,6 +10,7 @@ import typer
 if TYPE_CHECKING:
     from agentmath.eval.results import EvalProgress, EvalResult
 
+from agentmath import _loop as event_loop
 from agentmath.cli._common import (
     JSON_OPTION,
     RAY_OPTION,
@@ -98,7 +98,7 @@ def eval_command(
         usage_error(str(exc))
     try:
         with stdout_for_json(json_out):
-            metrics = asyncio.run(_run(config, out, engine, quiet=json_out)).metrics
+            metrics = event_loop.run(_run(config, out, engine, quiet=json_out)).metrics
     except AgentMathError as exc:
         usage_error(str(exc))
     except OSError as exc:  # the run directory cannot be written: say so, no traceback

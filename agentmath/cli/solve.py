@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import asyncio
 from pathlib import Path
 
 import typer
 
+from agentmath import _loop as event_loop
 from agentmath.cli._common import JSON_OPTION, out_console, print_json, usage_error
 
 
@@ -62,7 +62,7 @@ def solve(
             finally:
                 await engine.aclose()
 
-    traj = asyncio.run(go())
+    traj = event_loop.run(go())
     if json_out:
         print_json(traj.to_dict())
         return

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import asyncio
 from pathlib import Path
 from typing import Any
 
 import typer
 
+from agentmath import _loop as event_loop
 from agentmath.cli._common import (
     JSON_OPTION,
     SANDBOX_TOKEN_OPTION,
@@ -82,7 +82,7 @@ def synth(
         "sandbox_url": list(sandbox_url) if sandbox_url else None,
         "sandbox_token_file": str(sandbox_token_file) if sandbox_token_file else None})
     try:
-        result = asyncio.run(_run(config, out, retry_errors, quiet=json_out))
+        result = event_loop.run(_run(config, out, retry_errors, quiet=json_out))
     except AgentMathError as exc:
         usage_error(str(exc))
     except OSError as exc:

@@ -18,7 +18,6 @@ agent-loop and evaluation tests serve through vLLM).
 
 from __future__ import annotations
 
-import asyncio
 import json
 import random
 import time
@@ -28,6 +27,7 @@ from typing import Any
 
 from pydantic import Field, field_validator, model_validator
 
+from agentmath import _loop as event_loop
 from agentmath.config import SandboxConfig, StrictModel
 from agentmath.synth.config import NATIVE  # the pseudo-format of native tool-calling records
 
@@ -227,7 +227,7 @@ def build_tool_model(cfg: ToolModelConfig, out: Path, stage: Stage = print,
     stage(f"code injection in {', '.join(cfg.formats)}: {len(train) - len(text_ids)} "
           f"trajectories" + (f" ({len(text_ids)} more problems as text records)"
                              if text_ids else ""))
-    records, conversion = asyncio.run(tool_records(train, cfg.formats,
+    records, conversion = event_loop.run(tool_records(train, cfg.formats,
                                                    system_prompts=cfg.system_prompts,
                                                    text_ids=text_ids))
     stage(f"tokenizer and a {cfg.model_size} model; SFT for {cfg.steps} steps")

@@ -24,12 +24,12 @@ one typed :class:`~agentmath.rl.run.RLRun`; this module drives it.
 
 from __future__ import annotations
 
-import asyncio
 import shutil
 import time
 from collections.abc import Callable
 from pathlib import Path
 
+from agentmath import _loop as event_loop
 from agentmath._lazy import require
 from agentmath.rl.compose import open_run
 from agentmath.rl.config import RLConfig
@@ -85,7 +85,7 @@ def train_rl(config: RLConfig, out_dir: str | Path, *, progress: bool = True,
                       out / "tensorboard"]:
             shutil.rmtree(stale) if stale.is_dir() else stale.unlink(missing_ok=True)
     (out / "rl_config.json").write_text(config.model_dump_json(indent=2) + "\n")
-    run = asyncio.run(_train(config, out, resume, progress, stop_after, on_step))
+    run = event_loop.run(_train(config, out, resume, progress, stop_after, on_step))
     if config.checkpoint_every == 0 and run.step >= config.steps:
         run.checkpoint()
     final = None
