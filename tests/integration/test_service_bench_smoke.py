@@ -37,6 +37,7 @@ def test_sandbox_service_section_quick() -> None:
     proc = _run(str(ROOT / "benchmarks" / "sandbox.py"), "--service", "--quick")
     assert proc.returncode == 0, proc.stderr[-3000:]
     for text in ("in process: round trip, trivial", "HTTP (httpx client): throughput",
+                 "one CPU, in process on uvloop: round trip",
                  "HTTP (raw client): paced at 1,500 /s", "met"):
         assert text in proc.stdout, text
     proc = _run(str(ROOT / "benchmarks" / "sandbox.py"), "--service", "--quick", "--json")
@@ -44,3 +45,8 @@ def test_sandbox_service_section_quick() -> None:
     out = json.loads(proc.stdout)
     assert {"httpx", "raw"} <= set(out["http"]) and out["http"]["raw"]["best"] > 0
     assert all(len(row) == 5 for row in out["service_rows"])
+    one_cpu = [row for row in out["service_rows"] if row[0].startswith("one CPU")]
+    assert [row[0].split(":")[0] for row in one_cpu] == [
+        "one CPU, in process on uvloop", "one CPU, in process on uvloop",
+        "one CPU, floor on uvloop"]
+    assert all("(one CPU)" in row[2] for row in one_cpu)
