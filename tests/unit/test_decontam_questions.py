@@ -12,6 +12,8 @@ from typer.testing import CliRunner
 
 from agentmath.cli.main import app
 from agentmath.errors import DataError
+from agentmath.grading import GradeResult
+from agentmath.synth import questions
 from agentmath.synth.decontam import decontaminate, deduplicate, make_detectors
 from agentmath.synth.questions import asks_another_question
 from agentmath.synth.rows import Item, read_rows
@@ -126,3 +128,16 @@ def test_cli_dedup_spares_another_question_unless_told_to_ignore_answers(
     assert data["kept"] == 1 and data["spared"] == []
     table = runner.invoke(app, args[:-1])
     assert table.exit_code == 0 and "asking another question" in table.output
+
+
+@pytest.mark.parametrize("result", [
+    GradeResult("49", False, timed_out=True),            # the check ran out of time
+    GradeResult("49", False, error="worker crashed"),    # the check failed
+    GradeResult("49", None),                             # an answer did not parse
+])
+def test_an_answer_check_that_could_not_decide_spares_nothing(
+        monkeypatch: pytest.MonkeyPatch, result: GradeResult) -> None:
+    monkeypatch.setattr(questions, "check", lambda gold, predicted: result)
+    assert not asks_another_question(GOATS, "49", COWS, "36")
+    monkeypatch.setattr(questions, "check", lambda gold, predicted: GradeResult("49", False))
+    assert asks_another_question(GOATS, "49", COWS, "36")
