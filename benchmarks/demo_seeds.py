@@ -30,41 +30,55 @@ from _common import print_table
 GOAL_POINTS = 15.0
 
 
+def reused(seed: int, out: Path, device: str, bf16: bool) -> dict | None:
+    """The summary of a finished run of ``seed`` with these settings in ``out/seed-N``."""
+    from agentmath.recipes.demo import DemoConfig
+
+    cfg = DemoConfig(seed=seed, device=device, bf16=bf16)
+    found = saved_summary(out / f"seed-{seed}", cfg.model_dump())
+    if found is not None:
+        print(f"[seed {seed}] reusing the finished run in {out / f'seed-{seed}'}",
+              file=sys.stderr, flush=True)
+    return found
+
+
 def run_seed(seed: int, out: Path, reuse: bool = False, device: str = "cpu",
              bf16: bool = False) -> dict:
     """The demo's summary for ``seed``: run into ``out/seed-N``, or with ``reuse`` read from
     there when a finished run of the same configuration is found."""
     from agentmath.recipes.demo import DemoConfig, run_demo
 
+    found = reused(seed, out, device, bf16) if reuse else None
+    if found is not None:
+        return found
     cfg = DemoConfig(seed=seed, device=device, bf16=bf16)
-    if reuse:
-        found = saved_summary(out / f"seed-{seed}", cfg.model_dump())
-        if found is not None:
-            print(f"[seed {seed}] reusing the finished run in {out / f'seed-{seed}'}",
-                  file=sys.stderr, flush=True)
-            return found
     return run_demo(cfg, out / f"seed-{seed}", None,
                     stage=lambda msg: print(f"[seed {seed}] {msg}", file=sys.stderr,
                                             flush=True)).to_dict()
 
 
-def run_seeds_at_once(seeds: list[int], out: Path, device: str, bf16: bool) -> dict:
-    """Each seed as its own ``agentmath demo`` process, all started together; the summaries
-    read back from their folders (``DemoSummary.read``). A seed whose process failed is named
-    with its exit status and log, and left out of the table."""
+def run_seeds_at_once(seeds: list[int], out: Path, device: str, bf16: bool,
+                      reuse: bool = False) -> dict:
+    """Each seed as its own ``agentmath demo`` process, all started together (with ``reuse``,
+    a seed with a finished run of these settings is read instead); the summaries read back
+    from their folders (``DemoSummary.read``). A seed whose process failed is named with its
+    exit status and log, and left out of the table."""
     from agentmath.recipes.summary import DemoSummary
 
-    procs = {}
+    summaries, procs = {}, {}
     for seed in seeds:
+        found = reused(seed, out, device, bf16) if reuse else None
+        if found is not None:
+            summaries[seed] = found
+            continue
         folder = out / f"seed-{seed}"
         folder.mkdir(parents=True, exist_ok=True)
         cmd = [sys.executable, "-m", "agentmath.cli", "demo", "--seed", str(seed), "--out",
                str(folder), "--no-save-model", "--device", device, "--json"]
         if bf16:
             cmd.append("--bf16")
-        log = (folder / "demo.log").open("w")
-        procs[seed] = (subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT), folder)
-    summaries = {}
+        with (folder / "demo.log").open("w") as log:  # the child keeps its own copy
+            procs[seed] = (subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT), folder)
     for seed, (proc, folder) in procs.items():
         if proc.wait() != 0:
             print(f"[seed {seed}] the demo exited with status {proc.returncode}; its log: "
@@ -130,7 +144,7 @@ def main() -> None:
         summaries = {}
         for i in range(0, len(args.seeds), args.parallel):
             summaries.update(run_seeds_at_once(args.seeds[i:i + args.parallel], args.out,
-                                               args.device, args.bf16))
+                                               args.device, args.bf16, args.reuse))
     else:
         summaries = {seed: run_seed(seed, args.out, args.reuse, args.device, args.bf16)
                      for seed in args.seeds}

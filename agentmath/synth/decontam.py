@@ -27,6 +27,7 @@ from typing import Any
 
 from agentmath.synth.detectors import (
     Detector,
+    Match,
     MinHashDetector,
     NGramDetector,
     PreparesAhead,
@@ -152,10 +153,19 @@ def other_question(row: Item, ref: Item) -> bool:
     return asks_another_question(row.text, row.answer, ref.text, ref.answer)
 
 
-def _spared(spared: dict[int, Removal], index: int, row: Item, detector: str, score: float,
-            ref: Item) -> None:
-    """Note the first spared match of row ``index`` (a later stage may spare it again)."""
-    spared.setdefault(index, Removal(row.id, index, detector, score, ref.id, ref.source))
+def _first_hit(index: int, row: Item, candidates: Iterable[tuple[Match, Item]],
+               spare: SpareRule | None, spared: dict[int, Removal], detector: str
+               ) -> tuple[Match, Item] | None:
+    """The first of ``candidates`` (a detector's matches of row ``index``, best first, with
+    the items they point at) that ``spare`` does not call another question; the first one it
+    spares is noted in ``spared`` (a later stage may spare the row again: the first stays)."""
+    for match, ref in candidates:
+        if spare is not None and spare(row, ref):
+            spared.setdefault(index, Removal(row.id, index, detector, match.score, ref.id,
+                                             ref.source))
+            continue
+        return match, ref
+    return None
 
 
 def _cascade(rows: Sequence[Item], detectors: Sequence[Detector], stage: Stage,
@@ -201,17 +211,14 @@ def decontaminate(rows: Sequence[Item], against: Sequence[Item],
         matches = detector.query([rows[i].text for i in remaining])
         kept, removed = [], []
         for i, found in zip(remaining, matches, strict=True):
-            row = rows[i]
-            for match in found:
-                ref = against[match.ref]
-                if spare is not None and spare(row, ref):
-                    _spared(spared, i, row, detector.name, match.score, ref)
-                    continue
-                removed.append(Removal(row.id, i, detector.name, match.score, ref.id,
-                                       ref.source))
-                break
-            else:
+            hit = _first_hit(i, rows[i], ((m, against[m.ref]) for m in found), spare, spared,
+                             detector.name)
+            if hit is None:
                 kept.append(i)
+                continue
+            match, ref = hit
+            removed.append(Removal(rows[i].id, i, detector.name, match.score, ref.id,
+                                   ref.source))
         return kept, removed
 
     return _cascade(rows, detectors, stage, progress, against, spared)
@@ -232,22 +239,15 @@ def deduplicate(rows: Sequence[Item], detectors: Sequence[Detector],
         keep = [False] * len(texts)
         removed = []
         for q, found in enumerate(matches):
-            hit = None
-            for m in found:
-                if not keep[m.ref]:
-                    continue
-                row, ref = rows[remaining[q]], rows[remaining[m.ref]]
-                if spare is not None and spare(row, ref):
-                    _spared(spared, remaining[q], row, detector.name, m.score, ref)
-                    continue
-                hit = m
-                break
+            hit = _first_hit(remaining[q], rows[remaining[q]],
+                             ((m, rows[remaining[m.ref]]) for m in found if keep[m.ref]),
+                             spare, spared, detector.name)
             if hit is None:
                 keep[q] = True
                 continue
-            row, ref = rows[remaining[q]], rows[remaining[hit.ref]]
-            removed.append(Removal(row.id, remaining[q], detector.name, hit.score,
-                                   ref.id, ref.source))
+            match, ref = hit
+            removed.append(Removal(rows[remaining[q]].id, remaining[q], detector.name,
+                                   match.score, ref.id, ref.source))
         return [i for i, k in zip(remaining, keep, strict=True) if k], removed
 
     return _cascade(rows, detectors, stage, progress, spared=spared)

@@ -306,10 +306,12 @@ def fingerprint(text: str) -> tuple[str, ...]:
     return tuple(tokens)
 
 
+@functools.lru_cache(maxsize=1 << 14)
 def masked_wording(text: str) -> tuple[str, ...]:
     """The fingerprint's tokens of ``text`` with every number masked as ``#``, however short
     the text: two texts with equal masked wording differ at most in their numbers (a copy,
-    or a renumbered copy). The same-story rule (:mod:`agentmath.synth.questions`) uses it."""
+    or a renumbered copy). The same-story rule (:mod:`agentmath.synth.questions`) uses it;
+    cached, as one benchmark item may be matched by many rows."""
     return tuple(_tokens(text, mask=True))
 
 
