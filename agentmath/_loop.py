@@ -19,24 +19,30 @@ from typing import Any, TypeVar
 
 from agentmath.errors import ConfigError
 
-__all__ = ["ENV", "loop_factory", "run"]
+__all__ = ["ENV", "choice", "loop_factory", "run"]
 
 ENV = "AGENTMATH_EVENT_LOOP"
 _T = TypeVar("_T")
 
 
+def choice() -> str:
+    """``AGENTMATH_EVENT_LOOP``: ``auto`` (the default: uvloop when installed), ``uvloop`` or
+    ``asyncio``; any other value is a ConfigError naming it (the CLI checks it at start)."""
+    value = os.environ.get(ENV, "auto").strip().lower() or "auto"
+    if value not in ("auto", "uvloop", "asyncio"):
+        raise ConfigError(f"{ENV}={value!r}: choose auto, uvloop or asyncio")
+    return value
+
+
 def loop_factory() -> Callable[[], asyncio.AbstractEventLoop] | None:
-    """uvloop's loop factory, or None for asyncio's loop, as ``AGENTMATH_EVENT_LOOP`` says
-    (``auto``, the default: uvloop when installed; ``uvloop``; ``asyncio``)."""
-    choice = os.environ.get(ENV, "auto").strip().lower() or "auto"
-    if choice not in ("auto", "uvloop", "asyncio"):
-        raise ConfigError(f"{ENV}={choice!r}: choose auto, uvloop or asyncio")
-    if choice == "asyncio":
+    """uvloop's loop factory, or None for asyncio's loop, as :func:`choice` says."""
+    chosen = choice()
+    if chosen == "asyncio":
         return None
     try:
         import uvloop
     except ImportError as exc:
-        if choice == "uvloop":
+        if chosen == "uvloop":
             raise ConfigError(f"{ENV}=uvloop but uvloop is not installed (pip install "
                               f"uvloop; it is a dependency of agentmath on Linux and macOS)"
                               ) from exc

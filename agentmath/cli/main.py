@@ -22,6 +22,7 @@ from agentmath.cli import sandbox as sandbox_cmd
 from agentmath.cli import sft as sft_cmd
 from agentmath.cli import solve as solve_cmd
 from agentmath.cli import synth as synth_cmd
+from agentmath.cli._common import usage_error
 
 app = typer.Typer(
     name="agentmath",
@@ -64,6 +65,13 @@ def main(
     Rich output for people, `--json` for programs. Start with `agentmath demo`; see
     `agentmath sandbox --help` for the sandbox.
     """
+    from agentmath._loop import choice
+    from agentmath.errors import ConfigError
+
+    try:
+        choice()  # a bad AGENTMATH_EVENT_LOOP is a message before any work, not a traceback
+    except ConfigError as exc:
+        usage_error(str(exc))
 
 
 if __name__ == "__main__":  # pragma: no cover - `python -m agentmath.cli.main`

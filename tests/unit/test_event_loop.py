@@ -64,3 +64,18 @@ def test_run_has_asyncio_run_semantics(monkeypatch: pytest.MonkeyPatch) -> None:
         monkeypatch.setenv(_loop.ENV, choice)
         assert _loop.run(main(choice)) == 7
     assert cancelled == ["uvloop", "asyncio"]
+
+
+def test_the_cli_names_a_bad_choice_before_any_work(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A bad AGENTMATH_EVENT_LOOP is a one-line error (exit 2) from any command, not a
+    traceback from deep inside it."""
+    from typer.testing import CliRunner
+
+    from agentmath.cli.main import app
+
+    monkeypatch.setenv(_loop.ENV, "trio")
+    result = CliRunner().invoke(app, ["solve", "What is 2 + 2?"])
+    assert result.exit_code == 2
+    assert "AGENTMATH_EVENT_LOOP='trio': choose auto, uvloop or asyncio" in result.output
+    assert "Traceback" not in result.output
+    assert isinstance(result.exception, SystemExit)  # the exit, no other exception
