@@ -39,11 +39,13 @@ from pydantic import Field
 
 from agentmath import _loop as event_loop
 from agentmath.config import EvalConfig, LoopConfig, StrictModel
-from agentmath.recipes._parallel import run_parallel
+from agentmath.recipes._parallel import run_parallel, worker_pool
 from agentmath.recipes.summary import Conversion, DemoSummary, Headroom, ModelRow, ReportFiles
 from agentmath.rl.records import StageMove
 
 if TYPE_CHECKING:
+    from concurrent.futures import ProcessPoolExecutor
+
     from agentmath.eval.results import RunMetrics
 
 TOOL_SYSTEM = "Solve the problem. Run Python in <code> blocks; results come back in <interpreter>."
@@ -58,10 +60,14 @@ class DemoConfig(StrictModel):
     train_problems: int = Field(1500, ge=10, le=1_000_000, description="Training problems.")
     test_problems: int = Field(300, ge=5, le=100_000, description=(
         "Held-out problems (300: a 10-point difference is well outside the noise)."))
-    model_size: str = Field("micro", description="A size from agentmath.models.tiny.SIZES.")
+    model_size: str = Field("nano", description=(
+        "A size from agentmath.models.tiny.SIZES (nano: learns to copy numbers into code by "
+        "450-750 SFT steps on seeds 0-2, micro by ~700-800; docs/demo.md)."))
     max_digits: int = Field(3, ge=3, le=6, description=(
         "Largest operand size in digits (3-digit numbers and up defeat mental arithmetic)."))
-    steps: int = Field(800, ge=1, le=10**7, description="SFT steps for each model (same).")
+    steps: int = Field(1600, ge=1, le=10**7, description=(
+        "SFT steps for each model (same); the default sits 850-1,150 steps past the copy "
+        "edge of the nano model."))
     text_share: float = Field(0.7, ge=0, le=1, description=(
         "Share of the tool model's SFT trajectories that do the arithmetic in text instead of "
         "code (seeded per problem): the decision GRPO learns to make."))
@@ -206,10 +212,22 @@ def check_device(cfg: DemoConfig) -> None:
                           f"{torch.cuda.device_count()} CUDA device(s)")
 
 
+# imported by the demo's two workers while it prepares its data
+WORKER_PRELOAD = ("transformers", "agentmath.train.sft", "agentmath.rl.trainer",
+                  "agentmath.eval.runner", "agentmath.backends.hf")
+
+
 def run_demo(cfg: DemoConfig, out: Path, save_model_to: Path | None,
              stage: Stage = print) -> DemoSummary:
-    """Run every stage; returns the summary (also written to ``out/summary.json``)."""
+    """Run every stage; returns the summary (also written to ``out/summary.json``). Each
+    stage's two jobs run side by side in one pool of two workers kept for the whole demo."""
     check_device(cfg)
+    with worker_pool(2, preload=WORKER_PRELOAD) as pool:
+        return _run_stages(cfg, out, save_model_to, stage, pool)
+
+
+def _run_stages(cfg: DemoConfig, out: Path, save_model_to: Path | None, stage: Stage,
+                pool: ProcessPoolExecutor | None) -> DemoSummary:
     from agentmath.data.synthetic import to_task_rows
     from agentmath.jsonl import write_jsonl
     from agentmath.models.tiny import build_tokenizer
@@ -243,7 +261,7 @@ def run_demo(cfg: DemoConfig, out: Path, save_model_to: Path | None,
     stage(f"SFT of the text-only and the tool model side by side ({cfg.steps} steps each; the "
           f"tool model's data: {1 - cfg.text_share:.0%} code, {cfg.text_share:.0%} text)")
     test_file = str(out / "test.jsonl")
-    (text_dir, text_metrics), (tool_dir, _) = run_parallel(sft_job, [
+    (text_dir, text_metrics), (tool_dir, _) = run_parallel(sft_job, pool=pool, jobs=[
         (data, text_examples, str(out / "tokenizer"), str(out / "model-text-only"),
          (TEXT_SYSTEM, test_file, str(out / "run-text-only"))),
         (data, mixed, str(out / "tokenizer"), str(out / "model-tool"))])
@@ -251,7 +269,7 @@ def run_demo(cfg: DemoConfig, out: Path, save_model_to: Path | None,
     stage(f"the tool model's headroom: greedy on {len(test)} held-out problems, pass@"
           f"{cfg.headroom_k} at temperature {cfg.rl_temperature} on "
           f"{min(cfg.headroom_problems, len(test))}")
-    greedy, sampled = run_parallel(eval_job, [
+    greedy, sampled = run_parallel(eval_job, pool=pool, jobs=[
         (data, tool_dir, TOOL_SYSTEM, test_file, str(out / "run-tool")),
         (data, tool_dir, TOOL_SYSTEM, test_file, str(out / "headroom"), cfg.headroom_k,
          cfg.rl_temperature, cfg.headroom_problems)])
@@ -262,9 +280,10 @@ def run_demo(cfg: DemoConfig, out: Path, save_model_to: Path | None,
     if cfg.rl_steps:
         stage(f"GRPO from the tool model, tool output masked and NOT masked, side by side "
               f"({cfg.rl_steps} steps of {cfg.rl_prompts} x {cfg.rl_group_size} episodes)")
-        (masked_dir, masked_ev), (unmasked_dir, unmasked_ev) = run_parallel(grpo_job, [
-            (data, tool_dir, str(out / "train.jsonl"), True, str(out / "rl-grpo")),
-            (data, tool_dir, str(out / "train.jsonl"), False, str(out / "rl-grpo-unmasked"))])
+        train_file = str(out / "train.jsonl")
+        (masked_dir, masked_ev), (unmasked_dir, unmasked_ev) = run_parallel(grpo_job, pool=pool,
+            jobs=[(data, tool_dir, train_file, True, str(out / "rl-grpo")),
+                  (data, tool_dir, train_file, False, str(out / "rl-grpo-unmasked"))])
         models["tool + grpo"], models["tool + grpo (unmasked)"] = masked_dir, unmasked_dir
         transitions = {"tool + grpo": masked_ev, "tool + grpo (unmasked)": unmasked_ev}
     rest = [name for name in models if name not in ("tool", "text-only")]
@@ -273,7 +292,7 @@ def run_demo(cfg: DemoConfig, out: Path, save_model_to: Path | None,
         stage(f"evaluating {len(rest)} more models on {len(test)} held-out problems")
         jobs = [(data, models[name], TOOL_SYSTEM, test_file, str(out / f"run-{_slug(name)}"))
                 for name in rest]
-        results.update(zip(rest, run_parallel(eval_job, jobs), strict=True))
+        results.update(zip(rest, run_parallel(eval_job, jobs, pool=pool), strict=True))
     runs = {name: {"metrics": results[name], "model_dir": models[name],
                    "run_dir": out / f"run-{_slug(name)}"} for name in models}
     return _finish(cfg, out, save_model_to, stage, runs, transitions, headroom,

@@ -221,6 +221,20 @@ def masked_lm_loss(logits: Any, labels: Any, loss_mask: Any = None,
     return total if reduction == "sum" else total / count
 
 
+def trained_tail(labels: Any) -> int:
+    """How many last positions of ``labels`` [B, T] a loss needs logits for: from the first
+    position whose next label carries loss in any row, to the end (T when none does).
+
+    Passed as ``logits_to_keep``, it spares the LM head (a large share of a tiny model's
+    compute) and the cross entropy over the prompt positions that no row trains on;
+    :func:`masked_lm_loss` of those logits against ``labels[:, -keep:]`` equals the loss of
+    the whole sequence, since every dropped position's next label is ignored.
+    """
+    trained = (labels[:, 1:] != IGNORE_INDEX).any(dim=0).nonzero()
+    width = labels.shape[1]
+    return width - int(trained[0]) if len(trained) else width
+
+
 def epoch_order(n: int, epoch: int, config: SFTConfig,
                 lengths: Sequence[int] | None = None) -> list[int]:
     """The example order of one epoch: a permutation seeded by (seed, epoch); with
@@ -267,9 +281,12 @@ def _train_step(model: Any, batches: list[tuple[Any, Any, Any]], optimizer: Any,
                 else contextlib.nullcontext())
     total = 0.0
     for ids, mask, labels in batches:
+        keep = trained_tail(labels)  # no LM head over the prompts every row of the batch shares
         with autocast:
-            logits = model(input_ids=ids.to(device), attention_mask=mask.to(device)).logits
-        loss = masked_lm_loss(logits, labels.to(device), reduction="sum") / max(1, n_tokens)
+            logits = model(input_ids=ids.to(device), attention_mask=mask.to(device),
+                           logits_to_keep=keep).logits
+        loss = masked_lm_loss(logits, labels[:, -keep:].to(device),
+                              reduction="sum") / max(1, n_tokens)
         loss.backward()
         total += float(loss.detach())
     if config.max_grad_norm > 0:

@@ -268,3 +268,36 @@ def test_chat_prompt_ids_equal_the_templates_own_tokenization(tok: Any) -> None:
         out = tok.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)
         own = out["input_ids"] if hasattr(out, "keys") else out
         assert chat_prompt_ids(tok, messages) == [int(t) for t in own]
+
+
+def test_the_logits_kept_give_the_loss_and_gradients_of_the_whole_sequence(
+        tok: Any, model: Any) -> None:
+    """SFT asks the model only for the logits from the first position any row trains on
+    (trained_tail); loss and every gradient equal those of the full logits."""
+    from agentmath.train.plumbing import collate
+    from agentmath.train.sft import trained_tail
+
+    longer = {**EXAMPLE, "messages": [EXAMPLE["messages"][0], {
+        "role": "user", "content": "A shop has 12 boxes of 34 pens each. How many pens?"}]}
+    rows = [tokenize_example(tok, ex, 256) for ex in (EXAMPLE, longer)]
+    ids, mask, labels = collate(rows, tok.pad_token_id)
+    keep = trained_tail(labels)
+    first = min(next(i for i, x in enumerate(lab) if x != IGNORE_INDEX) for _, lab in rows)
+    assert keep == ids.shape[1] - (first - 1)  # the earliest trained label's predictor onwards
+    assert 0 < keep < ids.shape[1]
+
+    def loss_and_grads(**kw: Any) -> tuple[float, list[torch.Tensor]]:
+        model.zero_grad(set_to_none=True)
+        logits = model(input_ids=ids, attention_mask=mask, **kw).logits
+        part = labels[:, -logits.shape[1]:]
+        loss = masked_lm_loss(logits, part, reduction="sum")
+        loss.backward()
+        return float(loss), [p.grad.clone() for p in model.parameters()]
+
+    full, full_grads = loss_and_grads()
+    kept, kept_grads = loss_and_grads(logits_to_keep=keep)
+    assert kept == pytest.approx(full, rel=1e-6)
+    for a, b in zip(full_grads, kept_grads, strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-6)  # float order only
+    no_loss = torch.full_like(labels, IGNORE_INDEX)
+    assert trained_tail(no_loss) == labels.shape[1]  # nothing trained: every position kept
