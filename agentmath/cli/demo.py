@@ -50,6 +50,9 @@ def demo(
     out: Path = OUT_OPTION,
     seed: int = typer.Option(0, min=0, help="Seed for data, models, training, sampling."),
     steps: int = typer.Option(None, min=1, help="SFT steps per model (default: the recipe's)."),
+    model_size: str = typer.Option(None, "--model-size", help=(
+        "Tiny model size: nano (default), micro, tiny, small, base; the demo before "
+        "2026-11-26 was --model-size micro --steps 800.")),
     train_problems: int = typer.Option(None, "--train-problems", min=10,
                                        help="Training problems (default 1500)."),
     test_problems: int = typer.Option(None, "--test-problems", min=5,
@@ -60,7 +63,7 @@ def demo(
         "Where SFT, GRPO and evaluation run: cpu (the README's figures), cuda, cuda:N, auto.")),
     bf16: bool = typer.Option(False, "--bf16", help=(
         "bfloat16 autocast in SFT and GRPO (a GPU, or a CPU with bf16 instructions); it "
-        "weakens the micro model's start: on a GPU, fp32 reproduces the CPU's figures.")),
+        "can weaken the start (docs/gpu.md): on a GPU, fp32 reproduces the CPU's figures.")),
     json_out: bool = JSON_OPTION,
 ) -> None:
     """Train a text-only and a tool-using tiny model with the same budget on synthetic
@@ -70,7 +73,8 @@ def demo(
     from agentmath.errors import AgentMathError, MissingExtraError
     from agentmath.recipes.demo import DemoConfig, run_demo
 
-    overrides = {"seed": seed, "steps": steps, "train_problems": train_problems,
+    overrides = {"seed": seed, "steps": steps, "model_size": model_size,
+                 "train_problems": train_problems,
                  "test_problems": test_problems, "device": device, "bf16": bf16}
     try:
         cfg = DemoConfig(**{k: v for k, v in overrides.items() if v is not None})

@@ -35,7 +35,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from pydantic import Field
+from pydantic import Field, field_validator
 
 from agentmath import _loop as event_loop
 from agentmath.config import EvalConfig, LoopConfig, StrictModel
@@ -61,18 +61,18 @@ class DemoConfig(StrictModel):
     test_problems: int = Field(300, ge=5, le=100_000, description=(
         "Held-out problems (300: a 10-point difference is well outside the noise)."))
     model_size: str = Field("nano", description=(
-        "A size from agentmath.models.tiny.SIZES (nano: learns to copy numbers into code by "
-        "450-750 SFT steps on seeds 0-2, micro by ~700-800; docs/demo.md)."))
+        "A size from agentmath.models.tiny.SIZES (nano: 0.16 M parameters, about a third of "
+        "micro's SFT step; docs/demo.md)."))
     max_digits: int = Field(3, ge=3, le=6, description=(
         "Largest operand size in digits (3-digit numbers and up defeat mental arithmetic)."))
-    steps: int = Field(1600, ge=1, le=10**7, description=(
-        "SFT steps for each model (same); the default sits 850-1,150 steps past the copy "
-        "edge of the nano model."))
+    steps: int = Field(1400, ge=1, le=10**7, description=(
+        "SFT steps for each model (same); the default sits 800-900 steps past the point at "
+        "which the nano model learns to copy numbers (seeds 0-2; docs/demo.md)."))
     text_share: float = Field(0.7, ge=0, le=1, description=(
         "Share of the tool model's SFT trajectories that do the arithmetic in text instead of "
         "code (seeded per problem): the decision GRPO learns to make."))
     batch_size: int = Field(16, ge=1, le=4096, description="SFT batch size.")
-    learning_rate: float = Field(3e-3, gt=0, le=1, description="SFT peak learning rate.")
+    learning_rate: float = Field(4e-3, gt=0, le=1, description="SFT peak learning rate.")
     max_length: int = Field(512, ge=64, le=8192, description="Tokens per training example.")
     eval_max_tokens: int = Field(320, ge=16, le=8192, description="Model tokens per episode.")
     vocab_size: int = Field(1024, ge=300, le=65536, description="Tokenizer vocabulary size.")
@@ -97,6 +97,16 @@ class DemoConfig(StrictModel):
         "stays fp32); for a GPU, or a CPU with bf16 instructions (AVX512-BF16, AMX). It weakens "
         "the demo's start: seed 0 on an H200 reached 41-43% after GRPO in bf16, 91.3% in fp32 "
         "(docs/gpu.md)."))
+
+
+    @field_validator("model_size")
+    @classmethod
+    def _known_size(cls, size: str) -> str:
+        from agentmath.models.tiny import SIZES
+
+        if size not in SIZES:
+            raise ValueError(f"unknown tiny model size {size!r}; choose one of {sorted(SIZES)}")
+        return size
 
 
 Stage = Callable[[str], None]
@@ -174,15 +184,23 @@ def sft_job(cfg_data: dict[str, Any], examples: list[dict], tokenizer_dir: str, 
 
 
 def grpo_job(cfg_data: dict[str, Any], start: str, train_file: str, masked: bool,
-             out: str) -> tuple[str, list[StageMove]]:
-    """One GRPO run from the tool SFT model (a process of its own): its final model dir and
-    its stage transitions (the ``stage`` events of the run)."""
+             out: str, evaluate: tuple[str, str, str] | None = None
+             ) -> tuple[str, list[StageMove], RunMetrics | None]:
+    """One GRPO run from the tool SFT model (a process of its own): its final model dir, its
+    stage transitions (the ``stage`` events of the run) and, with ``evaluate`` = (system
+    prompt, data, run dir), its greedy evaluation right after training (so the run that ends
+    first does not wait for the other one to start its evaluation)."""
     from agentmath.rl.trainer import train_rl
 
     cfg = DemoConfig.model_validate(cfg_data)
     result = train_rl(rl_config(cfg, start, Path(train_file), masked=masked), out,
                       resume=False, progress=False)
-    return str(result.final_dir), [e for e in result.events if isinstance(e, StageMove)]
+    moves = [e for e in result.events if isinstance(e, StageMove)]
+    metrics = None
+    if evaluate is not None:
+        system, data, run_dir = evaluate
+        metrics = eval_job(cfg_data, str(result.final_dir), system, data, run_dir)
+    return str(result.final_dir), moves, metrics
 
 
 def eval_job(cfg_data: dict[str, Any], model_dir: str, system: str, data: str,
@@ -277,22 +295,19 @@ def _run_stages(cfg: DemoConfig, out: Path, save_model_to: Path | None, stage: S
     stage(f"headroom: greedy pass@1 {headroom.greedy_pass_at_1:.1%}, pass@{cfg.headroom_k} "
           f"{headroom.pass_at_k:.1%} at temperature {cfg.rl_temperature}")
     transitions: dict[str, list[StageMove]] = {}
+    results = {"text-only": text_metrics, "tool": greedy}
     if cfg.rl_steps:
         stage(f"GRPO from the tool model, tool output masked and NOT masked, side by side "
-              f"({cfg.rl_steps} steps of {cfg.rl_prompts} x {cfg.rl_group_size} episodes)")
-        train_file = str(out / "train.jsonl")
-        (masked_dir, masked_ev), (unmasked_dir, unmasked_ev) = run_parallel(grpo_job, pool=pool,
-            jobs=[(data, tool_dir, train_file, True, str(out / "rl-grpo")),
-                  (data, tool_dir, train_file, False, str(out / "rl-grpo-unmasked"))])
-        models["tool + grpo"], models["tool + grpo (unmasked)"] = masked_dir, unmasked_dir
-        transitions = {"tool + grpo": masked_ev, "tool + grpo (unmasked)": unmasked_ev}
-    rest = [name for name in models if name not in ("tool", "text-only")]
-    results = {"text-only": text_metrics, "tool": greedy}
-    if rest:
-        stage(f"evaluating {len(rest)} more models on {len(test)} held-out problems")
-        jobs = [(data, models[name], TOOL_SYSTEM, test_file, str(out / f"run-{_slug(name)}"))
-                for name in rest]
-        results.update(zip(rest, run_parallel(eval_job, jobs, pool=pool), strict=True))
+              f"({cfg.rl_steps} steps of {cfg.rl_prompts} x {cfg.rl_group_size} episodes), "
+              f"each then evaluated on {len(test)} held-out problems")
+        train_file, names = str(out / "train.jsonl"), ("tool + grpo", "tool + grpo (unmasked)")
+        done = run_parallel(grpo_job, pool=pool, jobs=[
+            (data, tool_dir, train_file, masked, str(out / f"rl-grpo{suffix}"),
+             (TOOL_SYSTEM, test_file, str(out / f"run-{_slug(name)}")))
+            for name, masked, suffix in zip(names, (True, False), ("", "-unmasked"),
+                                            strict=True)])
+        for name, (model_dir, moves, metrics) in zip(names, done, strict=True):
+            models[name], transitions[name], results[name] = model_dir, moves, metrics
     runs = {name: {"metrics": results[name], "model_dir": models[name],
                    "run_dir": out / f"run-{_slug(name)}"} for name in models}
     return _finish(cfg, out, save_model_to, stage, runs, transitions, headroom,

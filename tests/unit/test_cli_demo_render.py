@@ -105,3 +105,17 @@ def test_json_prints_the_summary_as_saved(tmp_path: Path,
                                       "--out", str(tmp_path)])
     assert result.exit_code == 0, result.output
     assert json.loads(result.stdout) == SUMMARY
+
+
+def test_a_model_size_the_demo_does_not_know_is_a_usage_error(tmp_path: Path) -> None:
+    """`--model-size` names one of the tiny sizes; anything else stops before any work with
+    exit 2 and a message naming the setting and the sizes there are."""
+    from agentmath.cli.main import app
+    from agentmath.recipes.demo import DemoConfig
+
+    assert DemoConfig().model_size == "nano" and DemoConfig(model_size="micro").steps == 1400
+    result = CliRunner().invoke(app, ["demo", "--model-size", "huge", "--out",
+                                      str(tmp_path / "demo")])
+    assert result.exit_code == 2
+    assert "model_size" in result.output and "'micro'" in result.output
+    assert not (tmp_path / "demo").exists()
