@@ -12,9 +12,10 @@ Read top to bottom; each stage is a call into the library:
    loss). The mixed model chooses between text and code with real probability at every step of
    a solution, and only the code path gets 3-4 digit products right: a decision under
    uncertainty that the accuracy reward resolves (RL teaches *when* to use the tool). The
-   greedy start (text, 0%) is far from the cliff at which a model learns to copy numbers into
-   code; its pass@k is not (seed 0: 0% at 650 SFT steps, 39% at 725, 77% at the default 800,
-   74% at 1,000: docs/demo.md);
+   models are ``nano`` (0.14 M parameters), trained 1,400 steps: 740-860 steps past the point
+   at which the tool model learns to copy numbers into code (seeds 0-2), where its pass@k has
+   stopped rising; the ``micro`` design before it sat 75-150 steps past a sharper edge, and
+   another machine's float kernels moved it (docs/demo.md);
 5. measure the start's headroom: greedy pass@1, and pass@k at the RL temperature, on held-out
    problems (RL sharpens what sampling can already sometimes do);
 6. agentic GRPO from the mixed model on the training problems (accuracy reward, void-turn
@@ -32,6 +33,7 @@ import re
 import shutil
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -244,8 +246,21 @@ def run_demo(cfg: DemoConfig, out: Path, save_model_to: Path | None,
         return _run_stages(cfg, out, save_model_to, stage, pool)
 
 
-def _run_stages(cfg: DemoConfig, out: Path, save_model_to: Path | None, stage: Stage,
-                pool: ProcessPoolExecutor | None) -> DemoSummary:
+@dataclass(frozen=True)
+class DemoData:
+    """What the demo trains and evaluates on (written under its ``out`` folder)."""
+
+    mixed: list[dict]  # the tool model's SFT records: verified tool trajectories and text
+    text_examples: list[dict]  # the text-only model's: every problem as text chain-of-thought
+    conversion: Conversion  # the code injection's funnel (kept, dropped, text)
+    test_file: Path
+    train_file: Path
+    tokenizer_dir: Path
+    n_test: int
+
+
+def prepare_data(cfg: DemoConfig, out: Path, stage: Stage = print) -> DemoData:
+    """The demo's problems (train/test JSONL), both SFT mixtures and the tokenizer."""
     from agentmath.data.synthetic import to_task_rows
     from agentmath.jsonl import write_jsonl
     from agentmath.models.tiny import build_tokenizer
@@ -257,7 +272,6 @@ def _run_stages(cfg: DemoConfig, out: Path, save_model_to: Path | None, stage: S
     )
     from agentmath.synth.inject import text_only_example
 
-    started = time.monotonic()
     out.mkdir(parents=True, exist_ok=True)
     stage("generating problems")
     train, test = make_problems(cfg.seed, cfg.train_problems, cfg.test_problems, cfg.max_digits)
@@ -275,18 +289,29 @@ def _run_stages(cfg: DemoConfig, out: Path, save_model_to: Path | None, stage: S
     tokenizer = build_tokenizer(corpus_texts(mixed + text_examples),
                                 vocab_size=cfg.vocab_size)
     tokenizer.save_pretrained(str(out / "tokenizer"))
+    return DemoData(mixed=mixed, text_examples=text_examples,
+                    conversion=Conversion.from_dict(by_format[FORMAT]),
+                    test_file=out / "test.jsonl", train_file=out / "train.jsonl",
+                    tokenizer_dir=out / "tokenizer", n_test=len(test))
+
+
+def _run_stages(cfg: DemoConfig, out: Path, save_model_to: Path | None, stage: Stage,
+                pool: ProcessPoolExecutor | None) -> DemoSummary:
+    started = time.monotonic()
+    prepared = prepare_data(cfg, out, stage)
+    mixed, text_examples, n_test = prepared.mixed, prepared.text_examples, prepared.n_test
     data = cfg.model_dump()
     stage(f"SFT of the text-only and the tool model side by side ({cfg.steps} steps each; the "
           f"tool model's data: {1 - cfg.text_share:.0%} code, {cfg.text_share:.0%} text)")
-    test_file = str(out / "test.jsonl")
+    test_file, tokenizer_dir = str(prepared.test_file), str(prepared.tokenizer_dir)
     (text_dir, text_metrics), (tool_dir, _) = run_parallel(sft_job, pool=pool, jobs=[
-        (data, text_examples, str(out / "tokenizer"), str(out / "model-text-only"),
+        (data, text_examples, tokenizer_dir, str(out / "model-text-only"),
          (TEXT_SYSTEM, test_file, str(out / "run-text-only"))),
-        (data, mixed, str(out / "tokenizer"), str(out / "model-tool"))])
+        (data, mixed, tokenizer_dir, str(out / "model-tool"))])
     models = {"text-only": text_dir, "tool": tool_dir}
-    stage(f"the tool model's headroom: greedy on {len(test)} held-out problems, pass@"
+    stage(f"the tool model's headroom: greedy on {n_test} held-out problems, pass@"
           f"{cfg.headroom_k} at temperature {cfg.rl_temperature} on "
-          f"{min(cfg.headroom_problems, len(test))}")
+          f"{min(cfg.headroom_problems, n_test)}")
     greedy, sampled = run_parallel(eval_job, pool=pool, jobs=[
         (data, tool_dir, TOOL_SYSTEM, test_file, str(out / "run-tool")),
         (data, tool_dir, TOOL_SYSTEM, test_file, str(out / "headroom"), cfg.headroom_k,
@@ -299,8 +324,8 @@ def _run_stages(cfg: DemoConfig, out: Path, save_model_to: Path | None, stage: S
     if cfg.rl_steps:
         stage(f"GRPO from the tool model, tool output masked and NOT masked, side by side "
               f"({cfg.rl_steps} steps of {cfg.rl_prompts} x {cfg.rl_group_size} episodes), "
-              f"each then evaluated on {len(test)} held-out problems")
-        train_file, names = str(out / "train.jsonl"), ("tool + grpo", "tool + grpo (unmasked)")
+              f"each then evaluated on {n_test} held-out problems")
+        train_file, names = str(prepared.train_file), ("tool + grpo", "tool + grpo (unmasked)")
         done = run_parallel(grpo_job, pool=pool, jobs=[
             (data, tool_dir, train_file, masked, str(out / f"rl-grpo{suffix}"),
              (TOOL_SYSTEM, test_file, str(out / f"run-{_slug(name)}")))
@@ -311,7 +336,7 @@ def _run_stages(cfg: DemoConfig, out: Path, save_model_to: Path | None, stage: S
     runs = {name: {"metrics": results[name], "model_dir": models[name],
                    "run_dir": out / f"run-{_slug(name)}"} for name in models}
     return _finish(cfg, out, save_model_to, stage, runs, transitions, headroom,
-                   Conversion.from_dict(by_format[FORMAT]), started)
+                   prepared.conversion, started)
 
 
 def _finish(cfg: DemoConfig, out: Path, save_model_to: Path | None, stage: Stage,
