@@ -59,6 +59,14 @@ SIZES: dict[str, tuple[int, int, int, int, int]] = {
 }
 
 
+
+def known_size(size: str) -> str:
+    """``size`` when it names one of :data:`SIZES` (the check of every config that takes a
+    size; no torch: sizes are plain data); ValueError naming the sizes there are otherwise."""
+    if size not in SIZES:
+        raise ValueError(f"unknown model size {size!r}; choose one of {sorted(SIZES)}")
+    return size
+
 def build_tokenizer(texts: Iterable[str], out_dir: str | Path | None = None,
                     vocab_size: int = 2048) -> Any:
     """Train a byte-level BPE on ``texts`` and wrap it as a ``PreTrainedTokenizerFast``.
@@ -92,8 +100,7 @@ def build_tokenizer(texts: Iterable[str], out_dir: str | Path | None = None,
 def build_model(tokenizer: Any, size: str = "tiny", out_dir: str | Path | None = None,
                 seed: int = 0, max_position_embeddings: int = 4096) -> Any:
     """A randomly initialised Qwen3 causal LM sized by ``size`` (see :data:`SIZES`)."""
-    if size not in SIZES:
-        raise ValueError(f"unknown tiny model size {size!r}; choose one of {sorted(SIZES)}")
+    known_size(size)
     torch = require("torch", "train")
     transformers = require("transformers", "train")
     hidden, inter, layers, heads, kv = SIZES[size]

@@ -76,11 +76,9 @@ class ToolModelConfig(StrictModel):
     @field_validator("model_size")
     @classmethod
     def _known_size(cls, size: str) -> str:
-        from agentmath.models.tiny import SIZES  # no torch: sizes are plain data
+        from agentmath.models.tiny import known_size
 
-        if size not in SIZES:
-            raise ValueError(f"unknown model size {size!r}; choose from {sorted(SIZES)}")
-        return size
+        return known_size(size)
 
     @model_validator(mode="after")
     def _prompts_for_trained_formats(self) -> ToolModelConfig:
