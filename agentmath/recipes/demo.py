@@ -63,12 +63,12 @@ class DemoConfig(StrictModel):
     test_problems: int = Field(300, ge=5, le=100_000, description=(
         "Held-out problems (300: a 10-point difference is well outside the noise)."))
     model_size: str = Field("nano", description=(
-        "A size from agentmath.models.tiny.SIZES (nano: 0.16 M parameters, about a third of "
-        "micro's SFT step; docs/demo.md)."))
+        "A size from agentmath.models.tiny.SIZES (nano: 0.14 M parameters, about a quarter "
+        "of micro's SFT step; docs/demo.md)."))
     max_digits: int = Field(3, ge=3, le=6, description=(
         "Largest operand size in digits (3-digit numbers and up defeat mental arithmetic)."))
     steps: int = Field(1400, ge=1, le=10**7, description=(
-        "SFT steps for each model (same); the default sits 800-900 steps past the point at "
+        "SFT steps for each model (same); the default sits 740-860 steps past the point at "
         "which the nano model learns to copy numbers (seeds 0-2; docs/demo.md)."))
     text_share: float = Field(0.7, ge=0, le=1, description=(
         "Share of the tool model's SFT trajectories that do the arithmetic in text instead of "

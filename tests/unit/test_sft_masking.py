@@ -292,7 +292,7 @@ def test_the_logits_kept_give_the_loss_and_gradients_of_the_whole_sequence(
         part = labels[:, -logits.shape[1]:]
         loss = masked_lm_loss(logits, part, reduction="sum")
         loss.backward()
-        return float(loss), [p.grad.clone() for p in model.parameters()]
+        return float(loss.detach()), [p.grad.clone() for p in model.parameters()]
 
     full, full_grads = loss_and_grads()
     kept, kept_grads = loss_and_grads(logits_to_keep=keep)
