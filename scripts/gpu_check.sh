@@ -3,7 +3,7 @@
 #   1. benchmarks/device_steps.py: the demo's SFT and GRPO steps on cpu fp32 / cuda fp32 / bf16;
 #   2. pytest -m gpu (tests/integration/test_cuda.py) and the generator's tests on the GPU;
 #   3. benchmarks/generator.py --device cuda: the continuous generator beside model.generate;
-#   4. agentmath demo --device cuda --bf16 (the whole demo on the GPU).
+#   4. agentmath demo --device cuda (the whole demo on the GPU, fp32: bf16 weakens its start).
 # Usage: scripts/gpu_check.sh OUT_DIR [SECONDS]   (default 540). Each step gets what is left of
 # the budget (a step cut off by it says so in its log); logs and JSON land in OUT_DIR.
 # Run from the repository root with the package importable (installed, or on PYTHONPATH).
@@ -34,7 +34,7 @@ step device_steps 230 "$py" benchmarks/device_steps.py --sft-steps 80 --rl-steps
 step pytest_gpu 150 "$py" -m pytest -q -p no:cacheprovider tests/integration/test_cuda.py \
     tests/integration/test_hf_continuous.py
 step generator_cuda 60 "$py" benchmarks/generator.py --device cuda --repeats 1
-step demo_cuda 400 "$py" -m agentmath.cli demo --device cuda --bf16 --out /tmp/demo-cuda \
+step demo_cuda 400 "$py" -m agentmath.cli demo --device cuda --out /tmp/demo-cuda \
     --no-save-model --json
 cp /tmp/demo-cuda/summary.json "$out/demo_cuda_summary.json" 2>/dev/null || true
 cat "$out/steps.log"
