@@ -49,6 +49,7 @@ def copy_edge(losses: list[float]) -> int | None:
 def grow_and_measure(settings: dict[str, Any], out: str) -> dict[str, Any]:
     """One row (a process of its own): the demo's data for the seed, SFT of the tool model
     with ``settings``, then its headroom."""
+    from agentmath.jsonl import read_jsonl
     from agentmath.recipes.demo import TOOL_SYSTEM, DemoConfig, eval_job, prepare_data, sft_job
 
     cfg = DemoConfig(**settings)
@@ -58,8 +59,8 @@ def grow_and_measure(settings: dict[str, Any], out: str) -> dict[str, Any]:
     model_dir, _ = sft_job(cfg.model_dump(), data.mixed, str(data.tokenizer_dir),
                            str(root / "model-tool"))
     sft_s = time.monotonic() - started
-    losses = [json.loads(line)["loss"] for line in
-              (root / "model-tool" / "loss.jsonl").read_text().splitlines() if line.strip()]
+    losses = [row["loss"] for row in read_jsonl(root / "model-tool" / "loss.jsonl",
+                                                 require=["loss"])]
     metrics = eval_job(cfg.model_dump(), model_dir, TOOL_SYSTEM, str(data.test_file),
                        str(root / "headroom"), cfg.headroom_k, cfg.rl_temperature,
                        cfg.headroom_problems)
@@ -94,10 +95,12 @@ def main() -> None:
     jobs = [({"model_size": size, "learning_rate": lr, "steps": steps, "seed": seed, **extra},
              str(args.out / f"{size}-lr{lr:g}-{steps}-seed{seed}"))
             for size, lr, steps, seed in combos]
-    try:
-        rows = run_parallel(grow_and_measure, jobs, workers=args.parallel)
+    try:  # every combination checked before any row starts
+        for settings, _ in jobs:
+            DemoConfig(**settings)
     except ValueError as exc:  # a DemoConfig setting out of bounds
         raise SystemExit(f"bad setting: {exc}") from None
+    rows = run_parallel(grow_and_measure, jobs, workers=args.parallel)
     if args.json:
         print(json.dumps({"rows": rows}, indent=2))
         return

@@ -34,7 +34,7 @@ tokens/s column is the fairer view of the generator alone.
 
 The model: ``--model``, or the issue's tool model grown here (the demo's SFT mixture, micro,
 800 steps, as the demo was when the goal was set; the demo itself now grows a nano model for
-1,600 steps; cached under ``--out`` by a hash of its config, about 8 minutes the first time).
+1,400 steps; cached under ``--out`` by a hash of its config, about 8 minutes the first time).
 """
 
 from __future__ import annotations

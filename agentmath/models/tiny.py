@@ -59,13 +59,13 @@ SIZES: dict[str, tuple[int, int, int, int, int]] = {
 }
 
 
-
 def known_size(size: str) -> str:
     """``size`` when it names one of :data:`SIZES` (the check of every config that takes a
     size; no torch: sizes are plain data); ValueError naming the sizes there are otherwise."""
     if size not in SIZES:
         raise ValueError(f"unknown model size {size!r}; choose one of {sorted(SIZES)}")
     return size
+
 
 def build_tokenizer(texts: Iterable[str], out_dir: str | Path | None = None,
                     vocab_size: int = 2048) -> Any:
