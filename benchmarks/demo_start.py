@@ -8,10 +8,11 @@
 GRPO in the demo only has to teach the mixed tool model to choose code, which works when
 sampling already sometimes copies the problem's numbers into the code right. A tiny model learns
 that copy skill abruptly (its SFT loss drops from ~0.85 to ~0.3 within ~100 steps, somewhere
-between 450 and 750 steps for the nano model at lr 3e-3-4e-3), and the start's pass@k keeps
-rising for several hundred steps after. This benchmark grows the demo's tool model (its data,
-tokenizer and SFT: ``agentmath.recipes.demo.prepare_data`` and ``sft_job``) for every
-combination of ``--size``, ``--lr``, ``--steps`` and ``--seeds``, and measures the start's
+between 450 and 750 steps for the nano model at lr 3e-3-4e-3 on most seeds, later or never
+on some), and the start's pass@k keeps rising for several hundred steps after. This benchmark
+grows the demo's first start of the tool model (its data, tokenizer and SFT:
+``agentmath.recipes.demo.prepare_data`` and ``sft_job``) for every combination of ``--size``,
+``--lr``, ``--steps``, ``--train-problems`` and ``--seeds``, and measures the start's
 headroom as the demo does (pass@8 at temperature 1.0 on 100 held-out problems). Per row: SFT
 seconds, the final SFT loss, the step at which the loss (mean of 50 steps) first fell below
 0.5 (the copy edge), and the headroom. ``--parallel`` runs that many rows at once, one core
@@ -46,25 +47,34 @@ def copy_edge(losses: list[float]) -> int | None:
     return None
 
 
-def grow_and_measure(settings: dict[str, Any], out: str) -> dict[str, Any]:
+def grow_and_measure(settings: dict[str, Any], out: str, attempt: int = 1) -> dict[str, Any]:
     """One row (a process of its own): the demo's data for the seed, SFT of the tool model
-    with ``settings``, then its headroom."""
+    with ``settings`` (from the SFT seed of the demo's ``attempt``-th start), then its
+    headroom."""
     from agentmath.jsonl import read_jsonl
-    from agentmath.recipes.demo import TOOL_SYSTEM, DemoConfig, eval_job, prepare_data, sft_job
+    from agentmath.recipes.demo import (
+        TOOL_SYSTEM,
+        DemoConfig,
+        eval_job,
+        prepare_data,
+        sft_job,
+        start_seed,
+    )
 
     cfg = DemoConfig(**settings)
     root = Path(out)
     data = prepare_data(cfg, root, stage=lambda _: None)
     started = time.monotonic()
     model_dir, _ = sft_job(cfg.model_dump(), data.mixed, str(data.tokenizer_dir),
-                           str(root / "model-tool"))
+                           str(root / "model-tool"), seed=start_seed(cfg.seed, attempt))
     sft_s = time.monotonic() - started
     losses = [row["loss"] for row in read_jsonl(root / "model-tool" / "loss.jsonl",
                                                  require=["loss"])]
     metrics = eval_job(cfg.model_dump(), model_dir, TOOL_SYSTEM, str(data.test_file),
                        str(root / "headroom"), cfg.headroom_k, cfg.rl_temperature,
                        cfg.headroom_problems)
-    return {**settings, "sft_s": round(sft_s, 1), "final_loss": round(losses[-1], 4),
+    return {**settings, "attempt": attempt, "sft_s": round(sft_s, 1),
+            "final_loss": round(losses[-1], 4),
             "copy_edge_step": copy_edge(losses), f"pass@{cfg.headroom_k}":
             metrics.pass_at[str(cfg.headroom_k)],
             "sampled_pass@1": metrics.avg.value if metrics.avg else None,
@@ -81,22 +91,32 @@ def main() -> None:
     p.add_argument("--size", nargs="+", default=[default.model_size])
     p.add_argument("--lr", type=float, nargs="+", default=[default.learning_rate])
     p.add_argument("--steps", type=int, nargs="+", default=[default.steps])
+    p.add_argument("--train-problems", type=int, nargs="+", default=[default.train_problems])
+    p.add_argument("--attempts", type=int, nargs="+", default=[1], help=(
+        "which of the demo's starts to grow: 1 the first (the run's seed), 2.. the starts "
+        "the demo grows again from derived seeds when the first has no headroom"))
     p.add_argument("--parallel", type=int, default=2, help="rows at once (one core each)")
     p.add_argument("--out", type=Path, default=Path("runs/bench-demo-start"))
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.add_argument("--quick", action="store_true", help="a smoke run at toy sizes")
     args = p.parse_args()
     if args.quick:
-        args.steps, extra = [QUICK["steps"]], {k: v for k, v in QUICK.items() if k != "steps"}
+        args.steps, args.train_problems = [QUICK["steps"]], [QUICK["train_problems"]]
+        extra = {k: v for k, v in QUICK.items() if k not in ("steps", "train_problems")}
         default = DemoConfig(**QUICK)
     else:
         extra = {}
-    combos = list(itertools.product(args.size, args.lr, args.steps, args.seeds))
-    jobs = [({"model_size": size, "learning_rate": lr, "steps": steps, "seed": seed, **extra},
-             str(args.out / f"{size}-lr{lr:g}-{steps}-seed{seed}"))
-            for size, lr, steps, seed in combos]
+    combos = list(itertools.product(args.size, args.lr, args.steps, args.train_problems,
+                                    args.seeds, args.attempts))
+    jobs = [({"model_size": size, "learning_rate": lr, "steps": steps,
+              "train_problems": train, "seed": seed, **extra},
+             str(args.out / (f"{size}-lr{lr:g}-{steps}-train{train}-seed{seed}"
+                             + (f"-start{attempt}" if attempt > 1 else ""))), attempt)
+            for size, lr, steps, train, seed, attempt in combos]
     try:  # every combination checked before any row starts
-        for settings, _ in jobs:
+        for settings, _, attempt in jobs:
+            if attempt < 1:
+                raise ValueError(f"--attempts are 1 or more, got {attempt}")
             DemoConfig(**settings)
     except ValueError as exc:  # a DemoConfig setting out of bounds
         raise SystemExit(f"bad setting: {exc}") from None
@@ -107,9 +127,10 @@ def main() -> None:
     k = f"pass@{default.headroom_k}"
     print_table(f"the demo's start ({k} at temperature {default.rl_temperature} on "
                 f"{default.headroom_problems} held-out problems)",
-                ["size", "lr", "SFT steps", "seed", "SFT s", "final loss", "copy edge (step)",
-                 k, "sampled pass@1"],
-                [[r["model_size"], f"{r['learning_rate']:g}", str(r["steps"]), str(r["seed"]),
+                ["size", "lr", "SFT steps", "train problems", "seed", "start", "SFT s",
+                 "final loss", "copy edge (step)", k, "sampled pass@1"],
+                [[r["model_size"], f"{r['learning_rate']:g}", str(r["steps"]),
+                  str(r["train_problems"]), str(r["seed"]), str(r["attempt"]),
                   f"{r['sft_s']:.0f}", f"{r['final_loss']:.3f}", str(r["copy_edge_step"] or "-"),
                   f"{r[k]:.0%}", f"{r['sampled_pass@1']:.1%}"] for r in rows])
 

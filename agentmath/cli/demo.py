@@ -32,6 +32,11 @@ def _render(summary: DemoSummary) -> None:
     console.print(f"the tool model's headroom before GRPO: greedy pass@1 "
                   f"{head.greedy_pass_at_1:.1%}, pass@{head.k} {head.pass_at_k:.1%} at "
                   f"temperature {head.temperature} ({head.problems} problems)")
+    if len(summary.starts) > 1:  # the first start failed its headroom: others were grown
+        for start in summary.starts:
+            console.print(f"  start {start.attempt} (SFT seed {start.sft_seed}): pass@"
+                          f"{start.headroom.k} {start.headroom.pass_at_k:.1%}"
+                          + (" <- GRPO ran from this one" if start.used else ""))
     for row in summary.models:
         for ev in row.stage_transitions or []:
             console.print(f"{row.model}: budget stage {ev.old} -> {ev.new} at step "
@@ -57,6 +62,10 @@ def demo(
                                        help="Training problems (default 1500)."),
     test_problems: int = typer.Option(None, "--test-problems", min=5,
                                       help="Held-out problems (default 300)."),
+    start_attempts: int = typer.Option(None, "--start-attempts", min=1, help=(
+        "Starts the tool model may be grown from (default 3): a start that never learned "
+        "to copy numbers into code (headroom pass@8 below 20%) is grown again from other "
+        "seeds; 1 keeps the first start whatever its headroom.")),
     save_model: bool = typer.Option(True, "--save-model/--no-save-model",
                                     help="Save the tool model as solve's default."),
     device: str = typer.Option("cpu", "--device", help=(
@@ -74,8 +83,8 @@ def demo(
     from agentmath.recipes.demo import DemoConfig, run_demo
 
     overrides = {"seed": seed, "steps": steps, "model_size": model_size,
-                 "train_problems": train_problems,
-                 "test_problems": test_problems, "device": device, "bf16": bf16}
+                 "train_problems": train_problems, "test_problems": test_problems,
+                 "start_attempts": start_attempts, "device": device, "bf16": bf16}
     try:
         cfg = DemoConfig(**{k: v for k, v in overrides.items() if v is not None})
     except ValueError as exc:  # pydantic's ValidationError: names the field and the value

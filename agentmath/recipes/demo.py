@@ -14,11 +14,14 @@ Read top to bottom; each stage is a call into the library:
    uncertainty that the accuracy reward resolves (RL teaches *when* to use the tool). The
    models are ``nano`` (0.14 M parameters), trained 1,400 steps: 740-860 steps past the point
    at which the tool model learns to copy numbers into code (seeds 0-2), where its pass@k has
-   stopped rising (seed 3 never learns it, and the demo then shows nothing); the ``micro``
-   design before it sat 75-150 steps past a sharper edge, and another machine's float kernels
-   moved it (docs/demo.md);
+   stopped rising; the ``micro`` design before it sat 75-150 steps past a sharper edge, and
+   another machine's float kernels moved it (docs/demo.md);
 5. measure the start's headroom: greedy pass@1, and pass@k at the RL temperature, on held-out
-   problems (RL sharpens what sampling can already sometimes do);
+   problems (RL sharpens what sampling can already sometimes do). Where that point falls
+   varies widely with the initialisation and data order, and on some seeds it never comes
+   within the budget (seed 3): a start whose pass@k is below ``min_start_pass_at_k`` is grown
+   again from other seeds (the remaining ``start_attempts`` side by side), and GRPO starts
+   from the first that passes;
 6. agentic GRPO from the mixed model on the training problems (accuracy reward, void-turn
    filtering, two budget stages: a tight tool-call budget first, grown automatically when the
    truncation rate passes the threshold), twice: tool output masked from the loss, and NOT
@@ -38,12 +41,31 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from pydantic import Field, field_validator
-
 from agentmath import _loop as event_loop
-from agentmath.config import EvalConfig, LoopConfig, StrictModel
 from agentmath.recipes._parallel import run_parallel, worker_pool
-from agentmath.recipes.summary import Conversion, DemoSummary, Headroom, ModelRow, ReportFiles
+from agentmath.recipes.demo_config import (  # noqa: F401 - the recipe's public names
+    FORMAT,
+    TEXT_SYSTEM,
+    TOOL_SYSTEM,
+    DemoConfig,
+)
+from agentmath.recipes.demo_jobs import (  # noqa: F401 - the recipe's public names
+    MAX_TOOL_CALLS,
+    eval_job,
+    grpo_job,
+    rl_config,
+    sft_job,
+    start_job,
+    start_seed,
+)
+from agentmath.recipes.summary import (
+    Conversion,
+    DemoSummary,
+    Headroom,
+    ModelRow,
+    ReportFiles,
+    StartAttempt,
+)
 from agentmath.rl.records import StageMove
 
 if TYPE_CHECKING:
@@ -51,170 +73,8 @@ if TYPE_CHECKING:
 
     from agentmath.eval.results import RunMetrics
 
-TOOL_SYSTEM = "Solve the problem. Run Python in <code> blocks; results come back in <interpreter>."
-TEXT_SYSTEM = "Solve the problem step by step."
-FORMAT = "code_interpreter"
-
-
-class DemoConfig(StrictModel):
-    """Sizes and budgets of the demo (defaults finish in minutes on 2 CPU cores)."""
-
-    seed: int = Field(0, ge=0, description="Seeds data, models, training and sampling.")
-    train_problems: int = Field(1500, ge=10, le=1_000_000, description="Training problems.")
-    test_problems: int = Field(300, ge=5, le=100_000, description=(
-        "Held-out problems (300: a 10-point difference is well outside the noise)."))
-    model_size: str = Field("nano", description=(
-        "A size from agentmath.models.tiny.SIZES (nano: 0.14 M parameters, about a quarter "
-        "of micro's SFT step; docs/demo.md)."))
-    max_digits: int = Field(3, ge=3, le=6, description=(
-        "Largest operand size in digits (3-digit numbers and up defeat mental arithmetic)."))
-    steps: int = Field(1400, ge=1, le=10**7, description=(
-        "SFT steps for each model (same); the default sits 700-860 steps past the point at "
-        "which the nano model learns to copy numbers on seeds 0-2 and 4 (seed 3 never "
-        "learns it: docs/demo.md)."))
-    text_share: float = Field(0.7, ge=0, le=1, description=(
-        "Share of the tool model's SFT trajectories that do the arithmetic in text instead of "
-        "code (seeded per problem): the decision GRPO learns to make."))
-    batch_size: int = Field(16, ge=1, le=4096, description="SFT batch size.")
-    learning_rate: float = Field(4e-3, gt=0, le=1, description="SFT peak learning rate.")
-    max_length: int = Field(512, ge=64, le=8192, description="Tokens per training example.")
-    eval_max_tokens: int = Field(320, ge=16, le=8192, description="Model tokens per episode.")
-    vocab_size: int = Field(1024, ge=300, le=65536, description="Tokenizer vocabulary size.")
-    rl_steps: int = Field(16, ge=0, le=10**6, description="GRPO steps (0: no RL stage).")
-    rl_group_size: int = Field(8, ge=2, le=256, description="GRPO samples per prompt.")
-    rl_prompts: int = Field(8, ge=1, le=4096, description="GRPO prompts per step.")
-    rl_learning_rate: float = Field(1e-4, gt=0, le=1, description="GRPO learning rate.")
-    rl_temperature: float = Field(1.0, gt=0, le=5, description="GRPO sampling temperature.")
-    rl_first_tool_calls: int = Field(2, ge=1, le=1000, description=(
-        "Tool-call budget of GRPO's first stage (the second has 6): a 3-step solution in code "
-        "is truncated there, so the truncation rate passes the threshold and the budget grows."))
-    rl_stage_threshold: float = Field(0.05, gt=0, le=1, description=(
-        "Truncation rate (over one step's samples) that moves GRPO to its next stage."))
-    headroom_problems: int = Field(100, ge=1, le=100_000, description=(
-        "Held-out problems on which the start's pass@k at the RL temperature is measured."))
-    headroom_k: int = Field(8, ge=1, le=256, description="k of that pass@k (samples each).")
-    device: str = Field("cpu", pattern=r"^(cpu|auto|cuda(:[0-9]+)?)$", description=(
-        "Where SFT, GRPO and evaluation run: 'cpu' (the README's figures were measured "
-        "there, one core per stage), 'cuda', 'cuda:N', or 'auto' (cuda when there is one)."))
-    bf16: bool = Field(False, description=(
-        "bfloat16 autocast in SFT and GRPO updates (weights and optimizer stay fp32; decoding "
-        "stays fp32); for a GPU, or a CPU with bf16 instructions (AVX512-BF16, AMX). It weakens "
-        "the demo's start: on an H200 in bf16 seed 0 never learned to copy numbers into code "
-        "(0% after GRPO; fp32 94.3%; docs/gpu.md)."))
-
-    @field_validator("model_size")
-    @classmethod
-    def _known_size(cls, size: str) -> str:
-        from agentmath.models.tiny import known_size
-
-        return known_size(size)
-
 
 Stage = Callable[[str], None]
-
-
-MAX_TOOL_CALLS = 6  # per episode, in evaluation and in GRPO's last stage
-
-
-async def _evaluate(cfg: DemoConfig, model_dir: str, system: str, data: Path, out: Path, *,
-                    samples: int = 1, temperature: float = 0.0,
-                    limit: int | None = None) -> RunMetrics:
-    from agentmath.backends.hf import HFBackend
-    from agentmath.eval.runner import run_eval
-
-    ecfg = EvalConfig(dataset=str(data), model=model_dir, backend="hf", samples=samples,
-                      temperature=temperature, seed=cfg.seed, concurrency=64, limit=limit,
-                      loop=LoopConfig(system_prompt=system, max_model_tokens=cfg.eval_max_tokens,
-                                      max_tool_calls=MAX_TOOL_CALLS))
-    backend = HFBackend(model_dir, max_batch=64,
-                        device=None if cfg.device == "auto" else cfg.device)
-    try:
-        return (await run_eval(ecfg, out, backend)).metrics
-    finally:
-        await backend.aclose()
-
-
-def rl_config(cfg: DemoConfig, model_dir: str, train_file: Path, *, masked: bool) -> Any:
-    """The demo's GRPO run: accuracy reward, void-turn filtering, async rollouts on the
-    in-process model, two budget stages (tool calls ``rl_first_tool_calls`` -> 6) moved on by
-    the truncation rate of one step's samples."""
-    from agentmath.rl.config import RLConfig
-
-    samples = cfg.rl_prompts * cfg.rl_group_size
-    stages = [{"max_total_tokens": 4096, "max_model_tokens": cfg.eval_max_tokens,
-               "max_tool_calls": calls}
-              for calls in (min(cfg.rl_first_tool_calls, MAX_TOOL_CALLS), MAX_TOOL_CALLS)]
-    return RLConfig.model_validate({
-        "model": model_dir, "format": FORMAT, "data": {"dataset": str(train_file)},
-        "steps": cfg.rl_steps, "group_size": cfg.rl_group_size,
-        "prompts_per_step": cfg.rl_prompts, "seed": cfg.seed,
-        "rewards": [{"name": "accuracy", "weight": 1.0}],
-        "optim": {"learning_rate": cfg.rl_learning_rate, "bf16": cfg.bf16},
-        "temperature": {"start": cfg.rl_temperature},
-        "loss": {"mask_tool_tokens": masked, "micro_batch_size": 32},
-        "filters": {"drop_void_turns": True},
-        "stages": {"stages": stages, "truncation_threshold": cfg.rl_stage_threshold,
-                   "window": samples},
-        "loop": {"system_prompt": TOOL_SYSTEM, "max_model_tokens": cfg.eval_max_tokens,
-                 "max_tool_calls": MAX_TOOL_CALLS},
-        "rollout": {"mode": "async", "max_in_flight": 128}, "device": cfg.device,
-        "generator": {"max_batch": 64}, "checkpoint_every": 0, "tensorboard": False})
-
-
-def sft_job(cfg_data: dict[str, Any], examples: list[dict], tokenizer_dir: str, out: str,
-            evaluate: tuple[str, str, str] | None = None) -> tuple[str, RunMetrics | None]:
-    """One SFT run of a fresh tiny model (a process of its own): its final model dir, and,
-    with ``evaluate`` = (system prompt, data, run dir), its greedy evaluation right after
-    training (the text-only model's: it trains faster than the tool model, so its evaluation
-    uses the core that would otherwise wait)."""
-    import transformers
-
-    from agentmath.recipes.tool_model import train_model
-
-    cfg = DemoConfig.model_validate(cfg_data)
-    tokenizer = transformers.AutoTokenizer.from_pretrained(tokenizer_dir)
-    result = train_model(examples, tokenizer, Path(out), size=cfg.model_size, steps=cfg.steps,
-                         batch_size=cfg.batch_size, learning_rate=cfg.learning_rate,
-                         max_length=cfg.max_length, seed=cfg.seed, progress=False,
-                         device=cfg.device, bf16=cfg.bf16)
-    metrics = None
-    if evaluate is not None:
-        system, data, run_dir = evaluate
-        metrics = eval_job(cfg_data, str(result.final_dir), system, data, run_dir)
-    return str(result.final_dir), metrics
-
-
-def grpo_job(cfg_data: dict[str, Any], start: str, train_file: str, masked: bool,
-             out: str, evaluate: tuple[str, str, str] | None = None
-             ) -> tuple[str, list[StageMove], RunMetrics | None]:
-    """One GRPO run from the tool SFT model (a process of its own): its final model dir, its
-    stage transitions (the ``stage`` events of the run) and, with ``evaluate`` = (system
-    prompt, data, run dir), its greedy evaluation right after training (so the run that ends
-    first does not wait for the other one to start its evaluation)."""
-    from agentmath.rl.trainer import train_rl
-
-    cfg = DemoConfig.model_validate(cfg_data)
-    result = train_rl(rl_config(cfg, start, Path(train_file), masked=masked), out,
-                      resume=False, progress=False)
-    moves = [e for e in result.events if isinstance(e, StageMove)]
-    metrics = None
-    if evaluate is not None:
-        system, data, run_dir = evaluate
-        metrics = eval_job(cfg_data, str(result.final_dir), system, data, run_dir)
-    return str(result.final_dir), moves, metrics
-
-
-def eval_job(cfg_data: dict[str, Any], model_dir: str, system: str, data: str,
-             out: str, samples: int = 1, temperature: float = 0.0,
-             limit: int | None = None) -> RunMetrics:
-    """Evaluation of one model on the held-out problems (a process of its own); greedy with
-    one sample each unless told otherwise. An earlier demo's samples in ``out`` are cleared
-    first: they belong to other models (an evaluation would resume from them)."""
-    cfg = DemoConfig.model_validate(cfg_data)
-    if Path(out).exists():
-        shutil.rmtree(out)
-    return event_loop.run(_evaluate(cfg, model_dir, system, Path(data), Path(out),
-                                 samples=samples, temperature=temperature, limit=limit))
 
 
 def check_device(cfg: DemoConfig) -> None:
@@ -307,7 +167,7 @@ def _run_stages(cfg: DemoConfig, out: Path, save_model_to: Path | None, stage: S
         (data, text_examples, tokenizer_dir, str(out / "model-text-only"),
          (TEXT_SYSTEM, test_file, str(out / "run-text-only"))),
         (data, mixed, tokenizer_dir, str(out / "model-tool"))])
-    models = {"text-only": text_dir, "tool": tool_dir}
+    models = {"text-only": text_dir}
     stage(f"the tool model's headroom: greedy on {n_test} held-out problems, pass@"
           f"{cfg.headroom_k} at temperature {cfg.rl_temperature} on "
           f"{min(cfg.headroom_problems, n_test)}")
@@ -315,32 +175,86 @@ def _run_stages(cfg: DemoConfig, out: Path, save_model_to: Path | None, stage: S
         (data, tool_dir, TOOL_SYSTEM, test_file, str(out / "run-tool")),
         (data, tool_dir, TOOL_SYSTEM, test_file, str(out / "headroom"), cfg.headroom_k,
          cfg.rl_temperature, cfg.headroom_problems)])
-    headroom = Headroom.measure(cfg.headroom_k, cfg.rl_temperature, greedy, sampled)
-    stage(f"headroom: greedy pass@1 {headroom.greedy_pass_at_1:.1%}, pass@{cfg.headroom_k} "
-          f"{headroom.pass_at_k:.1%} at temperature {cfg.rl_temperature}")
+    first = _Start(1, tool_dir, out / "run-tool", greedy,
+                   Headroom.measure(cfg.headroom_k, cfg.rl_temperature, greedy, sampled))
+    starts, chosen = _more_starts(cfg, prepared, out, stage, pool, first)
+    models["tool"] = chosen.model_dir
     transitions: dict[str, list[StageMove]] = {}
-    results = {"text-only": text_metrics, "tool": greedy}
+    results = {"text-only": text_metrics, "tool": chosen.greedy}
     if cfg.rl_steps:
         stage(f"GRPO from the tool model, tool output masked and NOT masked, side by side "
               f"({cfg.rl_steps} steps of {cfg.rl_prompts} x {cfg.rl_group_size} episodes), "
               f"each then evaluated on {n_test} held-out problems")
         train_file, names = str(prepared.train_file), ("tool + grpo", "tool + grpo (unmasked)")
         done = run_parallel(grpo_job, pool=pool, jobs=[
-            (data, tool_dir, train_file, masked, str(out / f"rl-grpo{suffix}"),
+            (data, chosen.model_dir, train_file, masked, str(out / f"rl-grpo{suffix}"),
              (TOOL_SYSTEM, test_file, str(out / f"run-{_slug(name)}")))
             for name, masked, suffix in zip(names, (True, False), ("", "-unmasked"),
                                             strict=True)])
         for name, (model_dir, moves, metrics) in zip(names, done, strict=True):
             models[name], transitions[name], results[name] = model_dir, moves, metrics
     runs = {name: {"metrics": results[name], "model_dir": models[name],
-                   "run_dir": out / f"run-{_slug(name)}"} for name in models}
-    return _finish(cfg, out, save_model_to, stage, runs, transitions, headroom,
+                   "run_dir": chosen.run_dir if name == "tool" else out / f"run-{_slug(name)}"}
+            for name in models}
+    attempts = [StartAttempt(s.attempt, start_seed(cfg.seed, s.attempt), s.headroom,
+                             s is chosen) for s in starts]
+    return _finish(cfg, out, save_model_to, stage, runs, transitions, attempts,
                    prepared.conversion, started)
+
+
+@dataclass(frozen=True, slots=True)
+class _Start:
+    """A start grown for the tool model: its attempt, model, greedy run and headroom."""
+
+    attempt: int
+    model_dir: str
+    run_dir: Path
+    greedy: RunMetrics
+    headroom: Headroom
+
+    def passes(self, cfg: DemoConfig) -> bool:
+        return self.headroom.pass_at_k >= cfg.min_start_pass_at_k
+
+
+def _more_starts(cfg: DemoConfig, prepared: DemoData, out: Path, stage: Stage,
+                 pool: ProcessPoolExecutor | None,
+                 first: _Start) -> tuple[list[_Start], _Start]:
+    """The starts grown, and the one GRPO starts from: ``first`` when it passes
+    ``cfg.min_start_pass_at_k``; otherwise the remaining attempts are grown side by side from
+    their own seeds (each then evaluated, in ``out/start-N``) and the first that passes is
+    used (the last when none does)."""
+    k = cfg.headroom_k
+    stage(f"headroom: greedy pass@1 {first.headroom.greedy_pass_at_1:.1%}, pass@{k} "
+          f"{first.headroom.pass_at_k:.1%} at temperature {cfg.rl_temperature}")
+    if first.passes(cfg) or cfg.start_attempts == 1:
+        return [first], first
+    attempts = range(2, cfg.start_attempts + 1)
+    stage(f"the start's pass@{k} is below {cfg.min_start_pass_at_k:.0%}: it has not learned to "
+          f"copy the problems' numbers into code; growing the tool model again from other "
+          f"seeds (attempts {attempts[0]}-{attempts[-1]} of {cfg.start_attempts}, side by "
+          "side)")
+    data, test_file = cfg.model_dump(), str(prepared.test_file)
+    grown = run_parallel(start_job, pool=pool, jobs=[
+        (data, prepared.mixed, str(prepared.tokenizer_dir), str(out / f"start-{a}"),
+         test_file, a) for a in attempts])
+    starts = [first]
+    for attempt, (model_dir, greedy, sampled) in zip(attempts, grown, strict=True):
+        head = Headroom.measure(k, cfg.rl_temperature, greedy, sampled)
+        starts.append(_Start(attempt, model_dir, out / f"start-{attempt}" / "run-tool",
+                             greedy, head))
+        stage(f"start {attempt}: greedy pass@1 {head.greedy_pass_at_1:.1%}, pass@{k} "
+              f"{head.pass_at_k:.1%}")
+    chosen = next((s for s in starts if s.passes(cfg)), None)
+    if chosen is None:
+        stage(f"no start reached pass@{k} {cfg.min_start_pass_at_k:.0%}; GRPO runs from the "
+              "last one (expect no gain)")
+    return starts, chosen or starts[-1]
 
 
 def _finish(cfg: DemoConfig, out: Path, save_model_to: Path | None, stage: Stage,
             runs: dict[str, dict[str, Any]], transitions: dict[str, list[StageMove]],
-            headroom: Headroom, conversion: Conversion, started: float) -> DemoSummary:
+            starts: list[StartAttempt], conversion: Conversion,
+            started: float) -> DemoSummary:
     """Write the report, save the better tool model for ``solve``, write the summary."""
     stage("writing the report")
     from agentmath.report import write_report  # noqa: PLC0415 - heavy (matplotlib)
@@ -357,10 +271,11 @@ def _finish(cfg: DemoConfig, out: Path, save_model_to: Path | None, stage: Stage
             shutil.rmtree(save_model_to)
         shutil.copytree(runs[best]["model_dir"], save_model_to)
     summary = DemoSummary(
-        models=rows, headroom=headroom, conversion=conversion, config=cfg.model_dump(),
+        models=rows, headroom=next(a.headroom for a in starts if a.used),
+        conversion=conversion, config=cfg.model_dump(),
         report=ReportFiles(rows=report_paths.rows, **report_paths.files()),
         tool_model=str(save_model_to) if save_model_to else runs[best]["model_dir"],
-        tool_model_is=best, seconds=round(time.monotonic() - started, 1))
+        tool_model_is=best, seconds=round(time.monotonic() - started, 1), starts=starts)
     summary.write(out)
     return summary
 

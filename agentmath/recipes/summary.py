@@ -134,6 +134,26 @@ class Headroom:
 
 
 @dataclass(frozen=True, slots=True)
+class StartAttempt:
+    """One start the demo grew for its tool model: which attempt (1 = the first), the seed of
+    its SFT (initialisation and data order), its headroom, and whether GRPO ran from it."""
+
+    attempt: int
+    sft_seed: int
+    headroom: Headroom
+    used: bool
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"attempt": self.attempt, "sft_seed": self.sft_seed, "used": self.used,
+                "headroom": self.headroom.to_dict()}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> StartAttempt:
+        return cls(attempt=int(data["attempt"]), sft_seed=int(data["sft_seed"]),
+                   headroom=Headroom.from_dict(data["headroom"]), used=bool(data["used"]))
+
+
+@dataclass(frozen=True, slots=True)
 class Conversion:
     """The tool model's SFT data: verified tool trajectories kept, dropped ones by reason,
     the seconds code injection took, and the problems left as text chain-of-thought (None:
@@ -184,7 +204,8 @@ class ReportFiles:
 class DemoSummary:
     """The demo's results: a row per model, the start's headroom, the tool model's data,
     the settings it ran with (``DemoConfig`` as JSON), its report, where the tool model was
-    saved and which one it is, and the seconds it took."""
+    saved and which one it is, the seconds it took, and every start grown for the tool
+    model (``starts``; empty in summaries written before starts could be grown again)."""
 
     models: list[ModelRow]
     headroom: Headroom
@@ -194,6 +215,7 @@ class DemoSummary:
     tool_model: str
     tool_model_is: str
     seconds: float
+    starts: list[StartAttempt] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON form: ``summary.json`` and ``agentmath demo --json``."""
@@ -201,7 +223,7 @@ class DemoSummary:
                 "headroom": self.headroom.to_dict(), "conversion": self.conversion.to_dict(),
                 "config": dict(self.config), "report": self.report.to_dict(),
                 "tool_model": self.tool_model, "tool_model_is": self.tool_model_is,
-                "seconds": self.seconds}
+                "seconds": self.seconds, "starts": [a.to_dict() for a in self.starts]}
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> DemoSummary:
@@ -214,7 +236,8 @@ class DemoSummary:
                        report=ReportFiles.from_dict(data["report"]),
                        tool_model=str(data["tool_model"]),
                        tool_model_is=str(data["tool_model_is"]),
-                       seconds=float(data["seconds"]))
+                       seconds=float(data["seconds"]),
+                       starts=[StartAttempt.from_dict(a) for a in data.get("starts", [])])
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
             raise DataError(f"not a demo summary ({type(exc).__name__}: {exc})") from exc
 

@@ -14,9 +14,12 @@ pytestmark = [pytest.mark.integration, pytest.mark.slow]
 def toy_config(seed: int = 0):
     from agentmath.recipes.demo import DemoConfig
 
+    # min_start_pass_at_k 1.0: no toy start passes, so the demo grows the tool model again
+    # (its second attempt) and runs GRPO from the last one
     return DemoConfig(seed=seed, steps=3, train_problems=20, test_problems=5,
                       eval_max_tokens=48, vocab_size=400, batch_size=4, rl_steps=2,
-                      rl_group_size=2, rl_prompts=2, headroom_k=2)
+                      rl_group_size=2, rl_prompts=2, headroom_k=2, start_attempts=2,
+                      min_start_pass_at_k=1.0)
 
 
 def test_demo_runs_every_stage_and_is_deterministic(tmp_path: Path) -> None:
@@ -36,6 +39,12 @@ def test_demo_runs_every_stage_and_is_deterministic(tmp_path: Path) -> None:
     assert head["k"] == 2 and head["problems"] == 5 and 0 <= head["greedy_pass@1"] <= 1
     assert head["greedy_pass@1"] == first["models"][1]["accuracy"]  # the tool row's greedy run
     assert 0 <= head["sampled_pass@1"] <= head["pass@2"] <= 1
+    starts = first["starts"]  # the first start failed its headroom: a second was grown
+    assert [(a["attempt"], a["used"]) for a in starts] == [(1, False), (2, True)]
+    assert starts[0]["sft_seed"] == 0 and starts[1]["sft_seed"] != 0
+    assert starts[1]["headroom"] == head  # GRPO ran from the second start
+    assert (tmp_path / "a" / "start-2" / "model-tool" / "final" / "config.json").exists()
+    assert (tmp_path / "a" / "start-2" / "headroom" / "samples.jsonl").exists()
     for row in first["models"]:  # GRPO rows say when their budget stage moved on
         assert ("stage_transitions" in row) == ("grpo" in row["model"])
         for ev in row.get("stage_transitions", []):

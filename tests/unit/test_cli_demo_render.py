@@ -27,19 +27,23 @@ def _row(name: str, acc: float, stages: bool) -> dict[str, Any]:
     return row
 
 
+def _headroom(pass_at_8: float) -> dict[str, Any]:
+    return {"greedy_pass@1": 0.0, "k": 8, "temperature": 1.0, "pass@8": pass_at_8,
+            "sampled_pass@1": 0.2, "sampled_tool_calls_per_sample": 1.5, "problems": 100}
+
+
 SUMMARY: dict[str, Any] = {
     "models": [_row("text-only", 0.0, False), _row("tool", 0.0, False),
                _row("tool + grpo", 0.9, True)],
-    "headroom": {"greedy_pass@1": 0.0, "k": 8, "temperature": 1.0, "pass@8": 0.77,
-                 "sampled_pass@1": 0.2, "sampled_tool_calls_per_sample": 1.5,
-                 "problems": 100},
+    "headroom": _headroom(0.77),
     "conversion": {"kept": 442, "dropped": {}, "seconds": 3.5, "text": 1058},
     "config": {"seed": 0, "steps": 800},
     "report": {"rows": [{"run": "run-tool", "avg": 0.0}], "markdown": "r/report.md",
                "csv": "r/report.csv", "plots": ["r/accuracy.png"],
                "viewer": "runs/demo/report/viewer.html"},
     "tool_model": "runs/demo/model-tool/final", "tool_model_is": "tool + grpo",
-    "seconds": 600.0}
+    "seconds": 600.0,
+    "starts": [{"attempt": 1, "sft_seed": 0, "used": True, "headroom": _headroom(0.77)}]}
 
 
 def test_the_json_form_round_trips_with_its_keys_in_order() -> None:
@@ -81,6 +85,27 @@ def test_a_saved_summary_reads_back(tmp_path: Path) -> None:
         DemoSummary.read(tmp_path)
 
 
+def test_a_summary_written_before_starts_could_be_regrown_reads_back() -> None:
+    older = {k: v for k, v in SUMMARY.items() if k != "starts"}
+    assert DemoSummary.from_dict(older).starts == []
+
+
+def test_render_lists_the_starts_when_the_first_was_grown_again(
+        capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("COLUMNS", "200")
+    from agentmath.cli.demo import _render
+
+    regrown = {**SUMMARY, "starts": [
+        {"attempt": 1, "sft_seed": 3, "used": False, "headroom": _headroom(0.0)},
+        {"attempt": 2, "sft_seed": 12345, "used": True, "headroom": _headroom(0.77)},
+        {"attempt": 3, "sft_seed": 678, "used": False, "headroom": _headroom(0.9)}]}
+    _render(DemoSummary.from_dict(regrown))
+    out = capsys.readouterr().out
+    assert "start 1 (SFT seed 3): pass@8 0.0%\n" in out
+    assert "start 2 (SFT seed 12345): pass@8 77.0% <- GRPO ran from this one" in out
+    assert "start 3 (SFT seed 678): pass@8 90.0%\n" in out
+
+
 def test_render_prints_headroom_and_stage_transitions(capsys: pytest.CaptureFixture[str],
                                                       monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("COLUMNS", "200")
@@ -92,6 +117,7 @@ def test_render_prints_headroom_and_stage_transitions(capsys: pytest.CaptureFixt
     assert "tool + grpo: budget stage 0 -> 1 at step 1 (truncation rate 19.9%" in out
     assert "442 verified tool trajectories" in out and "1058 text" in out
     assert "runs/demo/report/viewer.html" in out
+    assert "start 1" not in out  # one start: nothing was grown again
 
 
 def test_json_prints_the_summary_as_saved(tmp_path: Path,
@@ -119,3 +145,13 @@ def test_a_model_size_the_demo_does_not_know_is_a_usage_error(tmp_path: Path) ->
     assert result.exit_code == 2
     assert "model_size" in result.output and "'micro'" in result.output
     assert not (tmp_path / "demo").exists()
+
+
+def test_start_attempts_out_of_bounds_is_a_usage_error(tmp_path: Path) -> None:
+    from agentmath.cli.main import app
+
+    for bad in ("0", "9"):
+        result = CliRunner().invoke(app, ["demo", "--start-attempts", bad, "--out",
+                                          str(tmp_path / "demo")])
+        assert result.exit_code == 2, result.output
+        assert "start" in result.output and not (tmp_path / "demo").exists()
