@@ -246,8 +246,9 @@ def _more_starts(cfg: DemoConfig, prepared: DemoData, out: Path, stage: Stage,
               f"{head.pass_at_k:.1%}")
     chosen = next((s for s in starts if s.passes(cfg)), None)
     if chosen is None:
-        stage(f"no start reached pass@{k} {cfg.min_start_pass_at_k:.0%}; GRPO runs from the "
-              "last one (expect no gain)")
+        stage(f"no start reached pass@{k} {cfg.min_start_pass_at_k:.0%} in "
+              f"{cfg.start_attempts} attempts; GRPO runs from the last one and will find "
+              "little to learn (more --start-attempts, or another --seed, may give a start)")
     return starts, chosen or starts[-1]
 
 

@@ -77,7 +77,7 @@ def test_when_no_start_passes_grpo_runs_from_the_last_and_says_so(
     cfg = DemoConfig(start_attempts=2)
     starts, chosen, _, messages = _grow(monkeypatch, tmp_path, cfg, _start(1, 0.0), {2: 0.05})
     assert len(starts) == 2 and chosen is starts[-1]
-    assert any("no start reached" in m for m in messages)
+    assert any("no start reached" in m and "another --seed" in m for m in messages)
 
 
 def test_one_attempt_keeps_the_first_start_whatever_its_headroom(
