@@ -175,8 +175,7 @@ def _run_stages(cfg: DemoConfig, out: Path, save_model_to: Path | None, stage: S
         (data, tool_dir, TOOL_SYSTEM, test_file, str(out / "run-tool")),
         (data, tool_dir, TOOL_SYSTEM, test_file, str(out / "headroom"), cfg.headroom_k,
          cfg.rl_temperature, cfg.headroom_problems)])
-    first = _Start(1, tool_dir, out / "run-tool", greedy,
-                   Headroom.measure(cfg.headroom_k, cfg.rl_temperature, greedy, sampled))
+    first = _Start.measured(cfg, 1, tool_dir, out / "run-tool", greedy, sampled)
     starts, chosen = _more_starts(cfg, prepared, out, stage, pool, first)
     models["tool"] = chosen.model_dir
     transitions: dict[str, list[StageMove]] = {}
@@ -212,6 +211,13 @@ class _Start:
     greedy: RunMetrics
     headroom: Headroom
 
+    @classmethod
+    def measured(cls, cfg: DemoConfig, attempt: int, model_dir: str, run_dir: Path,
+                 greedy: RunMetrics, sampled: RunMetrics) -> _Start:
+        """The start whose greedy run and pass@k run are ``greedy`` and ``sampled``."""
+        return cls(attempt, model_dir, run_dir, greedy,
+                   Headroom.measure(cfg.headroom_k, cfg.rl_temperature, greedy, sampled))
+
     def passes(self, cfg: DemoConfig) -> bool:
         return self.headroom.pass_at_k >= cfg.min_start_pass_at_k
 
@@ -238,12 +244,11 @@ def _more_starts(cfg: DemoConfig, prepared: DemoData, out: Path, stage: Stage,
         (data, prepared.mixed, str(prepared.tokenizer_dir), str(out / f"start-{a}"),
          test_file, a) for a in attempts])
     starts = [first]
-    for attempt, (model_dir, greedy, sampled) in zip(attempts, grown, strict=True):
-        head = Headroom.measure(k, cfg.rl_temperature, greedy, sampled)
-        starts.append(_Start(attempt, model_dir, out / f"start-{attempt}" / "run-tool",
-                             greedy, head))
-        stage(f"start {attempt}: greedy pass@1 {head.greedy_pass_at_1:.1%}, pass@{k} "
-              f"{head.pass_at_k:.1%}")
+    for attempt, (model_dir, run_dir, greedy, sampled) in zip(attempts, grown, strict=True):
+        start = _Start.measured(cfg, attempt, model_dir, Path(run_dir), greedy, sampled)
+        starts.append(start)
+        stage(f"start {attempt}: greedy pass@1 {start.headroom.greedy_pass_at_1:.1%}, "
+              f"pass@{k} {start.headroom.pass_at_k:.1%}")
     chosen = next((s for s in starts if s.passes(cfg)), None)
     if chosen is None:
         stage(f"no start reached pass@{k} {cfg.min_start_pass_at_k:.0%} in "

@@ -101,17 +101,18 @@ def sft_job(cfg_data: dict[str, Any], examples: list[dict], tokenizer_dir: str, 
 
 
 def start_job(cfg_data: dict[str, Any], examples: list[dict], tokenizer_dir: str, out: str,
-              test_file: str, attempt: int) -> tuple[str, RunMetrics, RunMetrics]:
+              test_file: str, attempt: int) -> tuple[str, str, RunMetrics, RunMetrics]:
     """Another start of the tool model (a process of its own), in ``out``: SFT from the
     attempt's seed, then its greedy evaluation and its headroom run, one after the other;
-    returns its model dir and the two evaluations."""
+    returns its model dir, its greedy run's dir and the two evaluations."""
     cfg = DemoConfig.model_validate(cfg_data)
     model_dir, _ = sft_job(cfg_data, examples, tokenizer_dir, f"{out}/model-tool",
                            seed=start_seed(cfg.seed, attempt))
-    greedy = eval_job(cfg_data, model_dir, TOOL_SYSTEM, test_file, f"{out}/run-tool")
+    run_dir = f"{out}/run-tool"
+    greedy = eval_job(cfg_data, model_dir, TOOL_SYSTEM, test_file, run_dir)
     sampled = eval_job(cfg_data, model_dir, TOOL_SYSTEM, test_file, f"{out}/headroom",
                        cfg.headroom_k, cfg.rl_temperature, cfg.headroom_problems)
-    return model_dir, greedy, sampled
+    return model_dir, run_dir, greedy, sampled
 
 
 def grpo_job(cfg_data: dict[str, Any], start: str, train_file: str, masked: bool,

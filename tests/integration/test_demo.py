@@ -45,6 +45,7 @@ def test_demo_runs_every_stage_and_is_deterministic(tmp_path: Path) -> None:
     assert starts[1]["headroom"] == head  # GRPO ran from the second start
     assert (tmp_path / "a" / "start-2" / "model-tool" / "final" / "config.json").exists()
     assert (tmp_path / "a" / "start-2" / "headroom" / "samples.jsonl").exists()
+    assert (tmp_path / "a" / "start-2" / "run-tool" / "samples.jsonl").exists()
     for row in first["models"]:  # GRPO rows say when their budget stage moved on
         assert ("stage_transitions" in row) == ("grpo" in row["model"])
         for ev in row.get("stage_transitions", []):

@@ -12,7 +12,6 @@ import pytest
 
 import agentmath.recipes.demo as recipe
 from agentmath.recipes.demo import DemoConfig, DemoData, start_seed
-from agentmath.recipes.summary import Headroom
 
 
 def _metrics(pass_at_8: float) -> Any:
@@ -23,8 +22,8 @@ def _metrics(pass_at_8: float) -> Any:
 
 def _start(attempt: int, pass_at_8: float) -> Any:
     run = _metrics(pass_at_8)
-    return recipe._Start(attempt, f"model-{attempt}", Path(f"run-{attempt}"), run,
-                         Headroom.measure(8, 1.0, run, run))
+    return recipe._Start.measured(DemoConfig(), attempt, f"model-{attempt}",
+                                  Path(f"run-{attempt}"), run, run)
 
 
 def _prepared(tmp_path: Path) -> DemoData:
@@ -42,8 +41,9 @@ def _grow(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, cfg: DemoConfig, firs
     def fake_parallel(fn: Any, jobs: list[tuple], pool: Any = None) -> list[Any]:
         assert fn is recipe.start_job
         asked.extend(jobs)
-        return [(f"model-{job[-1]}", _metrics(later[job[-1]]), _metrics(later[job[-1]]))
-                for job in jobs]
+        # start_job's contract: model dir, greedy run dir (in the job's folder), two runs
+        return [(f"model-{job[-1]}", f"{job[3]}/run-tool", _metrics(later[job[-1]]),
+                 _metrics(later[job[-1]])) for job in jobs]
 
     monkeypatch.setattr(recipe, "run_parallel", fake_parallel)
     messages: list[str] = []
