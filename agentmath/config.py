@@ -250,6 +250,14 @@ class RolloutConfig(StrictModel):
         "episode is parked and continued in the next iteration (None: no partial rollout)."))
     segment_tool_calls: int | None = Field(None, ge=1, le=1000, description=(
         "Partial rollout: tool calls an episode may make per iteration (None: unbounded)."))
+    interrupt_turns: bool = Field(False, description=(
+        "Partial rollout (segment_tokens): when an iteration's batch is complete, cut the model "
+        "turns still running (their sampled tokens kept; the next iteration continues each "
+        "turn from its ids under the new weights) instead of letting every running turn end "
+        "first, so that no server idles through a long turn at the iteration's end. Needs a "
+        "backend that can be interrupted (backends.base.Interruptible: the simulator's "
+        "servers, a router over them, the OpenAI-compatible client); with another, turns "
+        "park at their end as without it."))
     max_staleness: int = Field(2, ge=0, le=1000, description=(
         "Policy versions a parked sample may lag: resumed under version v, a sample whose "
         "oldest model segment is older than v - max_staleness is stale."))

@@ -54,6 +54,13 @@ class HitBound:
         return getattr(self.inner, name)
 
     async def generate(self, prompt_ids: Any, **kwargs: Any) -> Any:
+        return await self._counted(prompt_ids, self.inner.generate(prompt_ids, **kwargs))
+
+    async def generate_interruptible(self, prompt_ids: Any, **kwargs: Any) -> Any:
+        return await self._counted(prompt_ids,
+                                   self.inner.generate_interruptible(prompt_ids, **kwargs))
+
+    async def _counted(self, prompt_ids: Any, call: Any) -> Any:
         tag = current_tag.get()
         assert tag is not None
         key = (tag.episode_id, tag.policy_version)
@@ -72,7 +79,7 @@ class HitBound:
         self.queries += len(prompt_ids)
         if self.overhead_s:  # the client and HTTP time of a real request (calibration)
             await asyncio.sleep(self.overhead_s)
-        gen = await self.inner.generate(prompt_ids, **kwargs)
+        gen = await call
         self._last[key] = len(prompt_ids) + len(gen.token_ids)
         return gen
 
@@ -132,6 +139,10 @@ def add_sim_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--stale-kv", action="store_true",
                        help="keep KV computed under older weights reusable after a weight "
                             "update (no cache salt by version); moves +partial and +router")
+    group.add_argument("--interrupt-turns", action="store_true",
+                       help="partial rows: at an iteration's end cut the running model turns "
+                            "(kept, continued next iteration) instead of letting them end "
+                            "(RolloutConfig.interrupt_turns); moves +partial and +router")
     group.add_argument("--sync-placement", choices=("round_robin", "pinned"),
                        default="round_robin",
                        help="sync row: each request to the next server (round_robin: every "
@@ -160,7 +171,8 @@ def _config(variant: Variant, workload: Workload, cost: ServerCostModel,
                          max_in_flight_tokens=tokens,
                          segment_tokens=workload.max_episode_tokens // ns.segments,
                          max_staleness=ns.segments, stale="regenerate",
-                         max_parked_sessions=10**6)
+                         max_parked_sessions=10**6,
+                         interrupt_turns=getattr(ns, "interrupt_turns", False))
 
 
 def simulate(variant: Variant, workload: Workload, cost: ServerCostModel,
@@ -288,6 +300,7 @@ def run_sim(ns: argparse.Namespace) -> dict[str, Any]:
     return {"workload": asdict(replace(workload)), "servers": ns.servers,
             "cost_model": asdict(cost), "batch_groups": ns.batch_groups,
             "sync_s": ns.sync_s, "kv_fraction": ns.kv_fraction, "stale_kv": ns.stale_kv,
+            "interrupt_turns": ns.interrupt_turns,
             "warmup": ns.warmup, "sync_placement": ns.sync_placement,
             "router_options": ns.router_option, "ideal_makespan_s": ideal,
             "ideal_plus_weight_updates_s": ideal + pauses, "rows": rows,

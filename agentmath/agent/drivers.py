@@ -23,7 +23,7 @@ from typing import Any, Protocol
 
 from agentmath.agent.prompts import CHAT_SYSTEM_PROMPT, build_messages
 from agentmath.agent.trajectory import Segment, Trajectory
-from agentmath.backends.base import Backend, SamplingParams
+from agentmath.backends.base import Backend, Interruptible, SamplingParams
 from agentmath.config import LoopConfig
 from agentmath.errors import BackendError
 from agentmath.formats.base import ToolFormat
@@ -56,14 +56,16 @@ class Call:
 
 @dataclass(slots=True)
 class ModelTurn:
-    """What one generate call gave: tokens spent, whether the turn was cut by a token limit,
-    the calls it ends with, and the text an answer is looked for in (before the first call)."""
+    """What one generate call gave: tokens spent, whether the turn was cut by a token limit
+    (or ``interrupted``: cut at a partial-rollout iteration's end), the calls it ends with,
+    and the text an answer is looked for in (before the first call)."""
 
     tokens: int
     finish_reason: str | None
     cut: bool
     calls: list[Call] = field(default_factory=list)
     answer_text: str = ""
+    interrupted: bool = False
 
 
 def loop_time() -> float:
@@ -138,16 +140,28 @@ class TextDriver:
                           list(prompt_ids)))
         ep.trajectory.messages = messages
 
-    async def model_turn(self, max_tokens: int, deadline: float) -> ModelTurn | str:
-        """One generate call continuing the context (and the open turn, if any)."""
+    async def model_turn(self, max_tokens: int, deadline: float,
+                         interrupt: asyncio.Event | None = None) -> ModelTurn | str:
+        """One generate call continuing the context (and the open turn, if any). With
+        ``interrupt`` and an :class:`~agentmath.backends.base.Interruptible` backend, the
+        call returns what it sampled once the event is set (a turn cut, maybe empty)."""
         ep = self.ep
         continued = bool(self._open_turn())
         started = loop_time()
-        gen = await _call_model(ep, ep.backend.generate(
-            list(self.context), stop=ep.fmt.stop_strings, max_tokens=max_tokens,
-            sampling=ep.sampling), deadline)
+        backend = ep.backend
+        if interrupt is not None and isinstance(backend, Interruptible):
+            call = backend.generate_interruptible(
+                list(self.context), stop=ep.fmt.stop_strings, max_tokens=max_tokens,
+                sampling=ep.sampling, interrupt=interrupt)
+        else:
+            call = backend.generate(list(self.context), stop=ep.fmt.stop_strings,
+                                    max_tokens=max_tokens, sampling=ep.sampling)
+        gen = await _call_model(ep, call, deadline)
         if isinstance(gen, str):
             return gen
+        interrupted = gen.finish_reason == "length" and bool(gen.info.get("interrupted"))
+        if interrupted and not gen.token_ids:  # cut before its first token: nothing to keep
+            return ModelTurn(0, "length", True, interrupted=True)
         self._add(Segment("model", gen.text, list(gen.token_ids), gen.logprobs,
                           gen.finish_reason, duration_ms=(loop_time() - started) * 1e3,
                           policy_version=ep.policy_version))
@@ -155,10 +169,11 @@ class TextDriver:
         reason = gen.finish_reason
         if reason == "length" and continued and any(s in text for s in ep.fmt.stop_strings):
             reason = "stop"  # completed across a parking cut (a one-token extension)
-        call = ep.fmt.find_call(text) if reason != "length" else None
+        found = ep.fmt.find_call(text) if reason != "length" else None
         return ModelTurn(len(gen.token_ids), reason, reason == "length",
-                         [Call(call.code)] if call is not None else [],
-                         text[: call.start] if call is not None else text)
+                         [Call(found.code)] if found is not None else [],
+                         text[: found.start] if found is not None else text,
+                         interrupted=interrupted and reason == "length")
 
     def ends_in_partial_stop(self) -> bool:
         """True when the open turn's text ends with a proper prefix of a stop string."""
@@ -213,8 +228,10 @@ class ChatDriver:
         # the live list: the trajectory's record of the conversation is the one sent
         ep.trajectory.messages, ep.trajectory.token_exact = self.messages, False
 
-    async def model_turn(self, max_tokens: int, deadline: float) -> ModelTurn | str:
-        """One assistant message; its tool calls become the turn's calls."""
+    async def model_turn(self, max_tokens: int, deadline: float,
+                         interrupt: asyncio.Event | None = None) -> ModelTurn | str:
+        """One assistant message; its tool calls become the turn's calls. ``interrupt`` is
+        not used: a chat turn cannot be continued from its ids, so it is never cut."""
         ep = self.ep
         started = loop_time()
         message = await _call_model(ep, ep.backend.chat(  # type: ignore[attr-defined]

@@ -122,6 +122,8 @@ class Episode:
         self._seg_calls: int | None = None
         self._seg_turns: int | None = None
         self._stop: asyncio.Event | None = None
+        self._interrupt: asyncio.Event | None = None  # cuts a running turn when set
+        self.interrupted = False  # the last advance parked with its running turn cut
         self._before_turn: TurnHook | None = None
         self._pending: list[Call] = []  # calls of a finished turn not yet run (parked before)
 
@@ -137,14 +139,17 @@ class Episode:
 
     async def advance(self, *, max_tokens: int | None = None, max_tool_calls: int | None = None,
                       max_turns: int | None = None, policy_version: int = 0,
-                      stop: asyncio.Event | None = None,
+                      stop: asyncio.Event | None = None, interrupt_turns: bool = False,
                       before_turn: TurnHook | None = None) -> bool:
         """Run until the episode finishes or this segment's budget is spent; True when finished.
 
         ``max_tokens`` bounds the model tokens, ``max_tool_calls`` the snippets and
         ``max_turns`` the model turns (each with its tool calls) of this segment (None: only
         the episode's own budgets). A set ``stop`` event parks the episode at its next turn
-        boundary (the end of a partial-rollout iteration). ``before_turn`` is awaited before
+        boundary (the end of a partial-rollout iteration); with ``interrupt_turns`` it also
+        cuts the model turn running then, where the backend is
+        :class:`~agentmath.backends.base.Interruptible` (the turn's sampled ids are kept and
+        the next ``advance`` continues it). ``before_turn`` is awaited before
         every model turn (the engine's admission control waits there). Never raises for
         model, sandbox or budget failures: they finish the episode with a finish reason and
         ``error``.
@@ -155,6 +160,8 @@ class Episode:
             raise ValueError("max_tokens of a segment must be at least 1")
         self._seg_tokens, self._seg_calls = max_tokens, max_tool_calls
         self._seg_turns, self._stop, self._before_turn = max_turns, stop, before_turn
+        self._interrupt = stop if interrupt_turns and self.driver.can_cut else None
+        self.interrupted = False
         self.policy_version = policy_version
         self.advances += 1
         started = _now()
@@ -270,11 +277,14 @@ class Episode:
             return _PARK if by_segment else "token_budget"
         if self._deadline - _now() <= 0:
             return "time_budget"
-        turn = await self.driver.model_turn(budget, self._deadline)
+        if self._interrupt is not None and self._interrupt.is_set():
+            return _PARK  # the iteration ended while this episode waited to be let in
+        turn = await self.driver.model_turn(budget, self._deadline, self._interrupt)
         if isinstance(turn, str):
             return turn
         self._spend(turn.tokens)
-        if turn.cut and by_segment:
+        if turn.cut and (by_segment or turn.interrupted):
+            self.interrupted = turn.interrupted
             return await self._park_mid_turn()
         return await self._end_of_turn(turn)
 

@@ -12,11 +12,13 @@ endpoint), :class:`ModelThread` (an in-process model the RL update shares a thre
 with), :class:`PolicyVersioned` (told about weight updates), :class:`StickyHomes` (keeps
 episodes on one server and is told when they end), :class:`ModelNamed` (the model name its
 requests send can change: a LoRA adapter per policy version), :class:`HealthChecked` (answers
-a cheap health probe) and :class:`PrefixCacheCounted` (reports its prefix-cache counters).
+a cheap health probe), :class:`PrefixCacheCounted` (reports its prefix-cache counters) and
+:class:`Interruptible` (a generate call that can be cut short, keeping what it sampled).
 """
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
@@ -157,6 +159,21 @@ class PrefixCacheCounted(Protocol):
 
     async def prefix_cache_counters(self) -> tuple[float, float]:
         """``(hits, queries)`` in tokens since the server started (BackendError if unknown)."""
+        ...
+
+
+@runtime_checkable
+class Interruptible(Protocol):
+    """A backend whose generate call can be cut short and still return what it sampled: at a
+    partial-rollout iteration's end the engine cuts the running model turns instead of waiting
+    for them (``RolloutConfig.interrupt_turns``); the next iteration continues each turn from
+    its ids, as it continues a turn cut by the segment budget."""
+
+    async def generate_interruptible(self, prompt_ids: Sequence[int], *, stop: Sequence[str],
+                                     max_tokens: int, sampling: SamplingParams,
+                                     interrupt: asyncio.Event) -> Generation:
+        """As ``generate``; once ``interrupt`` is set, return soon with the tokens sampled so
+        far (possibly none) and ``finish_reason`` ``length``, ``info["interrupted"]`` True."""
         ...
 
 

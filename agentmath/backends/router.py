@@ -59,6 +59,7 @@ from agentmath.backends.base import (
     Backend,
     Generation,
     HealthChecked,
+    Interruptible,
     ModelNamed,
     SamplingParams,
     current_tag,
@@ -159,19 +160,38 @@ class Router(Routing):
                        max_tokens: int, sampling: SamplingParams) -> Generation:
         """Generate on the server chosen for the current tag; on a server failure, mark it down
         and re-send the same request to another server."""
+        return await self._route(len(prompt_ids), lambda backend: backend.generate(
+            prompt_ids, stop=stop, max_tokens=max_tokens, sampling=sampling))
+
+    async def generate_interruptible(self, prompt_ids: Sequence[int], *, stop: Sequence[str],
+                                     max_tokens: int, sampling: SamplingParams,
+                                     interrupt: asyncio.Event) -> Generation:
+        """As :meth:`generate`, cut short when ``interrupt`` is set where the chosen server's
+        backend is :class:`~agentmath.backends.base.Interruptible` (another runs to its end)."""
+        def call(backend: Backend) -> Awaitable[Generation]:
+            if isinstance(backend, Interruptible):
+                return backend.generate_interruptible(
+                    prompt_ids, stop=stop, max_tokens=max_tokens, sampling=sampling,
+                    interrupt=interrupt)
+            return backend.generate(prompt_ids, stop=stop, max_tokens=max_tokens,
+                                    sampling=sampling)
+
+        return await self._route(len(prompt_ids), call)
+
+    async def _route(self, prompt_len: int,
+                     call: Callable[[Backend], Awaitable[Generation]]) -> Generation:
         self._check_open()
         tag = current_tag.get()
         if tag is not None and tag.policy_version < self.policy_version:
             self._stale += 1
-        weight = self.weight(len(prompt_ids))
+        weight = self.weight(prompt_len)
         tried: set[int] = set()
         while True:
             await self._wait_out_outage(tried)
             index = self.acquire(tag, weight, tried)
             server = self._servers[index]
             try:
-                generation = await server.backend.generate(
-                    prompt_ids, stop=stop, max_tokens=max_tokens, sampling=sampling)
+                generation = await call(server.backend)
             except RequestRejected as exc:
                 raise _named(exc, server.server) from exc
             except BackendError as exc:
@@ -183,7 +203,7 @@ class Router(Routing):
                 self.release(index, weight)
             self.outage.note_answer()
             server.completed += 1
-            server.tokens += len(prompt_ids) + len(generation.token_ids)
+            server.tokens += prompt_len + len(generation.token_ids)
             return generation
 
     async def tokenize(self, text: str) -> list[int]:

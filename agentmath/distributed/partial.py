@@ -231,7 +231,8 @@ class SegmentedIterations:
             episode.key, episode.owner.request, episode.index, episode.sampling,
             self._iteration, rollout.segment_tokens, rollout.segment_tool_calls,
             episode.owner.restarts.get(episode.index, 0), resume=episode.progress is not None,
-            progress=episode.progress if moved else None)
+            progress=episode.progress if moved else None,
+            interrupt_turns=rollout.segment_tokens is not None and rollout.interrupt_turns)
         slot.inflight += 1
         engine.stats.segments += 1
         return asyncio.ensure_future(await_ref(slot.actor.advance.remote(order, engine.policy)))
@@ -260,6 +261,7 @@ class SegmentedIterations:
                 episode.home, episode.progress = slot, outcome.progress
                 run.parked.append(episode)
                 engine.stats.parked += 1
+                engine.stats.interrupted += outcome.interrupted
                 self._over_parked_bound(run)
                 return
             sample = outcome.sample

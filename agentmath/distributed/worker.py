@@ -89,6 +89,7 @@ class SegmentOrder:
     max_tool_calls: int | None = None
     restarts: int = 0
     resume: bool = False  # it ran before: parked on this worker, or continued from progress
+    interrupt_turns: bool = False  # a stop cuts the running model turn (RolloutConfig's)
     progress: Progress | None = None
 
 
@@ -99,6 +100,7 @@ class SegmentOutcome:
 
     sample: Sample | None = None
     progress: Progress | None = None
+    interrupted: bool = False  # parked with its running turn cut (RolloutConfig.interrupt_turns)
 
 
 class RolloutWorker:
@@ -177,14 +179,14 @@ class RolloutWorker:
         try:
             finished = await engine.advance(
                 episode, max_tokens=order.max_tokens, max_tool_calls=order.max_tool_calls,
-                stop=self._stop_event(order.iteration))
+                stop=self._stop_event(order.iteration), interrupt_turns=order.interrupt_turns)
         except BaseException:  # cancelled: the episode's sandbox session must not leak
             await episode.close()
             raise
         if not finished:
             self._parked[order.key] = episode
             await self._spare_sessions(engine)
-            return SegmentOutcome(progress=episode.progress())
+            return SegmentOutcome(progress=episode.progress(), interrupted=episode.interrupted)
         sample = Sample(order.request.group_id, order.index, episode.trajectory, order.restarts)
         sample.trajectory.ray_node = self._node_id
         return SegmentOutcome(sample=sample)

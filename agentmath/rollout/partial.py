@@ -8,7 +8,8 @@ An RL step needs a batch of complete groups. Three ways to get one, as in AgentM
 * partial (``segment_tokens`` set; Kimi k1.5, AgentMath): each episode may generate at most
   ``segment_tokens`` (and ``segment_tool_calls``) per iteration; more groups are admitted
   than the batch needs, and as soon as B groups are complete the iteration ends: running
-  episodes park at their next turn boundary, episodes out of budget park at once, and all of
+  episodes park at their next turn boundary (or at once, their running turn cut, with
+  ``interrupt_turns`` and an interruptible backend), episodes out of budget park at once, and all of
   them continue in the next iteration under the new weights, their sandbox sessions kept.
   Groups finished beyond B are carried into the next iteration's batch. An iteration draws
   at most ``max_new_groups`` new groups (:func:`may_draw`): one whose episodes all outlast a
@@ -186,12 +187,14 @@ class PartialRollout:
                 finished = await engine.advance(
                     episode, max_tokens=config.segment_tokens,
                     max_tool_calls=config.segment_tool_calls, stop=stop if partial else None,
+                    interrupt_turns=partial and config.interrupt_turns,
                     before_turn=gate.before_turn)
             finally:
                 await gate.release(episode)
             if not finished:
                 parked.append((state, index))
                 engine.stats.parked += 1
+                engine.stats.interrupted += episode.interrupted
                 await self._over_parked_bound(parked)
             elif (group := engine.collect(state, index)) is not None:
                 ready.append(group)

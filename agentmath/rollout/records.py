@@ -66,6 +66,7 @@ class RolloutStats:
     samples_done: int = 0
     segments: int = 0  # calls of Episode.advance
     parked: int = 0  # segments that ended parked (partial rollout)
+    interrupted: int = 0  # of them, parked with their running turn cut (interrupt_turns)
     resumed: int = 0  # parked episodes continued in a later iteration
     dropped_groups: int = 0  # groups dropped for staleness
     regenerated: int = 0  # samples restarted from scratch for staleness
@@ -84,7 +85,8 @@ class RolloutStats:
     def to_dict(self) -> dict[str, object]:
         """JSON-ready counters."""
         return {"groups_done": self.groups_done, "samples_done": self.samples_done,
-                "segments": self.segments, "parked": self.parked, "resumed": self.resumed,
+                "segments": self.segments, "parked": self.parked,
+                "interrupted": self.interrupted, "resumed": self.resumed,
                 "dropped_groups": self.dropped_groups, "regenerated": self.regenerated,
                 "wasted_tokens": self.wasted_tokens, "draws_stopped": self.draws_stopped,
                 "version_spans": {str(k): v for k, v in sorted(self.version_spans.items())}}

@@ -57,6 +57,20 @@ class SimServerBackend:
     async def generate(self, prompt_ids: Sequence[int], *, stop: Sequence[str],
                        max_tokens: int, sampling: SamplingParams) -> Generation:
         """Run the next piece of the episode's script on the simulated server."""
+        return await self._generate(prompt_ids, stop, max_tokens, sampling, None)
+
+    async def generate_interruptible(self, prompt_ids: Sequence[int], *, stop: Sequence[str],
+                                     max_tokens: int, sampling: SamplingParams,
+                                     interrupt: asyncio.Event) -> Generation:
+        """As :meth:`generate`; once ``interrupt`` is set the request ends at the end of the
+        server's step in progress with the tokens it generated (``Interruptible``)."""
+        if interrupt.is_set():
+            return Generation([], "", "length", None, [] if sampling.logprobs else None,
+                              {"server": self.name, "interrupted": True})
+        return await self._generate(prompt_ids, stop, max_tokens, sampling, interrupt)
+
+    async def _generate(self, prompt_ids: Sequence[int], stop: Sequence[str], max_tokens: int,
+                        sampling: SamplingParams, interrupt: asyncio.Event | None) -> Generation:
         if self.closed:
             raise BackendError(f"{self.name} is closed")
         if current_env() is not self.server.env:
@@ -73,18 +87,35 @@ class SimServerBackend:
                 fut.set_result(req)
 
         req = self.server.submit(len(prompt_ids), len(planned.token_ids), hashes, done)
+        watch = None
+        if interrupt is not None:  # the server cuts the request when the event is set
+            watch = asyncio.ensure_future(interrupt.wait())
+            watch.add_done_callback(lambda _: self.server.interrupt(req))
         try:
             await fut
         except asyncio.CancelledError:
             self.server.abort(req)
             raise
+        finally:
+            if watch is not None:
+                watch.cancel()
         if req.error is not None:
             raise req.error
+        interrupted = req.state == "interrupted"
+        if interrupted:  # the same script, cut where the server stopped it
+            if req.gen == 0:
+                return Generation([], "", "length", None, [] if sampling.logprobs else None,
+                                  {"server": self.name, "interrupted": True})
+            planned = self.policy.plan(prompt_ids, tag, req.gen, stop)
         self.policy.commit(len(prompt_ids), tag, planned)
         n = len(planned.token_ids)
-        info = {"server": self.name, "cached_tokens": req.cached_tokens,
-                "queue_s": req.admitted - req.arrival, "latency_s": req.finished - req.arrival,
-                "preemptions": req.preemptions}
+        info: dict[str, object] = {"server": self.name, "cached_tokens": max(0, req.cached_tokens),
+                                   "latency_s": req.finished - req.arrival,
+                                   "preemptions": req.preemptions}
+        if not math.isnan(req.admitted):  # an interrupted request may never have been let in
+            info["queue_s"] = req.admitted - req.arrival
+        if interrupted:
+            info["interrupted"] = True
         if not math.isnan(req.first_token):
             info["ttft_s"] = req.first_token - req.arrival
         return Generation(planned.token_ids, planned.text, planned.finish_reason,  # type: ignore[arg-type]

@@ -53,7 +53,7 @@ class SimRequest:
     first_token: float = math.nan
     finished: float = math.nan
     preemptions: int = 0
-    state: str = "waiting"  # waiting | running | done | aborted | failed
+    state: str = "waiting"  # waiting | running | done | aborted | interrupted | failed
     error: BaseException | None = None
 
 
@@ -64,6 +64,7 @@ class ServerStats:
     requests: int = 0
     completed: int = 0
     aborted: int = 0
+    interrupted: int = 0  # ended early with the tokens generated so far (:meth:`interrupt`)
     failed: int = 0
     preemptions: int = 0
     steps: int = 0
@@ -122,6 +123,18 @@ class SimServer:
             self.stats.aborted += 1
         elif req.state == "running":
             req.state = "aborted"
+            self._poke()
+
+    def interrupt(self, req: SimRequest) -> None:
+        """End a request early, keeping the tokens it generated (its caller is told, with
+        ``state`` "interrupted" and ``gen`` tokens): at the end of the step in progress when
+        running, at once when waiting. Done or gone requests are left as they are."""
+        if req.state == "waiting":
+            self.waiting.remove(req)
+            req.state = "interrupted"
+            self._end(req, released=True)
+        elif req.state == "running":
+            req.state = "interrupted"
             self._poke()
 
     def pause(self) -> None:
@@ -355,9 +368,13 @@ class SimServer:
         r.tail, r.plain, r.registered = None, 0, 0
 
     def _preempt(self, r: SimRequest) -> None:
-        """Free ``r``'s KV (its computed blocks stay cached) and queue it first again."""
-        self._release(r)
+        """Free ``r``'s KV (its computed blocks stay cached) and queue it first again (one
+        aborted or interrupted meanwhile ends instead)."""
         self.running.remove(r)
+        if r.state != "running":
+            self._end(r)
+            return
+        self._release(r)
         r.state, r.prefill_left = "waiting", 0
         r.preemptions += 1
         self.stats.preemptions += 1
@@ -370,17 +387,25 @@ class SimServer:
             return
         self.running = [r for r in self.running if not (r.gen >= r.out_len
                                                         or r.state != "running")]
-        now = self.env.now
         for r in done:
+            self._end(r)
+
+    def _end(self, r: SimRequest, released: bool = False) -> None:
+        """Release a request that left the running set (or the queue) and tell its caller."""
+        if not released:
             self._release(r)
-            r.finished = now
-            if r.state == "aborted":
-                self.stats.aborted += 1
-                continue
+        r.finished = self.env.now
+        if r.state == "aborted":
+            self.stats.aborted += 1
+            return
+        r.gen = min(r.gen, r.out_len)
+        if r.state == "interrupted" and r.gen < r.out_len:
+            self.stats.interrupted += 1
+        else:
             r.state = "done"
             self.stats.completed += 1
-            if r.on_done is not None:
-                r.on_done(r)
+        if r.on_done is not None:
+            r.on_done(r)
 
 
 def _steps_covering(elapsed: float, a: float, dd: float, k: int) -> int:
