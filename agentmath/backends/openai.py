@@ -61,7 +61,7 @@ from typing import Any, TypeVar
 import httpx
 
 from agentmath._lazy import require
-from agentmath.backends import _probes, _replies
+from agentmath.backends import _probes, _replies, _stream
 from agentmath.backends._probes import PREFIX_CACHE_HITS, PREFIX_CACHE_QUERIES
 from agentmath.backends._replies import (
     NO_TOKEN_IDS_MESSAGE,
@@ -159,6 +159,46 @@ class OpenAIBackend:
         token may run past the stop string, so ``decode(token_ids)`` can be longer than
         ``text``: ``text`` ends at the stop string, ``token_ids`` are what was sampled.
         """
+        payload = self._completion_body(prompt_ids, stop, max_tokens, sampling)
+        url = self._url("/v1/completions")
+        return await self._post("/v1/completions", payload, lambda data: _replies.completion(
+            data, url, sampling.logprobs, int(max_tokens)))
+
+    async def generate_interruptible(self, prompt_ids: Sequence[int], *, stop: Sequence[str],
+                                     max_tokens: int, sampling: SamplingParams,
+                                     interrupt: asyncio.Event) -> Generation:
+        """As :meth:`generate`, streamed: once ``interrupt`` is set the stream is closed (vLLM
+        aborts the request) and the ids sampled so far come back, ``finish_reason`` "length",
+        ``info["interrupted"]`` True, their text decoded again from the ids (a stream's text
+        lags its ids where it might begin a stop string). Retried as ``generate`` is."""
+        if interrupt.is_set():
+            return Generation([], "", "length", None, [] if sampling.logprobs else None,
+                              {"interrupted": True})
+        payload = {**self._completion_body(prompt_ids, stop, max_tokens, sampling),
+                   "stream": True, "stream_options": {"include_usage": True}}
+        url = self._url("/v1/completions")
+        gen, cut = await self._post("/v1/completions", payload, lambda data: (
+            _replies.completion(data, url, sampling.logprobs, int(max_tokens)),
+            bool(data.get(_stream.INTERRUPTED))), interrupt=interrupt)
+        if cut:
+            gen.info["interrupted"] = True
+            gen.text = await self.detokenize(gen.token_ids) if gen.token_ids else ""
+        return gen
+
+    async def detokenize(self, ids: Sequence[int]) -> str:
+        """The text of ``ids`` (special tokens kept), by the local tokenizer or the server's
+        ``/detokenize``."""
+        if self._tokenizer is not None:
+            return str(self._tokenizer.decode(list(ids), skip_special_tokens=False))
+        url = self._url("/detokenize")
+        return await self._post("/detokenize", {"model": self.model, "tokens": list(ids)},
+                                lambda data: _replies.text_field(
+                                    _replies.expect_object(data, url, "the response body")
+                                    .get("prompt"), url, "prompt"))
+
+    def _completion_body(self, prompt_ids: Sequence[int], stop: Sequence[str], max_tokens: int,
+                         sampling: SamplingParams) -> dict[str, Any]:
+        """The JSON body of a completion request for these ids and settings."""
         payload: dict[str, Any] = {
             "model": self.model, "prompt": [int(t) for t in prompt_ids],
             "max_tokens": int(max_tokens), "stop": list(stop), "n": 1, "stream": False,
@@ -176,9 +216,7 @@ class OpenAIBackend:
         if self.extra_body is not None:
             extra = self.extra_body(payload) if callable(self.extra_body) else self.extra_body
             payload.update(extra)
-        url = self._url("/v1/completions")
-        return await self._post("/v1/completions", payload, lambda data: _replies.completion(
-            data, url, sampling.logprobs, int(max_tokens)))
+        return payload
 
     async def tokenize(self, text: str) -> list[int]:
         """Token ids of ``text`` with no special tokens added."""
@@ -281,7 +319,7 @@ class OpenAIBackend:
         return f"{self.base_url}{path}"
 
     async def _post(self, path: str, payload: dict[str, Any],
-                    parse: Callable[[Any], T]) -> T:
+                    parse: Callable[[Any], T], interrupt: asyncio.Event | None = None) -> T:
         """POST with retries and return ``parse(body)``; BackendError once retries run out.
 
         ``parse`` validates the decoded body; a :class:`MalformedReply` from it is retried like
@@ -289,7 +327,8 @@ class OpenAIBackend:
         A timeout is retried ``timeout_retries`` times only. While the outage gate is open no
         attempt is sent; after an outage the request starts a fresh retry budget. A request
         whose retries run out on an unreachable or hung server waits for it there (up to
-        ``max_outage_s``) instead of failing at once.
+        ``max_outage_s``) instead of failing at once. With ``interrupt`` the reply is streamed
+        and cut short when it is set (:mod:`agentmath.backends._stream`).
         """
         url = self._url(path)
         last, wait, attempt, sent, timeouts = "no attempt made", None, 0, 0, 0
@@ -317,7 +356,7 @@ class OpenAIBackend:
                     if self.outage.is_open:  # it opened while this one waited for a slot
                         attempt, sent = attempt - 1, sent - 1
                         continue
-                    data = await self._attempt(path, url, payload)
+                    data = await self._attempt(path, url, payload, interrupt)
                 return parse(data)
             except Retryable as exc:
                 last, wait, gone, hung = exc.detail, exc.retry_after, exc.unreachable, exc.hung
@@ -343,13 +382,18 @@ class OpenAIBackend:
             return ServerTimeout(message, url=url, timeout_s=self.timeout_s)
         return BackendError(message)
 
-    async def _attempt(self, path: str, url: str, payload: dict[str, Any]) -> Any:
+    async def _attempt(self, path: str, url: str, payload: dict[str, Any],
+                       interrupt: asyncio.Event | None = None) -> Any:
         """One request: JSON on 2xx, Retryable on 408/429/5xx/transport/timeout, BackendError
         for other statuses, MalformedReply for a body that is not JSON. Tells the outage gate
         whether the server answered."""
         try:
             async with asyncio.timeout(self.timeout_s):
-                response = await self._client.post(path, json=payload)
+                if interrupt is None:
+                    response, body = await self._client.post(path, json=payload), None
+                else:
+                    response, body = await _stream.post_streamed(self._client, path, payload,
+                                                                 interrupt, url)
         except httpx.ConnectTimeout as exc:
             raise Retryable(f"timed out connecting ({type(exc).__name__})",
                              unreachable=True) from exc
@@ -373,6 +417,8 @@ class OpenAIBackend:
             error = RequestRejected if 400 <= status < 500 and status not in _SERVER_SIDE_4XX \
                 else BackendError
             raise error(f"POST {url} returned HTTP {status}: {response.text[:_BODY_SNIPPET]}")
+        if body is not None:
+            return body
         try:
             return response.json()
         except (ValueError, RecursionError) as exc:  # not JSON, not UTF-8, nested too deep
