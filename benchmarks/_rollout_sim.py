@@ -197,7 +197,7 @@ def simulate(variant: Variant, workload: Workload, cost: ServerCostModel,
     requests = [GroupRequest(task, workload.group_size) for task in workload.tasks()]
     run = PartialRollout(engine, requests)
     totals = {"iterations": 0, "groups": 0, "regenerated": 0, "dropped_groups": 0,
-              "wasted_tokens": 0}
+              "wasted_tokens": 0, "interrupted": 0}
 
     started = [0.0]
 
@@ -209,7 +209,7 @@ def simulate(variant: Variant, workload: Workload, cost: ServerCostModel,
                 started[0] = float(fleet.env.now)
             if totals["iterations"] > measure_after:  # the groups of measured iterations
                 totals["groups"] += len(result.groups)
-            for key in ("regenerated", "dropped_groups", "wasted_tokens"):
+            for key in ("regenerated", "dropped_groups", "wasted_tokens", "interrupted"):
                 totals[key] += getattr(result.stats, key)
             if result.exhausted or totals["iterations"] == ns.steps:
                 break

@@ -38,3 +38,12 @@ def test_workload_options_change_only_the_shapes_named() -> None:
     assert workload.n_groups == 8 and workload.max_calls == 96
     with pytest.raises(SystemExit):
         workload_of(_ns("--workload", "seed=3"))
+
+
+def test_interrupt_turns_cuts_running_turns_in_the_partial_rows_only() -> None:
+    plain = run_sim(_ns("--rows", "+router", "--steps", "2"))
+    cut = run_sim(_ns("--rows", "+router", "--steps", "2", "--interrupt-turns"))
+    assert cut["interrupt_turns"] is True and plain["interrupt_turns"] is False
+    rows = {r["name"]: r for r in cut["rows"]}
+    assert rows["+router"]["interrupted"] > 0 and rows["sync"]["interrupted"] == 0
+    assert all(r["interrupted"] == 0 for r in plain["rows"])
