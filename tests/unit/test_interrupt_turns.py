@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-from collections.abc import Sequence
 
 import pytest
 import simpy
@@ -24,6 +23,7 @@ from agentmath.rollout.partial import PartialRollout
 from agentmath.rollout.records import GroupRequest
 from agentmath.rollout.scheduler import RolloutEngine
 from agentmath.sim import LogNormal, SandboxModel, ServerCostModel, SimServer, Workload, build_fleet
+from tests.fixtures.cut_backend import CutScripted
 from tests.fixtures.sandboxes import FakeSandbox
 
 COST = ServerCostModel(a=0.01, b=0.001, c=0.0001, d=0.0, max_batched_tokens=4096,
@@ -102,36 +102,6 @@ def test_the_simulated_backend_returns_a_prefix_of_the_uncut_turn() -> None:
 
 
 # ------------------------------------------------------------------------------ episode
-
-class CutScripted(ScriptedBackend):
-    """A scripted backend whose turns take ``delay`` seconds; interrupted meanwhile, a turn
-    returns its first ``cut_at`` tokens (what a server would have sampled by then)."""
-
-    def __init__(self, turns: Sequence[str], cut_at: int, delay: float = 0.05) -> None:
-        super().__init__(turns)
-        self.cut_at = cut_at
-        self.wait = delay
-
-    async def generate(self, prompt_ids: Sequence[int], *, stop: Sequence[str],
-                       max_tokens: int, sampling: SamplingParams) -> Generation:
-        await asyncio.sleep(self.wait)
-        return await super().generate(prompt_ids, stop=stop, max_tokens=max_tokens,
-                                      sampling=sampling)
-
-    async def generate_interruptible(self, prompt_ids: Sequence[int], *, stop: Sequence[str],
-                                     max_tokens: int, sampling: SamplingParams,
-                                     interrupt: asyncio.Event) -> Generation:
-        try:
-            await asyncio.wait_for(interrupt.wait(), self.wait)
-        except TimeoutError:
-            return await super().generate(prompt_ids, stop=stop, max_tokens=max_tokens,
-                                          sampling=sampling)
-        gen = await super().generate(prompt_ids, stop=stop,
-                                     max_tokens=min(max_tokens, self.cut_at), sampling=sampling)
-        if gen.finish_reason == "length":
-            gen.info["interrupted"] = True
-        return gen
-
 
 async def _episode_ids(backend: ScriptedBackend, *, interrupt: bool) -> tuple[Episode, bool]:
     """Advance an episode with a stop event set 10 ms in (during its first turn), then

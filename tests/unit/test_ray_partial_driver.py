@@ -29,6 +29,7 @@ from agentmath.rollout.partial import (
 from agentmath.rollout.records import Group, GroupRequest
 from agentmath.rollout.scheduler import RolloutEngine
 from agentmath.seeding import derive_seed
+from tests.fixtures.cut_backend import CutScripted
 from tests.fixtures.sandboxes import FakeSandbox
 
 ray = pytest.importorskip("ray", reason="the ray extra is not installed")
@@ -165,6 +166,25 @@ async def test_segments_park_on_their_workers_and_give_the_local_samples() -> No
     for slot in engine.slots:  # every parked session closed; every worker took segments
         assert slot.actor.sandbox.open == 0 and slot.actor.worker._parked == {}
         assert slot.actor.segments > 0
+
+
+async def test_interrupt_turns_cuts_the_workers_running_turns_and_gives_the_local_samples(
+) -> None:
+    """With ``interrupt_turns`` the iteration's stop cuts the turns running on the workers
+    (counted); each is continued from its ids in a later segment, so the samples are the
+    local engine's without cutting."""
+    from agentmath.distributed.iterations import RayIterations
+
+    rollout = RolloutConfig(segment_tokens=400, max_staleness=10, max_in_flight=6)
+    reference = await local_reference(rollout, n=6, batch=2)
+    cut_rollout = rollout.model_copy(update={"interrupt_turns": True})
+    sampling = Seeds()
+    engine = ray_engine(CutScripted(TURNS, cut_at=5, delay=0.01, spread=4), sampling, cut_rollout)
+    results = await run_iterations(RayIterations(engine, requests(6)), engine, sampling, 2)
+    assert samples(results) == samples(reference) and len(samples(results)) == 12
+    assert sum(r.stats.interrupted for r in results) > 0
+    done = [s.trajectory for r in results for g in r.groups for s in g.samples]
+    assert all(t.answer == "42" for t in done)
 
 
 @pytest.mark.parametrize("segment", [{"segment_tokens": 40}, {"segment_tool_calls": 1}],
