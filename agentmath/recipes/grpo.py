@@ -58,7 +58,7 @@ def agentmath(model: str = "models/Qwen3-8B", dataset: str = "data/train.jsonl",
                  "max_model_tokens": stages[0]["max_model_tokens"], "max_tool_calls": 48},
         "loss": {"micro_batch_size": 1, "clip_high": 0.28},
         "rollout": {"mode": "async", "max_in_flight": 1024, "segment_tokens": 8192,
-                    "max_staleness": 2},
+                    "max_staleness": 2, "interrupt_turns": True},
         "generator": {"backend": "openai", "base_urls": list(base_urls)},
     }
     return RLConfig.model_validate({**data, **over})
