@@ -135,7 +135,8 @@ def _engine_params(ns: argparse.Namespace) -> dict[str, Any]:
     return {"batch_groups": ns.real_batch, "iterations": ns.real_iterations,
             "warmup_iterations_partial_rows": ns.real_warmup, "max_in_flight": episodes,
             "segment_tokens": ns.real_segment_tokens, "max_staleness": 2,
-            "sandbox_workers": episodes, "cache_salt": "row name + policy version"}
+            "sandbox_workers": episodes, "cache_salt": "row name + policy version",
+            "interrupt_turns": bool(getattr(ns, "interrupt_turns", False))}
 
 
 # ------------------------------------------------------------------------------- one row
@@ -167,7 +168,8 @@ def _rollout(name: str, ns: argparse.Namespace, backend: ScriptedLengths, worklo
     config = RolloutConfig(mode=mode, max_in_flight=params["max_in_flight"],  # type: ignore[arg-type]
                            segment_tokens=ns.real_segment_tokens if partial else None,
                            max_parked_sessions=params["max_in_flight"],
-                           max_new_groups=max(1, len(requests)))
+                           max_new_groups=max(1, len(requests)),
+                           interrupt_turns=partial and params["interrupt_turns"])
     engine = RolloutEngine(backend, pool, FMT, config=config,
                            loop=workload.loop_config(tool_timeout_s=30.0, time_limit_s=3600.0,
                                                      system_prompt=SYSTEM_PROMPT),

@@ -116,6 +116,17 @@ class ScriptedLengths:
 
     async def generate(self, prompt_ids: Any, *, stop: Any, max_tokens: int,
                        sampling: SamplingParams) -> Generation:
+        return await self._generate(prompt_ids, max_tokens, sampling, None)
+
+    async def generate_interruptible(self, prompt_ids: Any, *, stop: Any, max_tokens: int,
+                                     sampling: SamplingParams,
+                                     interrupt: asyncio.Event) -> Generation:
+        """As :meth:`generate`, cut short by ``interrupt`` (the inner backend's stream): the
+        turn goes on from where the server stopped (``Interruptible``)."""
+        return await self._generate(prompt_ids, max_tokens, sampling, interrupt)
+
+    async def _generate(self, prompt_ids: Any, max_tokens: int, sampling: SamplingParams,
+                        interrupt: asyncio.Event | None) -> Generation:
         tag = current_tag.get()
         if tag is None or tag.group_id is None:
             raise BackendError("scripted workload: a generate call without a request tag")
@@ -125,7 +136,19 @@ class ScriptedLengths:
         endless = final and play.script.ending == "truncated"
         left = max_tokens if endless else max(1, turns[play.turn].gen_tokens - play.done)
         n = min(max_tokens, left)
-        gen = await self.inner.generate(prompt_ids, stop=(), max_tokens=n, sampling=sampling)
+        if interrupt is None:
+            gen = await self.inner.generate(prompt_ids, stop=(), max_tokens=n,
+                                            sampling=sampling)
+        else:
+            gen = await self.inner.generate_interruptible(prompt_ids, stop=(), max_tokens=n,
+                                                          sampling=sampling, interrupt=interrupt)
+        if gen.info.get("interrupted"):  # cut: the same turn continues at the next call
+            m = len(gen.token_ids)
+            play.done += m
+            play.expected, play.ended = len(prompt_ids) + m, asyncio.get_running_loop().time()
+            play.turn_done = False
+            return Generation(gen.token_ids, "." * m, "length", None, gen.logprobs,
+                              {"interrupted": True})
         if len(gen.token_ids) != n:
             raise BackendError(f"asked {getattr(self.inner, 'name', 'the server')} for exactly "
                                f"{n} tokens, got {len(gen.token_ids)}")

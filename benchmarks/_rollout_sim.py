@@ -331,7 +331,8 @@ def replay(real: dict[str, Any]) -> dict[str, Any]:
                             sync_s=0.0, sandbox_workers=engine["sandbox_workers"],
                             kv_fraction=0.0, steps=None,
                             request_overhead_s=cal.get("request_overhead_s", 0.0),
-                            tool_overhead_s=tool_overhead)
+                            tool_overhead_s=tool_overhead,
+                            interrupt_turns=bool(engine.get("interrupt_turns", False)))
     measured = {row["name"]: row["makespan_s"] for row in real["rows"]}
     rows = []
     for variant in VARIANTS:

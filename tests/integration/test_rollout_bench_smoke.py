@@ -44,3 +44,27 @@ def test_every_row_finishes_every_group(vllm_server_pair) -> None:  # noqa: ANN0
     assert calibration["server"]["block_size"] > 0
     assert [m["n_decode"] for m in calibration["measurements"]][:2] == [1, 1]
     assert calibration["fitted"]["a"] >= 0 and calibration["workload"]["group_size"] == 2
+
+
+def test_partial_rows_with_running_turns_cut(vllm_server_pair) -> None:  # noqa: ANN001
+    """``--interrupt-turns``: the partial rows cut the turns running at each iteration's end
+    on the real servers (the stream closed, the ids kept) and still deliver every group."""
+    parser = argparse.ArgumentParser()
+    add_real_arguments(parser)
+    args = ["--real-group-size", "2", "--real-batch", "2", "--real-iterations", "2",
+            "--real-groups", "16", "--real-scale", "0.25", "--real-segment-tokens", "512",
+            "--real-warmup", "1", "--poll-s", "0.1", "--calibration-batches", "1",
+            "--real-rows", "+partial", "+router"]
+    for url in vllm_server_pair.urls:
+        args += ["--server-url", url]
+    ns = parser.parse_args(args)
+    ns.interrupt_turns = True  # benchmarks/rollout.py's option (its simulation group's)
+    result = run_real(ns)
+
+    assert result["calibration"]["engine"]["interrupt_turns"] is True
+    cut = 0
+    for row in result["rows"]:
+        assert row["groups"] == row["complete_groups"] == 4, (row["name"], row["iterations"])
+        assert row["error_count"] == 0, (row["name"], row["errors"])
+        cut += sum(it["interrupted"] for it in row["iterations"])
+    assert cut > 0
