@@ -269,6 +269,9 @@ async def _run(ns: argparse.Namespace, urls: list[str], log_dir: Path) -> dict[s
             rows.append(await run_row(name, ns, urls, workload, pool, log_dir, tool))
     calibration["tool_overhead_s"] = next(  # no barrier nor parking in +async
         (r["tool_overhead_s"] for r in rows if r["name"] == "+async"), None)
+    # each row's own share, where no barrier is in it (sync's holds its barrier waits)
+    calibration["tool_overhead_by_row"] = {r["name"]: r["tool_overhead_s"] for r in rows
+                                           if r["name"] != "sync"}
     sync = next((r["makespan_s"] for r in rows if r["name"] == "sync"), None)
     for row in rows:
         row["speedup_vs_sync"] = sync / row["makespan_s"] if sync else None

@@ -62,6 +62,7 @@ class _Play:
     turn_done: bool = False
     expected: int = -1  # no call yet
     ended: float = 0.0  # loop time the last call returned
+    version: int = -1  # the policy version of the last call
 
 
 class ScriptedLengths:
@@ -78,7 +79,9 @@ class ScriptedLengths:
         self.inner, self.workload, self.fmt, self.tool = inner, workload, fmt, tool
         self._plays: dict[str, _Play] = {}
         #: Per tool call: seconds between a turn's last token and the next call beyond the
-        #: scripted latency (sandbox, tokenize, the loop; barriers and parking in their rows).
+        #: scripted latency (sandbox, tokenize, the loop; barriers in the sync row). A call
+        #: whose episode parked in between (a new policy version at the next call) is not
+        #: counted: the wait for the next iteration is the simulator's to model.
         self.tool_overheads: list[float] = []
 
     def __getattr__(self, name: str) -> Any:
@@ -92,14 +95,16 @@ class ScriptedLengths:
         rng = np.random.default_rng([self.workload.seed, group])
         return ids + [int(x) for x in rng.choice(ids, max(0, missing))]
 
-    def _locate(self, episode: str, group: int, context: int) -> _Play:
+    def _locate(self, episode: str, group: int, context: int, version: int) -> _Play:
         play = self._plays.get(episode)
         if play is None:
             sample = Workload.sample_of_episode(episode) or 0
             play = self._plays[episode] = _Play(self.workload.script(group, sample))
         elif context > play.expected and play.turn_done:
             latency = play.script.turns[play.turn].tool_latency_s
-            self.tool_overheads.append(asyncio.get_running_loop().time() - play.ended - latency)
+            if version == play.version:
+                self.tool_overheads.append(
+                    asyncio.get_running_loop().time() - play.ended - latency)
             play.turn, play.done = play.turn + 1, 0
         elif context != play.expected or play.turn_done:
             raise BackendError(f"scripted workload lost episode {episode}: context of "
@@ -130,7 +135,9 @@ class ScriptedLengths:
         tag = current_tag.get()
         if tag is None or tag.group_id is None:
             raise BackendError("scripted workload: a generate call without a request tag")
-        play = self._locate(tag.episode_id, int(tag.group_id.split("-")[-1]), len(prompt_ids))
+        play = self._locate(tag.episode_id, int(tag.group_id.split("-")[-1]), len(prompt_ids),
+                            tag.policy_version)
+        play.version = tag.policy_version
         turns = play.script.turns
         final = play.turn >= len(turns) - 1
         endless = final and play.script.ending == "truncated"

@@ -316,8 +316,10 @@ def replay(real: dict[str, Any]) -> dict[str, Any]:
     engine, fitted = cal["engine"], dict(cal["fitted"])
     # the host's measured share of each tool call (the loop, the sandbox, a client sharing
     # its core with the servers' front ends: the contention the cost model has no term for),
-    # from the +async row (no barriers, no parking), added to every simulated call
+    # added to every simulated call: each row's own where the run measured it without
+    # barriers or parking in it (runs since 2026-11-26 evening), else the +async row's
     tool_overhead = (cal.get("tool_overhead_s") or {}).get("median", 0.0)
+    by_row = cal.get("tool_overhead_by_row") or {}
     cost = ServerCostModel(**fitted)
     wl = dict(cal["workload"])
     for key in ("prompt_tokens", "turn_tokens", "tool_tokens", "tool_latency_s"):
@@ -340,10 +342,12 @@ def replay(real: dict[str, Any]) -> dict[str, Any]:
             continue
         warmup = engine["warmup_iterations_partial_rows"] if variant.partial else 0
         ns.steps = warmup + engine["iterations"]
+        ns.tool_overhead_s = (by_row.get(variant.name) or {}).get("median", tool_overhead)
         sim = simulate(variant, workload, cost, ns, measure_after=warmup)
         rows.append({"name": variant.name, "real_makespan_s": measured[variant.name],
                      "sim_makespan_s": sim["makespan_s"],
                      "sim_vs_real": sim["makespan_s"] / measured[variant.name],
-                     "sim_prefix_hit_rate": sim["prefix_hit_rate"]})
+                     "sim_prefix_hit_rate": sim["prefix_hit_rate"],
+                     "tool_overhead_s": ns.tool_overhead_s})
     return {"cost_model": fitted, "tool_overhead_s": tool_overhead, "rows": rows,
             "within_25_percent": all(abs(r["sim_vs_real"] - 1) <= 0.25 for r in rows)}
