@@ -39,3 +39,18 @@ def test_the_measured_tool_overhead_is_what_brings_sync_and_async_within_25_perc
     for a, b in zip(with_it[:2], without[:2], strict=True):  # sync, +async
         assert a["sim_makespan_s"] > 1.2 * b["sim_makespan_s"]
     assert all(r["sim_vs_real"] < 0.8 for r in without)
+
+
+def test_each_row_without_barriers_takes_its_own_measured_share_of_a_call() -> None:
+    """A run that measured each row's share of a tool call (``tool_overhead_by_row``, runs
+    since 2026-11-26 evening) replays +async and +partial with their own; sync, whose own
+    share holds its barrier waits, keeps +async's."""
+    real = json.loads(TRACE.read_text())
+    shared = real["calibration"]["tool_overhead_s"]["median"]
+    rows = copy.deepcopy(real)
+    rows["calibration"]["tool_overhead_by_row"] = {
+        "+async": {"median": shared}, "+partial": {"median": shared + 0.3}}
+    plain, own = replay(real)["rows"], replay(rows)["rows"]
+    assert [r["tool_overhead_s"] for r in own] == pytest.approx([shared, shared, shared + 0.3])
+    assert own[0]["sim_makespan_s"] == pytest.approx(plain[0]["sim_makespan_s"])
+    assert own[2]["sim_makespan_s"] > plain[2]["sim_makespan_s"]
