@@ -50,7 +50,7 @@ async def assemble(response: httpx.Response, interrupt: asyncio.Event,
                    url: str) -> dict[str, Any]:
     """The events of ``response`` as one unstreamed completion body (module docstring)."""
     body = _Body(url)
-    reader = asyncio.ensure_future(_read(response, body))
+    reader = asyncio.ensure_future(_read(response, body, interrupt))
     waiter = asyncio.ensure_future(interrupt.wait())
     try:
         await asyncio.wait({reader, waiter}, return_when=asyncio.FIRST_COMPLETED)
@@ -65,10 +65,15 @@ async def assemble(response: httpx.Response, interrupt: asyncio.Event,
     return reader.result()
 
 
-async def _read(response: httpx.Response, body: _Body) -> dict[str, Any]:
-    """Read events to the end of the stream (``data: [DONE]``) into ``body``. Cancelled only
-    at an await, so that ``body`` always holds whole chunks."""
+async def _read(response: httpx.Response, body: _Body,
+                interrupt: asyncio.Event) -> dict[str, Any]:
+    """Read events to the end of the stream (``data: [DONE]``) into ``body``, or until the
+    interrupt (checked between chunks too: chunks already buffered are not read on; a
+    stream with nothing to read is cancelled by :func:`assemble`). Cancelled only at an
+    await, so that ``body`` always holds whole chunks."""
     async for line in response.aiter_lines():
+        if interrupt.is_set():
+            return body.cut()
         if not line.startswith("data:"):
             continue  # blank separators, comments, other SSE fields
         data = line[5:].strip()

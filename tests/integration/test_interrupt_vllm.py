@@ -39,18 +39,15 @@ def _metric(url: str, name: str) -> float:
     return prometheus_sum(text, name) or 0.0
 
 
-async def _cut_after(backend: OpenAIBackend, chunks: int) -> Generation:
-    """A long greedy generation, interrupted once the client has read ``chunks`` streamed
-    chunks (one token each)."""
+async def _cut_after(backend: OpenAIBackend, tokens: int) -> Generation:
+    """A long greedy generation, interrupted once the client has read ``tokens`` streamed
+    token ids (a chunk holds one, or more when the client lags behind the server)."""
     interrupt = asyncio.Event()
-    read = 0
     add = _stream._Body.add
 
     def counted(body: _stream._Body, data: str) -> None:
-        nonlocal read
         add(body, data)
-        read += 1
-        if read == chunks:
+        if len(body.ids) >= tokens:
             interrupt.set()
 
     with pytest.MonkeyPatch.context() as patch:
@@ -86,7 +83,8 @@ def test_a_streamed_generation_is_cut_at_the_interrupt_and_continues_exactly(
     cut, rest, whole, returned, at_once = asyncio.run(main())
     n = len(cut.token_ids)
     assert cut.finish_reason == "length" and cut.info["interrupted"] is True
-    assert n == 50 and returned < 30
+    # cut soon after the 50th token: chunks already buffered may still be read first
+    assert 50 <= n < LONG and returned < 30
     assert cut.logprobs is not None and len(cut.logprobs) == n
     assert cut.token_ids == whole.token_ids[:n]  # greedy: the uncut run's prefix
     assert rest.token_ids == whole.token_ids[n:]  # and continued from its ids, the rest
