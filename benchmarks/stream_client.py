@@ -24,12 +24,8 @@ from typing import Any
 
 import httpx
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from _common import print_table  # noqa: E402
-
-from agentmath.backends.base import SamplingParams  # noqa: E402
-from agentmath.backends.openai import OpenAIBackend  # noqa: E402
+from agentmath.backends.base import SamplingParams
+from agentmath.backends.openai import OpenAIBackend
 
 SAMPLING = SamplingParams(temperature=1.0, logprobs=True)
 
@@ -128,6 +124,9 @@ def main() -> None:
         parser.error("--tokens and --intervals must be at least 1")
     replies = 5 if ns.quick else 40
     rows = asyncio.run(measure(replies, ns.tokens, ns.intervals))
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    from benchmarks._common import print_table
+
     if ns.json:
         print(json.dumps({"replies": replies, "tokens": ns.tokens, "rows": rows}))
         return
