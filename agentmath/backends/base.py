@@ -58,6 +58,12 @@ class Generation:
     info: dict[str, Any] = field(default_factory=dict)
 
 
+def nothing_sampled(sampling: SamplingParams, **info: Any) -> Generation:
+    """A call's output when it sampled no token (finish "length"): a budget of nothing, or a
+    generation interrupted before its first token (``info`` says which)."""
+    return Generation([], "", "length", None, [] if sampling.logprobs else None, dict(info))
+
+
 @runtime_checkable
 class Backend(Protocol):
     """What the agent loop needs from a model server or a local model."""

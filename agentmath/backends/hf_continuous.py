@@ -39,7 +39,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from agentmath._lazy import require
-from agentmath.backends.base import Generation, SamplingParams
+from agentmath.backends.base import Generation, SamplingParams, nothing_sampled
 from agentmath.backends.hf_decode import DecodeBatch, Row, RunOnModelThread
 from agentmath.backends.hf_prefix import PrefixStash
 from agentmath.backends.hf_sampling import RowRandom
@@ -88,7 +88,7 @@ class ContinuousBatcher:
         if not prompt or min(prompt) < 0 or max(prompt) >= self.vocab:
             raise RequestRejected(f"prompt ids must be non-empty and in [0, {self.vocab})")
         if max_tokens <= 0:
-            return Generation([], "", "length", None, [] if sampling.logprobs else None)
+            return nothing_sampled(sampling)
         future: asyncio.Future[Generation] = asyncio.get_running_loop().create_future()
         row = Row(prompt, tuple(stop), max_tokens, sampling, future,
                    stop_len=max((len(s) for s in stop), default=0),

@@ -68,7 +68,13 @@ from agentmath.backends._replies import (
     prometheus_sum,
     retry_after_s,
 )
-from agentmath.backends.base import Generation, SamplingParams, chat_prompt_ids, current_tag
+from agentmath.backends.base import (
+    Generation,
+    SamplingParams,
+    chat_prompt_ids,
+    current_tag,
+    nothing_sampled,
+)
 from agentmath.backends.outage import OutageGate
 
 __all__ = ["NO_TOKEN_IDS_MESSAGE", "PREFIX_CACHE_HITS", "PREFIX_CACHE_QUERIES", "ExtraBody",
@@ -162,8 +168,7 @@ class OpenAIBackend(RetryingPoster):
         ``info["interrupted"]`` True, their text decoded again from the ids (a stream's text
         lags its ids where it might begin a stop string). Retried as ``generate`` is."""
         if interrupt.is_set():
-            return Generation([], "", "length", None, [] if sampling.logprobs else None,
-                              {"interrupted": True})
+            return nothing_sampled(sampling, interrupted=True)
         payload = {**self._completion_body(prompt_ids, stop, max_tokens, sampling),
                    "stream": True, "stream_options": {"include_usage": True}}
         url = self._url("/v1/completions")

@@ -20,7 +20,7 @@ import asyncio
 import math
 from collections.abc import Sequence
 
-from agentmath.backends.base import Generation, SamplingParams, current_tag
+from agentmath.backends.base import Generation, SamplingParams, current_tag, nothing_sampled
 from agentmath.errors import BackendError
 from agentmath.sim.clock import current_env
 from agentmath.sim.kvcache import BlockHasher
@@ -65,8 +65,7 @@ class SimServerBackend:
         """As :meth:`generate`; once ``interrupt`` is set the request ends at the end of the
         server's step in progress with the tokens it generated (``Interruptible``)."""
         if interrupt.is_set():
-            return Generation([], "", "length", None, [] if sampling.logprobs else None,
-                              {"server": self.name, "interrupted": True})
+            return nothing_sampled(sampling, server=self.name, interrupted=True)
         return await self._generate(prompt_ids, stop, max_tokens, sampling, interrupt)
 
     async def _generate(self, prompt_ids: Sequence[int], stop: Sequence[str], max_tokens: int,
@@ -104,8 +103,7 @@ class SimServerBackend:
         interrupted = req.state == "interrupted"
         if interrupted:  # the same script, cut where the server stopped it
             if req.gen == 0:
-                return Generation([], "", "length", None, [] if sampling.logprobs else None,
-                                  {"server": self.name, "interrupted": True})
+                return nothing_sampled(sampling, server=self.name, interrupted=True)
             planned = self.policy.plan(prompt_ids, tag, req.gen, stop)
         self.policy.commit(len(prompt_ids), tag, planned)
         n = len(planned.token_ids)
