@@ -149,13 +149,13 @@ class ScriptedLengths:
         else:
             gen = await self.inner.generate_interruptible(prompt_ids, stop=(), max_tokens=n,
                                                           sampling=sampling, interrupt=interrupt)
-        if gen.info.get("interrupted"):  # cut: the same turn continues at the next call
+        if gen.interrupted:  # cut: the same turn continues at the next call
             m = len(gen.token_ids)
             play.done += m
             play.expected, play.ended = len(prompt_ids) + m, asyncio.get_running_loop().time()
             play.turn_done = False
             return Generation(gen.token_ids, "." * m, "length", None, gen.logprobs,
-                              {"interrupted": True})
+                              interrupted=True)
         if len(gen.token_ids) != n:
             raise BackendError(f"asked {getattr(self.inner, 'name', 'the server')} for exactly "
                                f"{n} tokens, got {len(gen.token_ids)}")

@@ -159,7 +159,7 @@ class TextDriver:
         gen = await _call_model(ep, call, deadline)
         if isinstance(gen, str):
             return gen
-        interrupted = gen.finish_reason == "length" and bool(gen.info.get("interrupted"))
+        interrupted = gen.finish_reason == "length" and gen.interrupted
         if interrupted and not gen.token_ids:  # cut before its first token: nothing to keep
             return ModelTurn(0, "length", True, interrupted=True)
         self._add(Segment("model", gen.text, list(gen.token_ids), gen.logprobs,

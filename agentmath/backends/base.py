@@ -47,7 +47,8 @@ class Generation:
     ``token_ids`` are exactly the ids the model sampled (including a final token that may run
     past the stop string); ``text`` is their decoding as the backend reports it.
     ``finish_reason`` is ``stop`` (a stop string matched: ``stop_string`` says which), ``eos``
-    (the model ended its turn) or ``length`` (``max_tokens`` reached).
+    (the model ended its turn) or ``length`` (``max_tokens`` reached, or the generation was
+    cut short by an interrupt: ``interrupted`` True, see :class:`Interruptible`).
     """
 
     token_ids: list[int]
@@ -56,12 +57,15 @@ class Generation:
     stop_string: str | None = None
     logprobs: list[float] | None = None
     info: dict[str, Any] = field(default_factory=dict)
+    interrupted: bool = False
 
 
-def nothing_sampled(sampling: SamplingParams, **info: Any) -> Generation:
+def nothing_sampled(sampling: SamplingParams, *, interrupted: bool = False,
+                    **info: Any) -> Generation:
     """A call's output when it sampled no token (finish "length"): a budget of nothing, or a
-    generation interrupted before its first token (``info`` says which)."""
-    return Generation([], "", "length", None, [] if sampling.logprobs else None, dict(info))
+    generation ``interrupted`` before its first token."""
+    return Generation([], "", "length", None, [] if sampling.logprobs else None, dict(info),
+                      interrupted=interrupted)
 
 
 @runtime_checkable
@@ -179,7 +183,7 @@ class Interruptible(Protocol):
                                      max_tokens: int, sampling: SamplingParams,
                                      interrupt: asyncio.Event) -> Generation:
         """As ``generate``; once ``interrupt`` is set, return soon with the tokens sampled so
-        far (possibly none) and ``finish_reason`` ``length``, ``info["interrupted"]`` True."""
+        far (possibly none) and ``finish_reason`` ``length``, ``interrupted`` True."""
         ...
 
 

@@ -165,7 +165,7 @@ class OpenAIBackend(RetryingPoster):
                                      interrupt: asyncio.Event) -> Generation:
         """As :meth:`generate`, streamed: once ``interrupt`` is set the stream is closed (vLLM
         aborts the request) and the ids sampled so far come back, ``finish_reason`` "length",
-        ``info["interrupted"]`` True, their text decoded again from the ids (a stream's text
+        ``interrupted`` True, their text decoded again from the ids (a stream's text
         lags its ids where it might begin a stop string). Retried as ``generate`` is."""
         if interrupt.is_set():
             return nothing_sampled(sampling, interrupted=True)
@@ -176,7 +176,7 @@ class OpenAIBackend(RetryingPoster):
             _replies.completion(data, url, sampling.logprobs, int(max_tokens)),
             bool(data.get(_stream.INTERRUPTED))), interrupt=interrupt)
         if cut:
-            gen.info["interrupted"] = True
+            gen.interrupted = True
             gen.text = await self.detokenize(gen.token_ids) if gen.token_ids else ""
         return gen
 

@@ -43,8 +43,9 @@ from agentmath.sim.ideal import (
 from agentmath.sim.kvcache import BlockHasher, KVCache
 from agentmath.sim.placement import PinnedPlacement
 from agentmath.sim.policy import SimPolicy
+from agentmath.sim.requests import ServerStats, SimRequest
 from agentmath.sim.sandbox import SandboxModel, SimSandbox, SimSession
-from agentmath.sim.server import ServerStats, SimRequest, SimServer
+from agentmath.sim.server import SimServer
 from agentmath.sim.workload import EpisodeScript, LogNormal, Turn, Workload
 
 __all__ = ["BlockHasher", "EpisodeScript", "IdealMakespan", "KVCache", "LogNormal",

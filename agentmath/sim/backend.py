@@ -25,7 +25,8 @@ from agentmath.errors import BackendError
 from agentmath.sim.clock import current_env
 from agentmath.sim.kvcache import BlockHasher
 from agentmath.sim.policy import SimPolicy
-from agentmath.sim.server import SimRequest, SimServer
+from agentmath.sim.requests import SimRequest
+from agentmath.sim.server import SimServer
 
 __all__ = ["SimServerBackend"]
 
@@ -112,13 +113,11 @@ class SimServerBackend:
                                    "preemptions": req.preemptions}
         if not math.isnan(req.admitted):  # an interrupted request may never have been let in
             info["queue_s"] = req.admitted - req.arrival
-        if interrupted:
-            info["interrupted"] = True
         if not math.isnan(req.first_token):
             info["ttft_s"] = req.first_token - req.arrival
         return Generation(planned.token_ids, planned.text, planned.finish_reason,  # type: ignore[arg-type]
                           planned.stop_string, [LOGPROB] * n if sampling.logprobs else None,
-                          info)
+                          info, interrupted=interrupted)
 
     async def aclose(self) -> None:
         """Refuse further requests (the simulated server itself runs on)."""

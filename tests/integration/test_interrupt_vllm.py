@@ -82,7 +82,7 @@ def test_a_streamed_generation_is_cut_at_the_interrupt_and_continues_exactly(
 
     cut, rest, whole, returned, at_once = asyncio.run(main())
     n = len(cut.token_ids)
-    assert cut.finish_reason == "length" and cut.info["interrupted"] is True
+    assert cut.finish_reason == "length" and cut.interrupted is True
     # cut soon after the 50th token: chunks already buffered may still be read first
     assert 50 <= n < LONG and returned < 30
     assert cut.logprobs is not None and len(cut.logprobs) == n
@@ -94,7 +94,7 @@ def test_a_streamed_generation_is_cut_at_the_interrupt_and_continues_exactly(
     while _metric(url, "vllm:num_requests_running") and time.monotonic() < deadline:
         time.sleep(0.1)
     assert _metric(url, "vllm:num_requests_running") == 0
-    assert at_once.token_ids == [] and at_once.info["interrupted"] is True
+    assert at_once.token_ids == [] and at_once.interrupted is True
 
 
 def test_an_uninterrupted_stream_is_the_unstreamed_reply(vllm_server: str) -> None:
@@ -111,7 +111,7 @@ def test_an_uninterrupted_stream_is_the_unstreamed_reply(vllm_server: str) -> No
             await backend.aclose()
 
     streamed, plain = asyncio.run(main())
-    assert "interrupted" not in streamed.info
+    assert not streamed.interrupted
     assert streamed.token_ids == plain.token_ids and streamed.text == plain.text
     assert streamed.finish_reason == plain.finish_reason
     assert streamed.stop_string == plain.stop_string

@@ -95,7 +95,7 @@ def test_the_simulated_backend_returns_a_prefix_of_the_uncut_turn() -> None:
         return cut, rest, whole
 
     cut, rest, whole = fleet.run(main)
-    assert cut.finish_reason == "length" and cut.info["interrupted"] is True
+    assert cut.finish_reason == "length" and cut.interrupted is True
     assert 0 < len(cut.token_ids) < len(whole.token_ids)
     assert cut.token_ids + rest.token_ids == whole.token_ids
     assert cut.text + rest.text == whole.text and rest.finish_reason == whole.finish_reason
@@ -185,7 +185,7 @@ def test_a_router_passes_the_interrupt_to_its_servers() -> None:
             await router.aclose()
 
     gen = asyncio.run(main())
-    assert gen.info["interrupted"] is True and len(gen.token_ids) == 5
+    assert gen.interrupted is True and len(gen.token_ids) == 5
 
 
 # ------------------------------------------------------------------------------ engine

@@ -83,7 +83,7 @@ def test_a_whole_stream_is_the_unstreamed_reply() -> None:
     gen = asyncio.run(_generate(server, asyncio.Event()))
     assert gen.token_ids == [5, 6, 7, 8] and gen.text == "abc</code>"
     assert gen.finish_reason == "stop" and gen.stop_string == "</code>"
-    assert gen.logprobs == [-0.25] * 4 and "interrupted" not in gen.info
+    assert gen.logprobs == [-0.25] * 4 and not gen.interrupted
     assert gen.info["cached_tokens"] == 2
     body = server.bodies[0]
     assert body["stream"] is True and body["return_token_ids"] is True
@@ -102,7 +102,7 @@ def test_an_interrupt_keeps_the_ids_read_and_decodes_their_text_again() -> None:
 
     gen = asyncio.run(main())
     assert gen.token_ids == [5, 6, 7] and gen.finish_reason == "length"
-    assert gen.info["interrupted"] is True and gen.logprobs == [-0.25] * 3
+    assert gen.interrupted is True and gen.logprobs == [-0.25] * 3
     assert gen.text == "decoded"  # from /detokenize, not the lagging streamed "ab"
     assert server.paths == ["/v1/completions", "/detokenize"]
     assert server.bodies[1]["tokens"] == [5, 6, 7]
@@ -113,7 +113,7 @@ def test_an_interrupt_before_the_call_sends_nothing() -> None:
     interrupt = asyncio.Event()
     interrupt.set()
     gen = asyncio.run(_generate(server, interrupt))
-    assert gen.token_ids == [] and gen.info["interrupted"] is True and server.paths == []
+    assert gen.token_ids == [] and gen.interrupted is True and server.paths == []
 
 
 def test_an_interrupt_after_the_last_chunk_keeps_the_whole_reply() -> None:
@@ -125,7 +125,7 @@ def test_an_interrupt_after_the_last_chunk_keeps_the_whole_reply() -> None:
         return await _generate(server, interrupt)
 
     gen = asyncio.run(main())  # finished (finish_reason came) before the interrupt
-    assert gen.token_ids == [5, 6] and gen.text == "ab" and "interrupted" not in gen.info
+    assert gen.token_ids == [5, 6] and gen.text == "ab" and not gen.interrupted
 
 
 @pytest.mark.parametrize("event, says", [
