@@ -1,6 +1,6 @@
 """Retried POSTs to one server, behind its outage gate: the HTTP half of
 :class:`~agentmath.backends.openai.OpenAIBackend` (its module docstring says the rules:
-which statuses are retried, timeouts, ``Retry-After``, outages).
+which statuses are retried, timeouts, ``Retry-After``, outages, reconnecting).
 
 :class:`RetryingPoster` holds no state of its own: the backend that inherits it sets the
 attributes it reads (the client, the gate, the retry settings) in its ``__init__``.
@@ -10,13 +10,14 @@ from __future__ import annotations
 
 import asyncio
 import random
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
 import httpx
 
 from agentmath.backends import _stream
 from agentmath.backends._replies import MalformedReply, Retryable, retry_after_s
+from agentmath.backends.base import Reconnected
 from agentmath.backends.outage import OutageGate, Passage
 from agentmath.errors import BackendError, RequestRejected, ServerTimeout
 
@@ -42,6 +43,15 @@ class RetryingPoster:
     _client: httpx.AsyncClient
     _semaphore: asyncio.Semaphore
     _stalled: bool  # a request timed out, and no completion has answered since
+    _lost: bool  # a request found the server unreachable; the reconnect hooks have not run
+    _on_reconnect: list[Reconnected]
+    _reconnecting: asyncio.Lock
+    _reachable: Callable[[], Awaitable[tuple[bool, str]]]  # the outage gate's probe
+
+    def on_reconnect(self, hook: Reconnected) -> None:
+        """Run ``hook(base_url)`` before the first request sent after one found the server
+        unreachable (:class:`~agentmath.backends.base.Reconnecting`)."""
+        self._on_reconnect.append(hook)
 
     def _url(self, path: str) -> str:
         return f"{self.base_url}{path}"
@@ -80,6 +90,8 @@ class RetryingPoster:
                 attempt = timeouts = 0
             attempt, sent, sent_at = attempt + 1, sent + 1, loop.time()
             try:
+                if self._lost and self._on_reconnect:
+                    await self._reconnected(url)
                 async with self._semaphore:
                     if self.outage.is_open:  # it opened while this one waited for a slot
                         attempt, sent = attempt - 1, sent - 1
@@ -90,6 +102,7 @@ class RetryingPoster:
                 last, wait, gone, hung = exc.detail, exc.retry_after, exc.unreachable, exc.hung
                 if gone or hung:
                     self.outage.note_unreachable(last, sent_at)
+                self._lost = self._lost or gone
                 if hung:
                     self._stalled = True
                     timeouts += 1
@@ -97,6 +110,27 @@ class RetryingPoster:
                         attempt = self.max_retries + 1  # not again to the same server
             except MalformedReply as exc:
                 last, wait, gone, hung = str(exc), None, False, False
+
+    async def _reconnected(self, url: str) -> None:
+        """The server was lost (maybe restarted): once it answers its probe, run the reconnect
+        hooks before any request goes to it (concurrent requests wait for the first to run
+        them). Retryable, as an unreachable attempt, while it does not answer; BackendError,
+        final for this request, when a hook fails (it must not run on what the server now
+        holds); the hooks run again before the next request either way."""
+        async with self._reconnecting:
+            if not self._lost:
+                return
+            ok, detail = await self._reachable()
+            if not ok:
+                raise Retryable(f"still unreachable: {detail}", unreachable=True)
+            for hook in self._on_reconnect:
+                try:
+                    await hook(self.base_url)
+                except Exception as exc:  # noqa: BLE001 - any failure stops the request here
+                    raise BackendError(f"POST {url}: the server answers again after it was "
+                                       f"unreachable, but its reconnect hook failed: "
+                                       f"{type(exc).__name__}: {exc}") from exc
+            self._lost = False
 
     def _failed(self, url: str, attempts: int, last: str, passage: Passage,
                 hung: bool = False) -> BackendError:

@@ -19,7 +19,7 @@ a cheap health probe), :class:`PrefixCacheCounted` (reports its prefix-cache cou
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, field
@@ -184,6 +184,24 @@ class Interruptible(Protocol):
                                      interrupt: asyncio.Event) -> Generation:
         """As ``generate``; once ``interrupt`` is set, return soon with the tokens sampled so
         far (possibly none) and ``finish_reason`` ``length``, ``interrupted`` True."""
+        ...
+
+
+Reconnected = Callable[[str], Awaitable[None]]  # a hook: the server (its URL) answers again
+
+
+@runtime_checkable
+class Reconnecting(Protocol):
+    """A backend that knows when a server it lost answers again: after a request found the
+    server unreachable (a refused or dropped connection, or 502/503/504 from a proxy in front
+    of it) the server may have restarted, and a restarted vLLM server runs the weights it was
+    started from. Each hook runs with the server's URL before the first request sent to it
+    after that (an RL trainer's: load the current weights into it); one that fails keeps the
+    request from being sent there."""
+
+    def on_reconnect(self, hook: Reconnected) -> None:
+        """Run ``hook(url)`` whenever a server of this backend is reached again after it was
+        lost, before any request goes to it (hooks in the order given)."""
         ...
 
 

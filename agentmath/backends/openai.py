@@ -38,6 +38,11 @@ below 500 counts; after a timeout, a one-token completion must answer too), and 
 fresh retry budget when it answers, or fail as before once the outage has lasted
 ``max_outage_s``. Off (0) by default here; eval and RL configs turn it on.
 
+Reconnecting (:class:`~agentmath.backends.base.Reconnecting`): after a request found the server
+unreachable (refused or dropped, 502/503/504), the next request first waits for ``/health`` to
+answer and runs the hooks given to :meth:`on_reconnect` (RL: the current weights loaded into a
+server that may have restarted with its start weights), then goes out.
+
 Prefix-cache isolation across weight updates: with ``cache_salt_by_version`` each completion
 inside a :func:`~agentmath.backends.base.tagged` block carries vLLM's ``cache_salt`` =
 ``v{policy_version}``, so KV computed under older weights is never reused (vLLM 0.32 accepts it
@@ -127,6 +132,9 @@ class OpenAIBackend(RetryingPoster):
         self.max_retries = max_retries
         self.timeout_retries = timeout_retries
         self._stalled = False  # a request timed out, and no completion has answered since
+        self._lost = False  # a request found the server unreachable (reconnect hooks pending)
+        self._on_reconnect = []
+        self._reconnecting = asyncio.Lock()
         self.backoff_s = backoff_s
         self.max_retry_after_s = float(max_retry_after_s)
         self.cache_salt_by_version = cache_salt_by_version

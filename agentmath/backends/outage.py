@@ -23,9 +23,10 @@ with exponential backoff up to ``max_probe_s``. When a probe answers, every held
 resumes (:attr:`Passage.RESUMED`: the backend gives it a fresh retry budget). When
 ``max_outage_s`` passes first, they are released with :attr:`Passage.EXPIRED` and fail as they
 would without a gate; the gate then stays out of the way (requests fail at once, as before)
-until the server answers a request again. ``max_outage_s = 0`` turns the gate off. Hooks given
-to :meth:`OutageGate.on_resume` run when an outage ends, before the held requests go on (the RL
-trainer loads its current weights into the restarted server there).
+until the server answers a request again. ``max_outage_s = 0`` turns the gate off. What a
+restarted server needs back before it serves (the RL trainer's current weights) is the
+client's reconnect hook (:class:`~agentmath.backends.base.Reconnecting`), which runs before the
+first request sent to it after it was lost, whether a gate held that request or not.
 
 Logged on ``agentmath.backends.outage``: the start of a confirmed outage and its end (with its
 duration and probe count) or expiry at WARNING (what a terminal shows with no logging set up),
@@ -40,8 +41,6 @@ import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
-from agentmath.errors import AgentMathError
-
 __all__ = ["DEFAULT_MAX_OUTAGE_S", "OutageGate", "Passage"]
 
 log = logging.getLogger(__name__)
@@ -50,8 +49,6 @@ log = logging.getLogger(__name__)
 DEFAULT_MAX_OUTAGE_S = 300.0
 #: A probe answers (True) or not (False, with a short reason); it should not raise.
 Probe = Callable[[], Awaitable[tuple[bool, str]]]
-#: Run when an outage ends, before the held requests go on.
-Hook = Callable[[], Awaitable[None]]
 
 
 class Passage(enum.Enum):
@@ -96,7 +93,6 @@ class OutageGate:
         self.first_probe_s, self.max_probe_s = first_probe_s, max_probe_s
         self.probe_timeout_s = probe_timeout_s
         self._probe = probe
-        self._on_resume: list[Hook] = []
         self._outage: _Outage | None = None
         self._failures = 0
         self._given_up = False  # the last outage expired: stay out of the way until an answer
@@ -146,12 +142,6 @@ class OutageGate:
         outage.held += 1
         return await asyncio.shield(outage.result)
 
-    def on_resume(self, hook: Hook) -> None:
-        """Await ``hook`` whenever an outage ends, before the held requests go on (a restarted
-        server may need state back first: the current weights). A hook that fails with an
-        agentmath or OS error is logged, and the requests go on anyway."""
-        self._on_resume.append(hook)
-
     def close(self) -> None:
         """Stop probing (the backend is closing); held requests go on as ``CLEAR``."""
         if self._outage is not None and self._outage.task is not None:
@@ -176,8 +166,6 @@ class OutageGate:
         passage = Passage.CLEAR
         try:
             passage = await self._probe_until_back(outage)
-            if passage is Passage.RESUMED:
-                await self._run_hooks()
         finally:
             now = asyncio.get_running_loop().time()
             self._outage = None
@@ -221,14 +209,6 @@ class OutageGate:
                 return Passage.EXPIRED
             await asyncio.sleep(min(delay, deadline - now))
             delay = min(delay * 2, self.max_probe_s)
-
-    async def _run_hooks(self) -> None:
-        for hook in self._on_resume:
-            try:
-                await hook()
-            except (AgentMathError, OSError) as exc:
-                log.warning("%s: after the outage, %s failed: %s: %s", self.name,
-                            getattr(hook, "__qualname__", hook), type(exc).__name__, exc)
 
     async def _probe_once(self) -> tuple[bool, str]:
         try:

@@ -42,6 +42,10 @@ its :class:`~agentmath.backends.outage.OutageGate` probes the down servers with 
 requests resume (with their failover memory cleared) as soon as one answers, or fail as before
 once the outage has lasted ``max_outage_s``. The servers' own gates stay off, so that one
 server's outage is a failover, not a wait.
+A server that comes back may have restarted (a vLLM server then runs the weights it was
+started from): :meth:`Router.on_reconnect` gives a hook to every server that can tell
+(:class:`~agentmath.backends.base.Reconnecting`), which runs it before its first request after
+it was lost, whether it came back in a failover or at the end of an outage of all.
 Hit rates are the servers' own counters (:meth:`Router.prefix_cache_stats`), never guesses;
 the records are in :mod:`agentmath.backends.router_stats`.
 """
@@ -61,6 +65,8 @@ from agentmath.backends.base import (
     HealthChecked,
     Interruptible,
     ModelNamed,
+    Reconnected,
+    Reconnecting,
     SamplingParams,
     current_tag,
 )
@@ -100,6 +106,7 @@ class Router(Routing):
         self.outage = OutageGate(f"every server of the router ({len(servers)})",
                                  self._any_back, max_outage_s=max_outage_s,
                                  probe_timeout_s=self.config.probe_timeout_s)
+        self._on_reconnect: list[Reconnected] = []
 
     @classmethod
     def from_urls(cls, urls: Sequence[str], model: str, config: RouterConfig | None = None,
@@ -141,7 +148,19 @@ class Router(Routing):
         """Put a new server in rotation; its index (indices are never reused)."""
         index = len(self._servers)
         self._servers.append(ServerSlot(_label(backend, index), backend=backend, index=index))
+        if isinstance(backend, Reconnecting):
+            for hook in self._on_reconnect:
+                backend.on_reconnect(hook)
         return index
+
+    def on_reconnect(self, hook: Reconnected) -> None:
+        """Give ``hook`` to every server that is
+        :class:`~agentmath.backends.base.Reconnecting` (and to those added later): each runs
+        it with its URL before its first request after it was lost."""
+        self._on_reconnect.append(hook)
+        for server in self._servers:
+            if isinstance(server.backend, Reconnecting):
+                server.backend.on_reconnect(hook)
 
     def remove_server(self, index: int) -> None:
         """Take server ``index`` out of rotation for good (no probe brings it back) and drop

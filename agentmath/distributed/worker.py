@@ -45,9 +45,10 @@ class WorkerSpec:
     the worker builds it from (the model, its servers, HTTP retries and timeout);
     ``sandbox_token_file`` is read on the worker's node (the token itself is never sent).
     ``restore_weights`` (an RL trainer's, picklable) is awaited with the policy version the
-    worker's episodes run under when its client's outage gate sees a server come back,
-    before the held requests go on: a restarted server runs the weights it was started from
-    (the trainer, which sends no request itself, cannot see the restart)."""
+    worker's episodes run under and the server that came back (None: every server) when its
+    client reaches a server again after it was lost, before its next request there. A
+    restarted server runs the weights it was started from (the trainer, which sends no
+    request itself, cannot see the restart)."""
 
     backend: str
     settings: BackendSettings
@@ -58,7 +59,7 @@ class WorkerSpec:
     sandbox_token_file: str | None = None
     chat: bool = False
     in_flight: int = 32  # episodes one worker runs at once (its actor's max_concurrency)
-    restore_weights: Callable[[int], Awaitable[None]] | None = None
+    restore_weights: Callable[[int, str | None], Awaitable[None]] | None = None
 
 
 @dataclass(frozen=True)
@@ -125,9 +126,8 @@ class RolloutWorker:
                 return self._engine
             import ray
 
-            from agentmath.backends.openai import OpenAIBackend
+            from agentmath.backends.base import Reconnecting
             from agentmath.backends.registry import build_backend
-            from agentmath.backends.router import Router
             from agentmath.config import RolloutConfig
             from agentmath.formats import get_format
             from agentmath.rollout.scheduler import RolloutEngine
@@ -139,18 +139,19 @@ class RolloutWorker:
                 open_sandbox(spec.sandbox, spec.sandbox_url, spec.sandbox_token_file))
             backend = build_backend(spec.backend, spec.settings)
             self._stack.push_async_callback(backend.aclose)  # part of the Backend protocol
-            # the outage gate of the openai client, or of a router
-            if spec.restore_weights is not None and isinstance(backend, OpenAIBackend | Router):
-                backend.outage.on_resume(self._restore_weights)
+            # each server, before its first request after it was lost (maybe restarted)
+            if spec.restore_weights is not None and isinstance(backend, Reconnecting):
+                backend.on_reconnect(self._restore_weights)
             self._engine = RolloutEngine(backend, sandbox, get_format(spec.format),
                                          loop=spec.loop, chat=spec.chat,
                                          config=RolloutConfig(max_in_flight=spec.in_flight))
             return self._engine
 
-    async def _restore_weights(self) -> None:
-        """The outage gate's resume hook: the current version's weights into the servers."""
+    async def _restore_weights(self, server: str | None = None) -> None:
+        """The client's reconnect hook: the current version's weights into ``server`` (None:
+        every server)."""
         if self.spec.restore_weights is not None and self._engine is not None:
-            await self.spec.restore_weights(self._engine.version)
+            await self.spec.restore_weights(self._engine.version, server)
 
     async def ready(self) -> dict[str, Any]:
         """Start (model client, sandbox) and say where this worker runs."""

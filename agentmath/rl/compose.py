@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from agentmath._lazy import require
-from agentmath.backends.base import Backend
+from agentmath.backends.base import Backend, Reconnecting
 from agentmath.rl.config import RLConfig
 from agentmath.rl.records import CheckpointState
 from agentmath.rl.rewards import RewardModel
@@ -61,7 +61,8 @@ def served_name(cfg: RLConfig) -> str:
 
 
 def worker_spec(cfg: RLConfig, loop: LoopConfig,
-                restore: Callable[[int], Awaitable[None]] | None = None) -> WorkerSpec:
+                restore: Callable[[int, str | None], Awaitable[None]] | None = None,
+                ) -> WorkerSpec:
     """What each Ray rollout worker needs to sample this run's episodes from its servers;
     ``restore`` loads a version's weights into servers restarted during an outage."""
     from agentmath.backends.registry import BackendSettings
@@ -174,15 +175,13 @@ def build_generators(cfg: RLConfig, learner: Learner, out_dir: Path) -> Generato
 
 
 def _restore_after_outages(remote: Backend | None, sync: VLLMWeightSync) -> None:
-    """A server restarted during an outage gets the current weights back before the held
-    requests go on (the outage gate's resume hook; on Ray, where ``remote`` is None, each
-    worker's client has the gate: :func:`open_rollouts` gives the workers
-    ``sync.restorer()``)."""
-    from agentmath.backends.openai import OpenAIBackend
-    from agentmath.backends.router import Router
-
-    if isinstance(remote, OpenAIBackend | Router):
-        remote.outage.on_resume(sync.restore)
+    """A server that was lost (maybe restarted, with its start weights) gets the current
+    weights back before its next request: the client's reconnect hook, for one server or
+    for each server behind a router, after an outage of all or one server's failover. On
+    Ray, where ``remote`` is None, each worker's client does the same with
+    ``sync.restorer()`` (:func:`open_rollouts` gives it to the workers)."""
+    if isinstance(remote, Reconnecting):
+        remote.on_reconnect(sync.restore)
 
 
 @contextlib.asynccontextmanager

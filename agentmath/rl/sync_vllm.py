@@ -124,7 +124,7 @@ class VLLMWeightSync:
             raise ConfigError(f"VLLMWeightSync needs a non-empty list of URLs, got {base_urls!r}")
         if keep < 1:
             raise ConfigError(f"keep must be at least 1, got {keep}")
-        self.urls = [u.rstrip("/").removesuffix("/v1") for u in base_urls]
+        self.urls = [_root(u) for u in base_urls]
         self.out_dir = Path(out_dir)
         self.lora, self.served_name, self.keep = lora, served_name, keep
         self.version: int | None = None
@@ -167,22 +167,29 @@ class VLLMWeightSync:
             await self._retire()
             return name
 
-    async def restore(self) -> None:
-        """Load the last pushed version into every server again: a server restarted during
-        an outage runs the weights it was started from and, with LoRA, does not know the
-        adapter requests name (a 404). The outage gate's hook (``OutageGate.on_resume``) runs
-        it before the held requests go on. Nothing to do before the first push."""
+    async def restore(self, server: str | None = None) -> None:
+        """Load the last pushed version into every server again, or into ``server`` alone (a
+        URL; one the sync does not push to is left alone): a server restarted during an
+        outage runs the weights it was started from and, with LoRA, does not know the
+        adapter requests name (a 404). The client's reconnect hook
+        (``Reconnecting.on_reconnect``) runs it for the server it lost before its next
+        request there. Nothing to do before the first push."""
         async with self._lock:
             if self.version is None or self._last_path is None:
+                return
+            urls = self.urls if server is None else [
+                u for u in self.urls if u == _root(server)]
+            if not urls:
+                log.debug("%s is not a server of this weight sync: nothing to restore", server)
                 return
             path, version = self._last_path, self.version
             if self.lora:
                 name = self.adapter_name(version)
-                await self._each(lambda url: self._load_lora(url, name, path, True))
+                await self._each(lambda url: self._load_lora(url, name, path, True), urls)
             else:
-                await self._each(lambda url: self._reload(url, path))
-            log.info("policy-v%d loaded again into %d server(s) after an outage", version,
-                     len(self.urls))
+                await self._each(lambda url: self._reload(url, path), urls)
+            log.info("policy-v%d loaded again into %s after an outage", version,
+                     urls[0] if server is not None else f"{len(urls)} server(s)")
 
     def restorer(self) -> WeightRestore:
         """What another process (a Ray rollout worker, whose own client sees the outage)
@@ -228,10 +235,12 @@ class VLLMWeightSync:
 
     # ------------------------------------------------------------------------------- HTTP
 
-    async def _each(self, step: Callable[[str], Awaitable[None]]) -> None:
-        """Run ``step(url)`` on every server at once (each waiting out its outage); one
-        WeightSyncError for all failures."""
-        results = await asyncio.gather(*(self._patient(url, step) for url in self.urls),
+    async def _each(self, step: Callable[[str], Awaitable[None]],
+                    urls: Sequence[str] | None = None) -> None:
+        """Run ``step(url)`` on every server (or those of ``urls``) at once, each waiting out
+        its outage; one WeightSyncError for all failures."""
+        urls = self.urls if urls is None else list(urls)
+        results = await asyncio.gather(*(self._patient(url, step) for url in urls),
                                        return_exceptions=True)
         failures: dict[str, str] = {}
         gone = True  # every failed server was unreachable
@@ -242,8 +251,8 @@ class VLLMWeightSync:
             elif isinstance(result, BaseException):
                 raise result
         if failures:
-            done = [u for u in self.urls if u not in failures]
-            raise WeightSyncError(f"{len(failures)} of {len(self.urls)} servers failed to take "
+            done = [u for u in urls if u not in failures]
+            raise WeightSyncError(f"{len(failures)} of {len(urls)} servers failed to take "
                                   f"the new weights (already on them: {done or 'none'}): "
                                   + "; ".join(failures.values()), failures, gone)
 
@@ -379,10 +388,11 @@ class WeightRestore:
     lora: bool = False
     http_timeout_s: float = 600.0
 
-    async def __call__(self, version: int) -> None:
+    async def __call__(self, version: int, server: str | None = None) -> None:
         """Load ``policy-v{version}`` (pushed by the trainer before any episode ran under it)
-        into every server again. The servers read the files; this process need not see them,
-        except for a LoRA adapter saved one level down (a named adapter), found if it can."""
+        into every server again, or into ``server`` alone (a worker's router saw that one
+        come back). The servers read the files; this process need not see them, except for
+        a LoRA adapter saved one level down (a named adapter), found if it can."""
         sync = VLLMWeightSync(list(self.urls), self.out_dir, lora=self.lora,
                               http_timeout_s=self.http_timeout_s)
         try:
@@ -391,9 +401,15 @@ class WeightRestore:
                 found = sorted(path.glob("*/adapter_config.json"))
                 path = found[0].parent if found else path
             sync.version, sync._last_path = version, path
-            await sync.restore()
+            await sync.restore(server)
         finally:
             await sync.aclose()
+
+
+def _root(url: str) -> str:
+    """A server's root URL as the sync keeps it: no trailing ``/`` or ``/v1`` (the form a
+    router's labels and ``OpenAIBackend.base_url`` have too)."""
+    return url.rstrip("/").removesuffix("/v1")
 
 
 def _failed(url: str, message: str, unreachable: bool = False) -> WeightSyncError:

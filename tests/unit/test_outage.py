@@ -225,22 +225,63 @@ async def test_gate_resolves_held_requests_when_closed() -> None:
         OutageGate("s", never, max_outage_s=-1)
 
 
-async def test_resume_hooks_run_before_the_held_requests_go_on(
-        caplog: pytest.LogCaptureFixture) -> None:
+async def test_reconnect_hooks_run_before_the_held_requests_go_on() -> None:
+    """The server lost, requests held by the gate: when it answers, the hooks (the RL
+    trainer's weight restore) run once, before any held request is served."""
     servers = Servers("a")
     b = backend(servers, max_outage_s=30)
+    seen: list[tuple[str, int]] = []
+
+    async def restore_weights(url: str) -> None:
+        seen.append((url, servers.served["a"]))
+
+    b.on_reconnect(restore_weights)
+    results, _ = await asyncio.gather(generate_all(b, 4), back_after(servers, "a", 0.5))
+    assert seen == [("http://a:1", 0)]  # once, before any held request was served
+    assert all(r.token_ids == [5, 6] for r in results)
+    await b.aclose()
+
+
+async def test_a_retry_that_reaches_a_restarted_server_runs_the_hook_first() -> None:
+    """No gate: a request refused once and retried finds the server back (a quick restart):
+    the hook runs before the retry is sent; a request before any loss runs none."""
+    servers = Servers("a")
+    servers.down.clear()
+    b = backend(servers, max_outage_s=0, max_retries=3)
     seen: list[int] = []
 
-    async def restore_weights() -> None:
+    async def restore_weights(url: str) -> None:
         seen.append(servers.served["a"])
 
-    async def broken() -> None:
-        raise BackendError("the weights could not be loaded")
-
-    b.outage.on_resume(restore_weights)
-    b.outage.on_resume(broken)
-    results, _ = await asyncio.gather(generate_all(b, 4), back_after(servers, "a", 0.5))
-    assert seen == [0]  # before any held request was served
-    assert all(r.token_ids == [5, 6] for r in results)  # a failed hook is logged, not fatal
-    assert any("broken failed: BackendError" in r.getMessage() for r in caplog.records)
+    b.on_reconnect(restore_weights)
+    await generate_all(b, 1)
+    assert seen == [] and servers.served["a"] == 1
+    servers.down.add("a")
+    results, _ = await asyncio.gather(generate_all(b, 1), back_after(servers, "a", 0.02))
+    assert results[0].token_ids == [5, 6] and seen == [1] and servers.served["a"] == 2
     await b.aclose()
+
+
+async def test_a_failing_reconnect_hook_fails_the_request_and_runs_again_next_time() -> None:
+    """A hook that fails (the weights could not be loaded) must not let the request run on
+    what the server holds: it fails, naming the hook's error; the next request tries again."""
+    servers = Servers("a")
+    servers.down.clear()
+    b = backend(servers, max_outage_s=0, max_retries=3)
+    tries: list[str] = []
+
+    async def broken(url: str) -> None:
+        tries.append(url)
+        if len(tries) == 1:
+            raise BackendError("the weights could not be loaded")
+
+    b.on_reconnect(broken)
+    servers.down.add("a")
+    results, _ = await asyncio.gather(generate_all(b, 1), back_after(servers, "a", 0.02))
+    assert isinstance(results[0], BackendError)
+    assert "reconnect hook failed: BackendError: the weights could not be loaded" in str(
+        results[0]) and servers.served["a"] == 0
+    results = await generate_all(b, 1)
+    assert results[0].token_ids == [5, 6] and len(tries) == 2
+    await b.aclose()
+
