@@ -64,6 +64,7 @@ from agentmath.rollout.scheduler import RolloutEngine
 from agentmath.sandbox.pool import SandboxPool
 from agentmath.sim import servers as srv
 from agentmath.sim.workload import LogNormal, Workload
+from benchmarks._cpu_ledger import CpuLedger
 from benchmarks._rollout_real_script import ScriptedLengths, exact_lengths, tool_calibration
 
 __all__ = ["ROWS", "VLLM_VENV", "add_real_arguments", "real_workload", "run_real"]
@@ -201,15 +202,18 @@ async def run_row(name: str, ns: argparse.Namespace, urls: list[str], workload: 
     backend, proc = await _backend(name, ROWS[name][2], urls, log_dir, workload, tool)
     rollout = _rollout(name, ns, backend, workload, pool)
     warmup = ns.real_warmup if ROWS[name][1] else 0
+    ledger = CpuLedger(ns.server_pids)
     async with httpx.AsyncClient() as client:
         try:
             _, warm = await _iterate(rollout, ns, name, 0, warmup, warmup=True)
             before = await asyncio.gather(*(srv.scrape_vllm(client, u) for u in urls))
             async with srv.BusySampler(urls, ns.poll_s) as busy:
+                cpu_before = ledger.snapshot()
                 started = time.perf_counter()
                 groups, iterations = await _iterate(rollout, ns, name, warmup,
                                                     ns.real_iterations)
                 makespan = time.perf_counter() - started
+                cpu = ledger.snapshot().since(cpu_before)
             after = await asyncio.gather(*(srv.scrape_vllm(client, u) for u in urls))
         finally:
             await rollout.aclose()
@@ -220,9 +224,15 @@ async def run_row(name: str, ns: argparse.Namespace, urls: list[str], workload: 
     deltas = [a.delta(b) for a, b in zip(after, before, strict=True)]
     row = _row(name, makespan, deltas, busy, groups, warm + iterations, router_stats)
     overheads = backend.tool_overheads or [0.0]
-    return row | {"config": rollout.engine.config.model_dump(),
+    return row | {"config": rollout.engine.config.model_dump(), "cpu": cpu,
+                  "requests": _requests(router_stats),
                   "tool_overhead_s": {"median": float(np.median(overheads)),
                                       "p90": float(np.percentile(overheads, 90))}}
+
+
+def _requests(router_stats: Any) -> int | None:
+    """Generate requests the row's router sent (None behind vllm-router)."""
+    return None if router_stats is None else sum(s.requests for s in router_stats.servers)
 
 
 def _row(name: str, makespan: float, deltas: list[srv.VllmMetrics], busy: srv.BusySampler,
@@ -290,6 +300,7 @@ def run_real(ns: argparse.Namespace) -> dict[str, Any]:
     log_dir = Path(tempfile.mkdtemp(prefix="agentmath-rollout-real-"))
     urls = [u.rstrip("/") for u in ns.server_url]
     procs = []
+    ns.server_pids = []  # the servers started here, whose CPU the rows count (none given)
     if not urls:
         model_dir = ns.model_dir or srv.default_model_dir()
         started = srv.start_vllm_servers(ns.vllm_servers, model_dir, log_dir,
@@ -299,6 +310,7 @@ def run_real(ns: argparse.Namespace) -> dict[str, Any]:
                                          / "vllm-cache")
         procs = [p for p, _ in started]
         urls = [u for _, u in started]
+        ns.server_pids = [p.pid for p in procs]
     try:
         result = asyncio.run(_run(ns, urls, log_dir))
     finally:

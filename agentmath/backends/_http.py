@@ -43,7 +43,7 @@ class RetryingPoster:
     _client: httpx.AsyncClient
     _semaphore: asyncio.Semaphore
     _stalled: bool  # a request timed out, and no completion has answered since
-    _lost: bool  # a request found the server unreachable; the reconnect hooks have not run
+    _lost: bool  # a connection to the server was refused; the reconnect hooks have not run
     _on_reconnect: list[Reconnected]
     _reconnecting: asyncio.Lock
     _reachable: Callable[[], Awaitable[tuple[bool, str]]]  # the outage gate's probe
@@ -102,7 +102,7 @@ class RetryingPoster:
                 last, wait, gone, hung = exc.detail, exc.retry_after, exc.unreachable, exc.hung
                 if gone or hung:
                     self.outage.note_unreachable(last, sent_at)
-                self._lost = self._lost or gone
+                self._lost = self._lost or exc.refused
                 if hung:
                     self._stalled = True
                     timeouts += 1
@@ -164,7 +164,8 @@ class RetryingPoster:
                              f"server (timeout_s; {type(exc).__name__})", hung=True) from exc
         except httpx.RequestError as exc:
             gone = isinstance(exc, httpx.NetworkError | httpx.RemoteProtocolError)
-            raise Retryable(f"{type(exc).__name__}: {exc}", unreachable=gone) from exc
+            raise Retryable(f"{type(exc).__name__}: {exc}", unreachable=gone,
+                            refused=isinstance(exc, httpx.ConnectError)) from exc
         status = response.status_code
         if status not in _UNREACHABLE_STATUSES:
             self.outage.note_answer()

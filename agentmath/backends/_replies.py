@@ -46,15 +46,18 @@ class Retryable(Exception):
     """An attempt failed in a way worth retrying; ``detail`` describes it, ``retry_after`` is
     the server's ``Retry-After`` in seconds when it sent one; ``unreachable``: the server did
     not answer (connection refused or reset, connect timeout, 502/503/504); ``hung``: it took
-    the request and gave no answer within the timeout."""
+    the request and gave no answer within the timeout; ``refused``: nothing listens at its
+    address (the connection was refused: the server process is gone, and one that answers
+    later has restarted; a dropped connection alone may be a keep-alive race)."""
 
     def __init__(self, detail: str, retry_after: float | None = None,
-                 unreachable: bool = False, hung: bool = False) -> None:
+                 unreachable: bool = False, hung: bool = False, refused: bool = False) -> None:
         super().__init__(detail)
         self.detail = detail
         self.retry_after = retry_after
         self.unreachable = unreachable
         self.hung = hung
+        self.refused = refused
 
 
 def snippet(value: Any) -> str:

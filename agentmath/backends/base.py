@@ -192,12 +192,11 @@ Reconnected = Callable[[str], Awaitable[None]]  # a hook: the server (its URL) a
 
 @runtime_checkable
 class Reconnecting(Protocol):
-    """A backend that knows when a server it lost answers again: after a request found the
-    server unreachable (a refused or dropped connection, or 502/503/504 from a proxy in front
-    of it) the server may have restarted, and a restarted vLLM server runs the weights it was
-    started from. Each hook runs with the server's URL before the first request sent to it
-    after that (an RL trainer's: load the current weights into it); one that fails keeps the
-    request from being sent there."""
+    """A backend that knows when a server it lost answers again: after a connection to the
+    server was refused (its process gone) the server that answers later has restarted, and a
+    restarted vLLM server runs the weights it was started from. Each hook runs with the
+    server's URL before the first request sent to it after that (an RL trainer's: load the
+    current weights into it); one that fails keeps the request from being sent there."""
 
     def on_reconnect(self, hook: Reconnected) -> None:
         """Run ``hook(url)`` whenever a server of this backend is reached again after it was

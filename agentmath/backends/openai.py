@@ -38,10 +38,12 @@ below 500 counts; after a timeout, a one-token completion must answer too), and 
 fresh retry budget when it answers, or fail as before once the outage has lasted
 ``max_outage_s``. Off (0) by default here; eval and RL configs turn it on.
 
-Reconnecting (:class:`~agentmath.backends.base.Reconnecting`): after a request found the server
-unreachable (refused or dropped, 502/503/504), the next request first waits for ``/health`` to
-answer and runs the hooks given to :meth:`on_reconnect` (RL: the current weights loaded into a
-server that may have restarted with its start weights), then goes out.
+Reconnecting (:class:`~agentmath.backends.base.Reconnecting`): after a connection to the server
+was refused (its process gone), the next request first waits for ``/health`` to answer and runs
+the hooks given to :meth:`on_reconnect` (RL: the current weights loaded into the server, which
+has restarted with its start weights), then goes out. A dropped connection alone does not count
+(a keep-alive race looks the same; :mod:`agentmath._keepalive`): a killed server refuses the
+retry that follows, a vLLM restart taking tens of seconds.
 
 Prefix-cache isolation across weight updates: with ``cache_salt_by_version`` each completion
 inside a :func:`~agentmath.backends.base.tagged` block carries vLLM's ``cache_salt`` =
@@ -64,6 +66,7 @@ from typing import Any
 
 import httpx
 
+from agentmath._keepalive import client_limits
 from agentmath._lazy import require
 from agentmath.backends import _probes, _replies, _stream
 from agentmath.backends._http import RetryingPoster
@@ -144,8 +147,7 @@ class OpenAIBackend(RetryingPoster):
         self._client = httpx.AsyncClient(
             base_url=self.base_url, headers=headers, transport=transport,
             timeout=httpx.Timeout(self.timeout_s, connect=min(self.timeout_s, 10.0)),
-            limits=httpx.Limits(max_connections=max_concurrency,
-                                max_keepalive_connections=max_concurrency))
+            limits=client_limits(max_concurrency))
         self._tokenizer = _load_tokenizer(tokenizer)
         # The gate's bound on one probe covers both of its requests (``_reachable``: /health,
         # then maybe a one-token completion, each bounded by ``_probe_s``), so that a hung

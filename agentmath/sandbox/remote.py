@@ -39,6 +39,7 @@ from typing import Any
 
 import httpx
 
+from agentmath._keepalive import client_limits
 from agentmath.errors import SandboxError
 from agentmath.sandbox.result import ExecResult
 
@@ -101,8 +102,7 @@ class RemoteSandbox:
         self._http = httpx.AsyncClient(
             headers=headers, transport=transport,
             timeout=httpx.Timeout(request_timeout_s, connect=connect_timeout_s),
-            limits=httpx.Limits(max_connections=max_connections,
-                                max_keepalive_connections=max_connections))
+            limits=client_limits(max_connections))
         self.open_sessions = dict.fromkeys(self.urls, 0)
         self._order = itertools.count()
 

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 import httpx
 import numpy as np
 
+from agentmath._keepalive import client_limits
 from agentmath.backends.openai import PREFIX_CACHE_HITS, PREFIX_CACHE_QUERIES, prometheus_sum
 from agentmath.errors import BackendError
 
@@ -206,7 +207,7 @@ async def measure_step_costs(urls: Sequence[str], model: str, *,
 
     out: list[StepMeasurement] = []
     t1, t2 = lengths
-    async with httpx.AsyncClient(limits=httpx.Limits(max_connections=4096)) as client:
+    async with httpx.AsyncClient(limits=client_limits(4096)) as client:
         await wall(client, 4, prompt_tokens, 4)  # warm-up
         step1 = 0.0
         for n in batches:

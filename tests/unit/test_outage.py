@@ -285,3 +285,27 @@ async def test_a_failing_reconnect_hook_fails_the_request_and_runs_again_next_ti
     assert results[0].token_ids == [5, 6] and len(tries) == 2
     await b.aclose()
 
+
+
+async def test_a_dropped_connection_alone_runs_no_reconnect_hook() -> None:
+    """A connection dropped under a request (a keep-alive race looks the same) is retried,
+    but only a refused one says the server restarted: no hook, no weight reload."""
+    drops: list[int] = []
+
+    def flaky(request: httpx.Request) -> httpx.Response:
+        if request.method == "POST" and not drops:
+            drops.append(1)
+            raise httpx.ReadError("connection closed", request=request)
+        return httpx.Response(200, json=completion())
+
+    b = OpenAIBackend("http://a:1", "tiny", transport=httpx.MockTransport(flaky),
+                      backoff_s=0.01, max_retries=2)
+    seen: list[str] = []
+
+    async def restore_weights(url: str) -> None:
+        seen.append(url)
+
+    b.on_reconnect(restore_weights)
+    results = await generate_all(b, 1)
+    assert results[0].token_ids == [5, 6] and drops == [1] and seen == []
+    await b.aclose()
