@@ -7,6 +7,7 @@ started by :mod:`agentmath.sim.servers`.
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
@@ -27,6 +28,8 @@ __all__ = ["BusySampler", "StepCosts", "VllmMetrics", "calibrate", "measure_step
 
 
 #: Counters and gauges read from a vLLM server's ``/metrics`` (summed over engines).
+log = logging.getLogger(__name__)
+_PAIR_ATTEMPTS = 3  # tries of one calibration pair whose connection was dropped
 _METRICS = {"prefix_hits": PREFIX_CACHE_HITS, "prefix_queries": PREFIX_CACHE_QUERIES,
             "prompt_tokens": "vllm:prompt_tokens_total",
             "generation_tokens": "vllm:generation_tokens_total",
@@ -200,9 +203,26 @@ async def measure_step_costs(urls: Sequence[str], model: str, *,
             for u in urls))
         return sum(walls) / len(walls)
 
+    async def pair(client: httpx.AsyncClient, base: tuple[int, int, int],
+                   more: tuple[int, int, int]) -> float:
+        """One difference of wall times; measured again when a connection was dropped (a
+        vLLM-CPU server under a burst of 64 requests closed one unanswered, 2026-11-27: a
+        wall with a failed request measures nothing)."""
+        for attempt in range(_PAIR_ATTEMPTS):
+            try:
+                return await wall(client, *more) - await wall(client, *base)
+            except httpx.TransportError as exc:
+                if attempt + 1 == _PAIR_ATTEMPTS:
+                    raise BackendError(f"step-cost calibration: {type(exc).__name__} on "
+                                       f"{_PAIR_ATTEMPTS} tries of the pair {base} / {more} "
+                                       f"(batch, prompt tokens, new tokens)") from exc
+                log.warning("calibration pair %s / %s: %s, measured again", base, more,
+                            type(exc).__name__)
+        raise AssertionError("unreachable")
+
     async def paired(client: httpx.AsyncClient, base: tuple[int, int, int],
                      more: tuple[int, int, int]) -> float:
-        diffs = [await wall(client, *more) - await wall(client, *base) for _ in range(repeats)]
+        diffs = [await pair(client, base, more) for _ in range(repeats)]
         return float(np.median(diffs))
 
     out: list[StepMeasurement] = []
