@@ -11,11 +11,14 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 from pydantic import AfterValidator
 
 from agentmath.backends.base import Backend
+
+if TYPE_CHECKING:
+    from agentmath.backends.routing import RouterConfig
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,6 +36,8 @@ class BackendSettings:
     #: How long requests wait for an unreachable server (every server, behind a router) to
     #: answer again before they fail; 0 or None: not at all (backends/outage.py).
     max_outage_s: float | None = None
+    #: Routing, spill and probing of the router over several URLs (None: its defaults).
+    router: RouterConfig | None = None
 
     def http_options(self) -> dict[str, Any]:
         """The HTTP settings that were given, as keyword arguments of an HTTP backend."""
@@ -56,7 +61,8 @@ def _openai(settings: BackendSettings) -> Backend:
     if len(urls) > 1:
         from agentmath.backends.router import Router
 
-        return Router.from_urls(urls, settings.model, **settings.http_options())
+        return Router.from_urls(urls, settings.model, settings.router,
+                                **settings.http_options())
     from agentmath.backends.openai import OpenAIBackend
 
     return OpenAIBackend(urls[0], settings.model, **settings.http_options())

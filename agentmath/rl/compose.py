@@ -71,7 +71,7 @@ def worker_spec(cfg: RLConfig, loop: LoopConfig,
     g = cfg.generator
     urls = g.base_urls[0] if len(g.base_urls) == 1 else list(g.base_urls)
     settings = BackendSettings(served_name(cfg), urls, timeout_s=g.http_timeout_s,
-                               max_outage_s=g.max_outage_s)
+                               max_outage_s=g.max_outage_s, router=g.router)
     return WorkerSpec(backend="openai", settings=settings, format=cfg.format, loop=loop,
                       sandbox=cfg.sandbox, sandbox_url=cfg.sandbox_url,
                       sandbox_token_file=cfg.sandbox_token_file, restore_weights=restore)
@@ -167,7 +167,7 @@ def build_generators(cfg: RLConfig, learner: Learner, out_dir: Path) -> Generato
     remote = None
     if cfg.ray is None:  # on Ray, every worker has its own client of the servers
         remote = make_backend("openai", name, base_url=g.base_urls, timeout_s=g.http_timeout_s,
-                              max_outage_s=g.max_outage_s)
+                              max_outage_s=g.max_outage_s, router=g.router)
     sync = VLLMWeightSync(g.base_urls, g.sync_dir or out_dir / "weights", lora=cfg.optim.lora,
                           served_name=name, max_outage_s=g.max_outage_s)
     _restore_after_outages(remote, sync)

@@ -11,6 +11,7 @@ from typing import Literal
 
 from pydantic import Field, model_validator
 
+from agentmath.backends.routing import RouterConfig
 from agentmath.config import LoopConfig, RayConfig, RolloutConfig, SandboxConfig, StrictModel
 from agentmath.rl.rewards import RewardSpec
 from agentmath.tracking import TrackerName, WandbConfig
@@ -129,6 +130,10 @@ class GeneratorConfig(StrictModel):
         "sandbox sessions; past this bound they fail as errors. A weight push waits as long "
         "for a server that does not answer, then pushes (past it the run fails as before). "
         "0: no waiting."))
+    router: RouterConfig = Field(default_factory=RouterConfig, description=(
+        "openai with several base_urls: the router over them (policy, spill, and how often a "
+        "server out of rotation is probed: generator.router.probe_interval_s); a server that "
+        "comes back gets the current weights before its next request."))
 
 
 class FilterConfig(StrictModel):

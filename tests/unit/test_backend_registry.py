@@ -68,3 +68,24 @@ async def test_a_synth_endpoint_waits_out_an_outage_as_configured() -> None:
         await backend.aclose()
     with pytest.raises(ValidationError):
         EndpointConfig(max_outage_s=-1)
+
+
+async def test_several_urls_build_a_router_with_the_runs_router_settings() -> None:
+    from agentmath.backends.routing import RouterConfig
+    from agentmath.rl.config import RLConfig
+
+    cfg = RLConfig.model_validate({
+        "model": "m", "data": {"dataset": "d.jsonl"},
+        "generator": {"backend": "openai", "base_urls": ["http://a:1", "http://b:2"],
+                      "router": {"probe_interval_s": 1.5, "policy": "round_robin"}}})
+    router = make_backend("openai", "m", base_url=cfg.generator.base_urls,
+                          router=cfg.generator.router, max_outage_s=5)
+    default = make_backend("openai", "m", base_url=["http://a:1", "http://b:2"])
+    assert isinstance(router, Router) and isinstance(default, Router)
+    assert (router.config.probe_interval_s, router.config.policy) == (1.5, "round_robin")
+    assert default.config == RouterConfig() and router.outage.max_outage_s == 5
+    for backend in (router, default):
+        await backend.aclose()
+    with pytest.raises(ValidationError, match="unknown routing policy"):
+        RLConfig.model_validate({"model": "m", "data": {"dataset": "d.jsonl"},
+                                 "generator": {"router": {"policy": "nope"}}})

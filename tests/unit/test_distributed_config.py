@@ -11,6 +11,7 @@ from pydantic import ValidationError
 
 from agentmath.agent.trajectory import Trajectory
 from agentmath.backends.registry import BackendSettings
+from agentmath.backends.routing import RouterConfig
 from agentmath.config import EvalConfig, RayConfig
 from agentmath.errors import MissingExtraError
 from agentmath.eval.runner import identity, worker_spec
@@ -106,7 +107,10 @@ def test_rl_worker_spec_reaches_the_generators_and_sandboxes() -> None:
     spec = worker_spec(_rl(), loop)
     assert spec.backend == "openai" and spec.loop == loop
     assert spec.settings == BackendSettings("tiny", ["http://a:1", "http://b:2"], timeout_s=30.0,
-                                            max_outage_s=300.0)
+                                            max_outage_s=300.0, router=RouterConfig())
+    probed = worker_spec(_rl(generator={"backend": "openai", "base_urls": ["http://a:1", "http://b:2"],
+                                        "router": {"probe_interval_s": 1.5}}), loop)
+    assert probed.settings.router == RouterConfig(probe_interval_s=1.5)  # the workers' routers
     assert spec.sandbox_url == ["http://s:8080"]
     one = worker_spec(_rl(generator={"backend": "openai", "base_urls": ["http://a:1"]}), loop)
     assert one.settings.base_url == "http://a:1"
