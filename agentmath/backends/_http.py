@@ -53,6 +53,11 @@ class RetryingPoster:
         unreachable (:class:`~agentmath.backends.base.Reconnecting`)."""
         self._on_reconnect.append(hook)
 
+    def _note_refused(self) -> None:
+        """A connection to the server was refused (by a request or a probe): it is lost, and
+        the reconnect hooks run before the next request."""
+        self._lost = True
+
     def _url(self, path: str) -> str:
         return f"{self.base_url}{path}"
 

@@ -11,6 +11,7 @@ rotation and an outage gate does not take a hung server for one that is back.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 
 import httpx
 
@@ -26,14 +27,19 @@ PREFIX_CACHE_HITS = "vllm:prefix_cache_hits_total"
 PREFIX_CACHE_QUERIES = "vllm:prefix_cache_queries_total"
 
 
-async def health(client: httpx.AsyncClient, timeout_s: float) -> tuple[int | None, str]:
-    """``GET /health``: its status (None: no answer within ``timeout_s``) and a short why."""
+async def health(client: httpx.AsyncClient, timeout_s: float,
+                 on_refused: Callable[[], None] | None = None) -> tuple[int | None, str]:
+    """``GET /health``: its status (None: no answer within ``timeout_s``) and a short why;
+    ``on_refused`` is called when the connection was refused (nothing listens: the server
+    process is gone, and the one that answers later has restarted)."""
     try:
         async with asyncio.timeout(timeout_s):
             response = await client.get("/health")
     except TimeoutError:
         return None, f"GET /health: no answer within {timeout_s:g} s"
     except httpx.HTTPError as exc:
+        if on_refused is not None and isinstance(exc, httpx.ConnectError):
+            on_refused()
         return None, f"GET /health: {type(exc).__name__}: {exc}"
     return response.status_code, f"GET /health: HTTP {response.status_code}"
 

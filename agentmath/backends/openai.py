@@ -256,7 +256,7 @@ class OpenAIBackend(RetryingPoster):
         """Whether ``GET /health`` answers 2xx within a few seconds and, after a request timed
         out, a one-token completion answers too (a hung engine behind a live front end is not
         healthy). Never raises."""
-        status, _ = await _probes.health(self._client, self._probe_s)
+        status, _ = await _probes.health(self._client, self._probe_s, self._note_refused)
         if status is None or not 200 <= status < 300:
             return False
         return (await self._engine_alive())[0]
@@ -265,7 +265,7 @@ class OpenAIBackend(RetryingPoster):
         """The outage gate's probe: whether ``GET /health`` gets any answer below 500 (a
         server without that endpoint answers 404, and is there) and, after a timeout, a
         one-token completion answers too; and why not."""
-        status, detail = await _probes.health(self._client, self._probe_s)
+        status, detail = await _probes.health(self._client, self._probe_s, self._note_refused)
         if status is None or status >= 500:
             return False, detail
         return await self._engine_alive()

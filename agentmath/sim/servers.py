@@ -135,6 +135,15 @@ def _spawn(cmd: Sequence[str], log_path: Path, env: dict[str, str], url: str, wh
         raise
 
 
+#: Keep-alive of the servers started here (vLLM's default is 5 s). uvicorn 0.54's httptools
+#: protocol arms the keep-alive timer when a response completes without cancelling one armed
+#: before (encode/uvicorn#824): when the client's next request on the connection arrived first,
+#: the timer closes the connection under that request 5 s later, unanswered (a ``ReadError``
+#: for a generation longer than 5 s). An hour puts that out of any request's reach; clients
+#: drop idle connections after 2 s anyway (:mod:`agentmath._keepalive`).
+SERVER_KEEP_ALIVE_S = 3600
+
+
 def start_vllm_server(model_dir: Path | str, log_path: Path, *, port: int | None = None,
                       served_name: str = "tiny", max_model_len: int = 2048,
                       kv_cache_gib: int = 1, extra_args: Sequence[str] = (),
@@ -147,7 +156,7 @@ def start_vllm_server(model_dir: Path | str, log_path: Path, *, port: int | None
     port = port or free_port()
     env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": str(kv_cache_gib), "HF_HUB_OFFLINE": "1",
            "TRANSFORMERS_OFFLINE": "1", "VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1",
-           **(env or {})}
+           "VLLM_HTTP_TIMEOUT_KEEP_ALIVE": str(SERVER_KEEP_ALIVE_S), **(env or {})}
     if cache_dir is not None:
         Path(cache_dir).mkdir(parents=True, exist_ok=True)
         env["VLLM_CACHE_ROOT"] = str(cache_dir)

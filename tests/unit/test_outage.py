@@ -309,3 +309,37 @@ async def test_a_dropped_connection_alone_runs_no_reconnect_hook() -> None:
     results = await generate_all(b, 1)
     assert results[0].token_ids == [5, 6] and drops == [1] and seen == []
     await b.aclose()
+
+
+async def test_a_refusal_seen_only_by_the_gates_probe_still_runs_the_hook() -> None:
+    """The server dies under the requests in flight (each sees its connection dropped), the
+    gate opens and only its probes meet the refused connection: the restarted server still
+    gets the hook before the held requests."""
+    state = {"down": True, "served": 0}
+
+    def dying(request: httpx.Request) -> httpx.Response:
+        if state["down"]:
+            if request.method == "GET":
+                raise httpx.ConnectError("[Errno 111] Connection refused", request=request)
+            raise httpx.ReadError("connection closed", request=request)
+        if request.method == "GET":
+            return httpx.Response(200, json={})
+        state["served"] += 1
+        return httpx.Response(200, json=completion())
+
+    b = OpenAIBackend("http://a:1", "tiny", transport=httpx.MockTransport(dying),
+                      backoff_s=0.01, max_retries=2, max_outage_s=30)
+    seen: list[int] = []
+
+    async def restore_weights(url: str) -> None:
+        seen.append(state["served"])
+
+    async def back() -> None:
+        await asyncio.sleep(0.5)
+        state["down"] = False
+
+    b.on_reconnect(restore_weights)
+    results, _ = await asyncio.gather(generate_all(b, 4), back())
+    assert all(r.token_ids == [5, 6] for r in results)
+    assert seen == [0] and b.outage.outages == 1
+    await b.aclose()
