@@ -135,12 +135,13 @@ def _spawn(cmd: Sequence[str], log_path: Path, env: dict[str, str], url: str, wh
         raise
 
 
-#: Keep-alive of the servers started here (vLLM's default is 5 s). uvicorn 0.54's httptools
-#: protocol arms the keep-alive timer when a response completes without cancelling one armed
-#: before (encode/uvicorn#824): when the client's next request on the connection arrived first,
-#: the timer closes the connection under that request 5 s later, unanswered (a ``ReadError``
-#: for a generation longer than 5 s). An hour puts that out of any request's reach; clients
-#: drop idle connections after 2 s anyway (:mod:`agentmath._keepalive`).
+#: Keep-alive of the servers started here (vLLM's default, ``VLLM_HTTP_TIMEOUT_KEEP_ALIVE``, is
+#: 5 s). Measured 2026-11-27 with the step-cost calibration (bursts of 16-64 generations of up
+#: to ~27 s, sent back to back on pooled connections): with 5 s the server closed one connection
+#: unanswered in each of 3 runs (``ReadError``, nothing in its log); with 3600 s none did in 2
+#: runs. Which path of uvicorn 0.54's keep-alive timer closes a busy connection was not traced
+#: (encode/uvicorn#824 is one such leak of the timer); an hour puts it out of any request's
+#: reach, and clients drop idle connections after 2 s anyway (:mod:`agentmath._keepalive`).
 SERVER_KEEP_ALIVE_S = 3600
 
 
