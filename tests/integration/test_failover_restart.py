@@ -19,7 +19,12 @@ import pytest
 
 from tests.fixtures.outage_server import StandIn, free_port
 from tests.fixtures.restart import run_through_a_restart
-from tests.integration.test_outage_restart import DELAY_S, completions_seen, posts
+from tests.integration.test_outage_restart import (
+    DELAY_S,
+    completions_seen,
+    posts,
+    rl_run_files,
+)
 
 pytestmark = pytest.mark.integration
 DOWN_S = 3.0  # a quick restart: the client's own retries (4, ~0.5 to 4 s apart) reach it
@@ -27,20 +32,8 @@ DOWN_S = 3.0  # a quick restart: the client's own retries (4, ~0.5 to 4 s apart)
 
 def test_rl_reloads_the_weights_into_a_server_restarted_in_a_failover(
         tiny_model_dir: Path, tmp_path: Path) -> None:
-    tasks = [json.loads(line) for line in
-             (tiny_model_dir.parent / "test.jsonl").read_text().splitlines()[:8]]
-    answers = tmp_path / "answers.json"
-    answers.write_text(json.dumps({t["problem"]: t["answer"] for t in tasks}))
-    data = tmp_path / "train.jsonl"
-    data.write_text("".join(json.dumps(t) + "\n" for t in tasks))
-    ports, out, cfg = (free_port(), free_port()), tmp_path / "rl", tmp_path / "rl.toml"
-    urls = ", ".join(f'"http://127.0.0.1:{p}"' for p in ports)
-    cfg.write_text(
-        f'model = "{tiny_model_dir}"\nsteps = 4\ngroup_size = 2\nprompts_per_step = 4\n'
-        f'tensorboard = false\n[data]\ndataset = "{data}"\n[loop]\nmax_model_tokens = 256\n'
-        f'max_tool_calls = 4\n[sandbox]\npreload = []\nspare_workers = 0\n'
-        f'[generator]\nbackend = "openai"\nbase_urls = [{urls}]\n'
-        f'served_name = "m"\nmax_outage_s = 60\n')
+    ports, out = [free_port(), free_port()], tmp_path / "rl"
+    answers, cfg = rl_run_files(tiny_model_dir, tmp_path, ports, steps=4, prompts=4)
     before, after = tmp_path / "b-before.log", tmp_path / "b-after.log"
     metrics = out / "metrics.jsonl"
     mark: list[int] = []

@@ -116,26 +116,36 @@ def posts(log: Path, since: int = 0) -> list[str]:
     return log.read_text().splitlines()[since:] if log.exists() else []
 
 
-def rl_with_a_restart(tiny_model_dir: Path, tmp_path: Path,
-                      ray_args: list[str] | None = None) -> RLRestart:
-    """``agentmath rl`` (openai generator, the stand-in in ``tools`` mode as its server, 3
-    steps): once step 1 is logged and an episode's request after one of its cells is in
-    flight, the server is killed; RL_DOWN_S later it is started again on the same port."""
-    pytest.importorskip("torch")
+def rl_run_files(tiny_model_dir: Path, tmp_path: Path, ports: list[int], *, steps: int,
+                 prompts: int) -> tuple[Path, Path]:
+    """(the stand-ins' answers file, the ``agentmath rl`` config): the test model's first 8
+    problems as the data, the openai generator at the stand-ins on ``ports``, waiting up to
+    60 s for an outage, ``steps`` steps of ``prompts`` x 2 episodes."""
     tasks = [json.loads(line) for line in
              (tiny_model_dir.parent / "test.jsonl").read_text().splitlines()[:8]]
     answers = tmp_path / "answers.json"
     answers.write_text(json.dumps({t["problem"]: t["answer"] for t in tasks}))
     data = tmp_path / "train.jsonl"
     data.write_text("".join(json.dumps(t) + "\n" for t in tasks))
-    port, out = free_port(), tmp_path / "rl"
+    urls = ", ".join(f'"http://127.0.0.1:{p}"' for p in ports)
     cfg = tmp_path / "rl.toml"
     cfg.write_text(
-        f'model = "{tiny_model_dir}"\nsteps = 3\ngroup_size = 2\nprompts_per_step = 2\n'
-        f'tensorboard = false\n[data]\ndataset = "{data}"\n[loop]\nmax_model_tokens = 256\n'
-        f'max_tool_calls = 4\n[sandbox]\npreload = []\nspare_workers = 0\n'
-        f'[generator]\nbackend = "openai"\nbase_urls = ["http://127.0.0.1:{port}"]\n'
+        f'model = "{tiny_model_dir}"\nsteps = {steps}\ngroup_size = 2\n'
+        f'prompts_per_step = {prompts}\ntensorboard = false\n[data]\ndataset = "{data}"\n'
+        f'[loop]\nmax_model_tokens = 256\nmax_tool_calls = 4\n[sandbox]\npreload = []\n'
+        f'spare_workers = 0\n[generator]\nbackend = "openai"\nbase_urls = [{urls}]\n'
         f'served_name = "m"\nmax_outage_s = 60\n')
+    return answers, cfg
+
+
+def rl_with_a_restart(tiny_model_dir: Path, tmp_path: Path,
+                      ray_args: list[str] | None = None) -> RLRestart:
+    """``agentmath rl`` (openai generator, the stand-in in ``tools`` mode as its server, 3
+    steps): once step 1 is logged and an episode's request after one of its cells is in
+    flight, the server is killed; RL_DOWN_S later it is started again on the same port."""
+    pytest.importorskip("torch")
+    port, out = free_port(), tmp_path / "rl"
+    answers, cfg = rl_run_files(tiny_model_dir, tmp_path, [port], steps=3, prompts=2)
     before, after = tmp_path / "posts-before.log", tmp_path / "posts-after.log"
     metrics = out / "metrics.jsonl"
     mark: list[int] = []  # the POSTs before step 2's episodes
