@@ -49,8 +49,8 @@ class RetryingPoster:
     _reachable: Callable[[], Awaitable[tuple[bool, str]]]  # the outage gate's probe
 
     def on_reconnect(self, hook: Reconnected) -> None:
-        """Run ``hook(base_url)`` before the first request sent after one found the server
-        unreachable (:class:`~agentmath.backends.base.Reconnecting`)."""
+        """Run ``hook(base_url)`` before the first request sent after a connection to the
+        server was refused (:class:`~agentmath.backends.base.Reconnecting`)."""
         self._on_reconnect.append(hook)
 
     def _note_refused(self) -> None:
@@ -107,7 +107,8 @@ class RetryingPoster:
                 last, wait, gone, hung = exc.detail, exc.retry_after, exc.unreachable, exc.hung
                 if gone or hung:
                     self.outage.note_unreachable(last, sent_at)
-                self._lost = self._lost or exc.refused
+                if exc.refused:
+                    self._note_refused()
                 if hung:
                     self._stalled = True
                     timeouts += 1

@@ -86,12 +86,18 @@ from agentmath.backends.base import (
 from agentmath.backends.outage import OutageGate
 
 __all__ = ["NO_TOKEN_IDS_MESSAGE", "PREFIX_CACHE_HITS", "PREFIX_CACHE_QUERIES", "ExtraBody",
-           "OpenAIBackend", "prometheus_sum", "retry_after_s"]
+           "OpenAIBackend", "prometheus_sum", "retry_after_s", "server_root"]
 
 #: Extra ``/v1/completions`` fields: a mapping, or a function of the body built so far.
 ExtraBody = Mapping[str, Any] | Callable[[dict[str, Any]], Mapping[str, Any]]
 _PROBE_TIMEOUT_S = 5.0
 _PROBE_SLACK_S = 1.0  # the gate's probe bound beyond its two requests' own
+
+
+def server_root(url: str) -> str:
+    """A server's root URL: no trailing ``/`` or ``/v1`` (how the backend, a router's labels
+    and the weight sync name a server)."""
+    return url.rstrip("/").removesuffix("/v1")
 
 
 class OpenAIBackend(RetryingPoster):
@@ -128,8 +134,7 @@ class OpenAIBackend(RetryingPoster):
             raise ValueError("max_retries and timeout_retries must be >= 0")
         if not timeout_s > 0:
             raise ValueError("timeout_s must be > 0")
-        root = base_url.rstrip("/")
-        self.base_url = root[:-3] if root.endswith("/v1") else root
+        self.base_url = server_root(base_url)
         self.model = model
         self.timeout_s = float(timeout_s)
         self.max_retries = max_retries

@@ -64,7 +64,7 @@ def worker_spec(cfg: RLConfig, loop: LoopConfig,
                 restore: Callable[[int, str | None], Awaitable[None]] | None = None,
                 ) -> WorkerSpec:
     """What each Ray rollout worker needs to sample this run's episodes from its servers;
-    ``restore`` loads a version's weights into servers restarted during an outage."""
+    ``restore`` loads a version's weights into a server that was lost (None: every one)."""
     from agentmath.backends.registry import BackendSettings
     from agentmath.distributed.worker import WorkerSpec
 

@@ -64,6 +64,7 @@ from typing import Any, TypeVar
 import httpx
 
 from agentmath.backends import use_model  # re-exported: where weight sync's users look
+from agentmath.backends.openai import server_root
 from agentmath.backends.outage import OutageGate, Passage
 from agentmath.errors import BackendError, ConfigError
 from agentmath.rl.sync_save import save_full
@@ -124,7 +125,7 @@ class VLLMWeightSync:
             raise ConfigError(f"VLLMWeightSync needs a non-empty list of URLs, got {base_urls!r}")
         if keep < 1:
             raise ConfigError(f"keep must be at least 1, got {keep}")
-        self.urls = [_root(u) for u in base_urls]
+        self.urls = [server_root(u) for u in base_urls]
         self.out_dir = Path(out_dir)
         self.lora, self.served_name, self.keep = lora, served_name, keep
         self.version: int | None = None
@@ -178,7 +179,7 @@ class VLLMWeightSync:
             if self.version is None or self._last_path is None:
                 return
             urls = self.urls if server is None else [
-                u for u in self.urls if u == _root(server)]
+                u for u in self.urls if u == server_root(server)]
             if not urls:
                 log.debug("%s is not a server of this weight sync: nothing to restore", server)
                 return
@@ -404,12 +405,6 @@ class WeightRestore:
             await sync.restore(server)
         finally:
             await sync.aclose()
-
-
-def _root(url: str) -> str:
-    """A server's root URL as the sync keeps it: no trailing ``/`` or ``/v1`` (the form a
-    router's labels and ``OpenAIBackend.base_url`` have too)."""
-    return url.rstrip("/").removesuffix("/v1")
 
 
 def _failed(url: str, message: str, unreachable: bool = False) -> WeightSyncError:

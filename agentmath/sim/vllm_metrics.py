@@ -27,9 +27,9 @@ __all__ = ["BusySampler", "StepCosts", "VllmMetrics", "calibrate", "measure_step
            "scrape_vllm", "server_shape"]
 
 
-#: Counters and gauges read from a vLLM server's ``/metrics`` (summed over engines).
 log = logging.getLogger(__name__)
 _PAIR_ATTEMPTS = 3  # tries of one calibration pair whose connection was dropped
+#: Counters and gauges read from a vLLM server's ``/metrics`` (summed over engines).
 _METRICS = {"prefix_hits": PREFIX_CACHE_HITS, "prefix_queries": PREFIX_CACHE_QUERIES,
             "prompt_tokens": "vllm:prompt_tokens_total",
             "generation_tokens": "vllm:generation_tokens_total",
