@@ -7,8 +7,9 @@ cache merged in), and a row leaves it as soon as it ends (end of turn, stop stri
 episode back from a tool call waited for the whole batch, and episodes at different turns ended
 up in many small calls, each paying the per-step cost of the model for a few rows.
 
-Why a hand-written loop over the model's own forward and ``DynamicCache`` rather than a
-library's: measured on this CPU with the micro model (0.8M parameters), 64 requests x 256 new
+Why a hand-written loop over the model's own forward and cache (transformers' ``DynamicCache``
+with layers that append, add and drop rows in place: :mod:`~agentmath.backends.hf_kv`) rather
+than a library's: measured on this CPU with the micro model (0.8M parameters), 64 requests x 256 new
 tokens after 100-token prompts, transformers 5.24's ``ContinuousBatchingManager`` /
 ``generate_batch`` ran 870 tokens/s with sdpa and 565 with paged|eager, against 7,400 tokens/s
 for one plain batched ``model.generate`` in the same process (its CPU path attends over the

@@ -4,7 +4,8 @@
 and does the two things a call into the model does: admit new rows (prefill, each distinct
 prompt once, after a stashed prefix when the prompt continues a finished row:
 :mod:`~agentmath.backends.hf_prefix`) and decode one step of every row. A plain loop over the
-model's own forward and ``DynamicCache`` (why not a library's: the module docstring of
+model's own forward and a ``DynamicCache`` whose layers append in place
+(:mod:`~agentmath.backends.hf_kv`; why not a library's: the module docstring of
 ``hf_continuous``).
 """
 
@@ -18,6 +19,13 @@ from typing import Any
 
 from agentmath._lazy import require
 from agentmath.backends.base import Generation, SamplingParams
+from agentmath.backends.hf_kv import (
+    append_rows,
+    drop_front,
+    keep_rows,
+    slab_cache,
+    swap_remove_order,
+)
 from agentmath.backends.hf_prefix import KV, PrefixStash
 from agentmath.backends.hf_sampling import BatchSampling, RowRandom, sample
 from agentmath.errors import BackendError
@@ -179,7 +187,7 @@ class DecodeBatch:
             mask[i, width - len(row.prompt) + n:] = 1
         ids, mask = ids.to(self.device), mask.to(self.device)
         positions = (mask.cumsum(-1) - 1).clamp_(min=0)
-        cache = require("transformers", "train").DynamicCache(config=self.model.config)
+        cache = slab_cache(self.model.config)
         if hits:
             before = max(done)
             stacked = _stack_prefixes([kv for _, kv in hits], done, before)
@@ -273,22 +281,25 @@ class DecodeBatch:
                 self.prefixes.put(covered, kv, row.stamp)
 
     def _keep(self, index: list[int]) -> None:
-        """Keep only the rows at ``index``; drop the leading cache columns that are padding in
-        every remaining row."""
+        """Keep only the rows at ``index`` (ascending); the last rows fill the holes, so the
+        order changes (:func:`~agentmath.backends.hf_kv.swap_remove_order`). Drop the leading
+        cache columns that are padding in every remaining row."""
         if len(index) == len(self.rows):
             return
-        self.rows = [self.rows[i] for i in index]
         self.params = None
         if not index:
-            self.cache = self.mask = None
+            self.rows, self.cache, self.mask = [], None, None
             return
-        select = self.torch.tensor(index, device=self.device)
-        self.cache.batch_select_indices(select)
-        self.mask = _trim(self.cache, self.mask[select])
+        kept = set(index)
+        order = swap_remove_order(len(self.rows), [i for i in range(len(self.rows))
+                                                   if i not in kept])
+        self.rows = [self.rows[i] for i in order]
+        keep_rows(self.cache, order)
+        self.mask = _trim(self.cache, self.mask[self.torch.tensor(order, device=self.device)])
 
     def _merge(self, rows: list[Row], cache: Any, mask: Any) -> None:
-        """Append ``rows`` with their prefill ``cache`` and ``mask`` to the running batch: the
-        shorter of the two caches is left-padded (zeros, mask 0) to the other's length."""
+        """Append ``rows`` with their prefill ``cache`` and ``mask`` to the running batch,
+        right-aligned: the shorter side is left-padded (mask 0) to the other's length."""
         self.params = None
         if not self.rows:
             self.rows, self.cache, self.mask = list(rows), cache, mask
@@ -296,11 +307,7 @@ class DecodeBatch:
         pad = self.torch.nn.functional.pad
         old_len, new_len = self.mask.shape[1], mask.shape[1]
         width = max(old_len, new_len)
-        for mine, theirs in zip(self.cache.layers, cache.layers, strict=True):
-            mine.keys = self.torch.cat([pad(mine.keys, (0, 0, width - old_len, 0)),
-                                        pad(theirs.keys, (0, 0, width - new_len, 0))])
-            mine.values = self.torch.cat([pad(mine.values, (0, 0, width - old_len, 0)),
-                                          pad(theirs.values, (0, 0, width - new_len, 0))])
+        append_rows(self.cache, cache, width)
         self.mask = self.torch.cat([pad(self.mask, (width - old_len, 0)),
                                     pad(mask, (width - new_len, 0))])
         self.rows += rows
@@ -322,9 +329,7 @@ def _trim(cache: Any, mask: Any) -> Any:
     """Drop the leading columns of ``cache`` that are padding in every row; the mask left."""
     first = int(mask.any(0).int().argmax())
     if first:
-        for layer in cache.layers:
-            layer.keys = layer.keys[:, :, first:]
-            layer.values = layer.values[:, :, first:]
+        drop_front(cache, first)
     return mask[:, first:]
 
 
