@@ -97,11 +97,15 @@ def to_train_sample(sample: ScoredSample, *, mask_tool_tokens: bool = True) -> T
 
 @dataclass(slots=True)
 class TensorBatch:
-    """A padded micro-batch; ``mask``/``sampler_logp`` are shifted to target positions
-    ([B, T-1]: entry t is about token t + 1), as the loss functions want them."""
+    """A right-padded micro-batch; ``mask``/``sampler_logp`` are shifted to target positions
+    ([B, T-1]: entry t is about token t + 1), as the loss functions want them. No attention
+    mask: with right padding a causal model's real positions never attend to the padding
+    after them, so the forward runs without one (sdpa's causal kernel: a forward and backward
+    of the micro model over 32 rows of 350 tokens took 1.38 s against 1.91 s with the mask,
+    same log-probabilities), and what the padded positions compute is masked out of the
+    loss."""
 
     input_ids: Any
-    attention_mask: Any
     mask: Any
     sampler_logp: Any
     advantages: Any
@@ -109,7 +113,7 @@ class TensorBatch:
 
     def to(self, device: Any) -> TensorBatch:
         return TensorBatch(*(t.to(device) for t in (
-            self.input_ids, self.attention_mask, self.mask, self.sampler_logp,
+            self.input_ids, self.mask, self.sampler_logp,
             self.advantages, self.temperature)))
 
 
@@ -119,16 +123,14 @@ def collate_samples(samples: list[TrainSample], pad_id: int) -> TensorBatch:
     width = max(len(s.ids) for s in samples)
     n = len(samples)
     ids = torch.full((n, width), pad_id, dtype=torch.long)
-    attn = torch.zeros((n, width), dtype=torch.long)
     mask = torch.zeros((n, width), dtype=torch.bool)
     logp = torch.full((n, width), math.nan, dtype=torch.float32)
     for row, s in enumerate(samples):
         k = len(s.ids)
         ids[row, :k] = torch.tensor(s.ids)
-        attn[row, :k] = 1
         mask[row, :k] = torch.tensor(s.mask, dtype=torch.bool)
         logp[row, :k] = torch.tensor(s.sampler_logp, dtype=torch.float32)
-    return TensorBatch(ids, attn, mask[:, 1:], logp[:, 1:],
+    return TensorBatch(ids, mask[:, 1:], logp[:, 1:],
                        torch.tensor([s.advantage for s in samples], dtype=torch.float32),
                        torch.tensor([s.temperature for s in samples], dtype=torch.float32))
 

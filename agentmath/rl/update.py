@@ -62,7 +62,7 @@ class UpdateStats:
 
 
 def _forward_logp(model: Any, batch: TensorBatch) -> tuple[Any, Any]:
-    logits = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask).logits
+    logits = model(input_ids=batch.input_ids).logits  # right-padded: no mask (TensorBatch)
     return logits, token_logprobs(logits, batch.input_ids, batch.temperature)
 
 
