@@ -70,8 +70,8 @@ class Row:
 
 def rows(rev: str) -> list[Row]:
     """The rows in order; ``rev`` "none" leaves out the old commit's (a shallow clone)."""
-    old = [] if rev == "none" else [
-        Row(f"{rev} (the code when the step was first measured)", rev, "frozen")]
+    label = "the code when the step was first measured" if rev == BASELINE_REV else "its code"
+    old = [] if rev == "none" else [Row(f"{rev} ({label})", rev, "frozen")]
     return old + [
         Row("today, gathered generator", None, "frozen", {"continuous": False}),
         Row("today, continuous batching", None, "frozen",
