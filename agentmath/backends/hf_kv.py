@@ -154,9 +154,11 @@ def slab_layer_class() -> type:
             self._ensure_own()
             n_rows, n = keys.shape[0], keys.shape[-2]
             start = self._end - width
-            if start < 0 or self._rows + n_rows > self._k.shape[0]:
-                self.adopt(self.keys, self.values,
-                           rows=max(self._rows + n_rows, self._k.shape[0] + GROWTH),
+            needed, capacity = self._rows + n_rows, self._k.shape[0]
+            if start < 0 or needed > capacity:
+                self.adopt(self.keys, self.values,  # more rows only when they do not fit
+                           rows=capacity if needed <= capacity
+                           else max(needed, capacity + GROWTH),
                            left=width - (self._end - self._start) + LEFT_ROOM,
                            right=GROWTH)
                 start = self._end - width

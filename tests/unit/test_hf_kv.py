@@ -14,6 +14,7 @@ pytest.importorskip("transformers")
 
 from agentmath.backends.hf_kv import (  # noqa: E402
     GROWTH,
+    LEFT_ROOM,
     append_rows,
     drop_front,
     keep_rows,
@@ -138,3 +139,18 @@ def test_a_model_decodes_the_same_with_a_slab_cache_as_with_dynamic_cache() -> N
         for mine, theirs, new in zip(slab.layers, plain.layers, joined.layers, strict=True):
             assert torch.equal(mine.keys[:3, :, -8:], theirs.keys)
             assert torch.equal(mine.keys[3, :, -4:], new.keys[0])
+
+
+def test_a_much_longer_newcomer_widens_the_buffers_without_adding_rows() -> None:
+    layer = slab_layer_class()()
+    keys, values = _kv(2, 3, 0)
+    layer.update(keys, values)
+    layer.keep_rows(swap_remove_order(2, [0]))
+    long_k, long_v = _kv(1, 3 + LEFT_ROOM + 10, 1)  # more columns than the room on the left
+    layer.append_rows(long_k, long_v, width=long_k.shape[-2])
+    assert torch.equal(layer.keys[1], long_k[0])
+    assert torch.equal(layer.keys[0, :, -3:], keys[1])
+    row_bytes = layer.keys.shape[1] * layer.keys.element_size() * DIM
+    columns = layer.keys.untyped_storage().nbytes() // row_bytes // 2  # two rows held
+    # room for the window, LEFT_ROOM before it and GROWTH after it, in two rows (not 2 + GROWTH)
+    assert columns == long_k.shape[-2] + LEFT_ROOM + GROWTH
