@@ -101,7 +101,7 @@ class DecodeBatch:
             with torch.no_grad():
                 if drop:
                     gone = set(drop)
-                    self._keep([i for i, r in enumerate(self.rows) if r not in gone])
+                    self._drop([i for i, r in enumerate(self.rows) if r in gone])
                 if admit:
                     stamp = self.prefixes.refresh()
                     for row in admit:
@@ -223,8 +223,7 @@ class DecodeBatch:
         if ended and self.prefixes.rows:
             self._stash([i for i, _ in ended])
         if ended:
-            gone = {i for i, _ in ended}
-            self._keep([i for i in range(len(rows)) if i not in gone])
+            self._drop([i for i, _ in ended])
         return [(rows[i], g) for i, g in ended]
 
     # ------------------------------------------------------------------ rows
@@ -280,19 +279,17 @@ class DecodeBatch:
             if kv and kv[0][0].shape[1] == len(covered):
                 self.prefixes.put(covered, kv, row.stamp)
 
-    def _keep(self, index: list[int]) -> None:
-        """Keep only the rows at ``index`` (ascending); the last rows fill the holes, so the
-        order changes (:func:`~agentmath.backends.hf_kv.swap_remove_order`). Drop the leading
-        cache columns that are padding in every remaining row."""
-        if len(index) == len(self.rows):
+    def _drop(self, gone: list[int]) -> None:
+        """Drop the rows at ``gone``; the last rows fill the holes, so the order changes
+        (:func:`~agentmath.backends.hf_kv.swap_remove_order`). Drop the leading cache columns
+        that are padding in every remaining row."""
+        if not gone:
             return
         self.params = None
-        if not index:
+        if len(gone) == len(self.rows):
             self.rows, self.cache, self.mask = [], None, None
             return
-        kept = set(index)
-        order = swap_remove_order(len(self.rows), [i for i in range(len(self.rows))
-                                                   if i not in kept])
+        order = swap_remove_order(len(self.rows), gone)
         self.rows = [self.rows[i] for i in order]
         keep_rows(self.cache, order)
         self.mask = _trim(self.cache, self.mask[self.torch.tensor(order, device=self.device)])
