@@ -113,6 +113,10 @@ def add_real_arguments(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--poll-s", type=float, default=0.2, help="/metrics polling period")
     g.add_argument("--calibration-batches", type=int, nargs="*", default=[1, 4, 16, 64],
                    help="decode batch sizes whose step time is measured (none: skip)")
+    g.add_argument("--calibration-repeats", type=int, default=3, help=(
+        "back-to-back wall-time pairs per calibration point (their median is kept)"))
+    g.add_argument("--calibration-tokens", type=int, default=272, help=(
+        "the long decode of each pair (the short one writes 16 tokens)"))
 
 
 def real_workload(ns: argparse.Namespace) -> Workload:
@@ -266,7 +270,9 @@ def _row(name: str, makespan: float, deltas: list[srv.VllmMetrics], busy: srv.Bu
 
 async def _run(ns: argparse.Namespace, urls: list[str], log_dir: Path) -> dict[str, Any]:
     workload = real_workload(ns)
-    calibration = await srv.calibrate(urls, MODEL, ns.calibration_batches)
+    calibration = await srv.calibrate(urls, MODEL, ns.calibration_batches,
+                                      repeats=ns.calibration_repeats,
+                                      lengths=(16, ns.calibration_tokens))
     params = _engine_params(ns)
     sandbox = SandboxConfig(preload=("math",), max_sessions=3 * params["max_in_flight"],
                             max_concurrency=params["sandbox_workers"], timeout_s=30.0)

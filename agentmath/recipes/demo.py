@@ -70,6 +70,7 @@ from agentmath.rl.records import StageMove
 
 if TYPE_CHECKING:
     from concurrent.futures import ProcessPoolExecutor
+    from contextlib import AbstractContextManager
 
     from agentmath.eval.results import RunMetrics
 
@@ -96,13 +97,22 @@ WORKER_PRELOAD = ("transformers", "agentmath.train.sft", "agentmath.rl.trainer",
                   "agentmath.eval.runner", "agentmath.backends.hf")
 
 
+def demo_pool() -> AbstractContextManager[ProcessPoolExecutor | None]:
+    """The demo's pool of two workers (:func:`worker_pool`, importing ``WORKER_PRELOAD``)."""
+    return worker_pool(2, preload=WORKER_PRELOAD)
+
+
 def run_demo(cfg: DemoConfig, out: Path, save_model_to: Path | None,
-             stage: Stage = print) -> DemoSummary:
+             stage: Stage = print, pool: ProcessPoolExecutor | None = None) -> DemoSummary:
     """Run every stage; returns the summary (also written to ``out/summary.json``). Each
-    stage's two jobs run side by side in one pool of two workers kept for the whole demo."""
+    stage's two jobs run side by side in one pool of two workers kept for the whole demo:
+    ``pool`` (a :func:`demo_pool` kept for several demos, whose jobs each seed their own
+    RNGs), or one started for this demo."""
     check_device(cfg)
-    with worker_pool(2, preload=WORKER_PRELOAD) as pool:
+    if pool is not None:
         return _run_stages(cfg, out, save_model_to, stage, pool)
+    with demo_pool() as own:
+        return _run_stages(cfg, out, save_model_to, stage, own)
 
 
 @dataclass(frozen=True)

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from agentmath import _loop as event_loop
-from agentmath.config import EvalConfig, LoopConfig
+from agentmath.config import EvalConfig, LoopConfig, SandboxConfig
 from agentmath.recipes.demo_config import FORMAT, TOOL_SYSTEM, DemoConfig
 from agentmath.rl.records import StageMove
 
@@ -29,13 +29,20 @@ async def _evaluate(cfg: DemoConfig, model_dir: str, system: str, data: Path, ou
     ecfg = EvalConfig(dataset=str(data), model=model_dir, backend="hf", samples=samples,
                       temperature=temperature, seed=cfg.seed, concurrency=64, limit=limit,
                       loop=LoopConfig(system_prompt=system, max_model_tokens=cfg.eval_max_tokens,
-                                      max_tool_calls=MAX_TOOL_CALLS))
+                                      max_tool_calls=MAX_TOOL_CALLS),
+                      **_sandbox(cfg))
     backend = HFBackend(model_dir, max_batch=64,
                         device=None if cfg.device == "auto" else cfg.device)
     try:
         return (await run_eval(ecfg, out, backend)).metrics
     finally:
         await backend.aclose()
+
+
+def _sandbox(cfg: DemoConfig) -> dict[str, Any]:
+    """The ``sandbox`` setting of the demo's evaluations and GRPO runs (none: the default)."""
+    return {} if cfg.sandbox_preload is None else {
+        "sandbox": SandboxConfig(preload=cfg.sandbox_preload)}
 
 
 def rl_config(cfg: DemoConfig, model_dir: str, train_file: Path, *, masked: bool) -> Any:
@@ -62,7 +69,8 @@ def rl_config(cfg: DemoConfig, model_dir: str, train_file: Path, *, masked: bool
         "loop": {"system_prompt": TOOL_SYSTEM, "max_model_tokens": cfg.eval_max_tokens,
                  "max_tool_calls": MAX_TOOL_CALLS},
         "rollout": {"mode": "async", "max_in_flight": 128}, "device": cfg.device,
-        "generator": {"max_batch": 64}, "checkpoint_every": 0, "tensorboard": False})
+        "generator": {"max_batch": 64}, "checkpoint_every": 0, "tensorboard": False,
+        **_sandbox(cfg)})
 
 
 def start_seed(seed: int, attempt: int) -> int:

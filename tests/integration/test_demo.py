@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -15,20 +16,33 @@ def toy_config(seed: int = 0):
     from agentmath.recipes.demo import DemoConfig
 
     # min_start_pass_at_k 1.0: no toy start passes, so the demo grows the tool model again
-    # (its second attempt) and runs GRPO from the last one
+    # (its second attempt) and runs GRPO from the last one. sandbox_preload: the cells still
+    # run in the real sandbox, whose start (numpy, sympy, scipy imported up front: ~2 s of
+    # each toy evaluation's ~2.5 s) is the one thing a toy demo's nine per run do not need.
     return DemoConfig(seed=seed, steps=3, train_problems=20, test_problems=5,
                       eval_max_tokens=48, vocab_size=400, batch_size=4, rl_steps=2,
                       rl_group_size=2, rl_prompts=2, headroom_k=2, start_attempts=2,
-                      min_start_pass_at_k=1.0)
+                      min_start_pass_at_k=1.0, sandbox_preload=("math",))
 
 
 def test_demo_runs_every_stage_and_is_deterministic(tmp_path: Path) -> None:
     pytest.importorskip("torch", reason="the demo trains models: needs the 'train' extra")
+    from agentmath.recipes.demo import demo_pool
+
+    # The three demos share one pool of the demo's two workers (its interpreter start and
+    # imports, a large part of a toy demo, paid once): a demo's jobs already run one after
+    # another in its workers, each seeding its own RNGs, so the second run on workers that
+    # ran the first still must give the same numbers.
+    with demo_pool() as pool:
+        _three_demos(tmp_path, pool)
+
+
+def _three_demos(tmp_path: Path, pool: Any) -> None:
     from agentmath.recipes.demo import run_demo
     from agentmath.recipes.summary import DemoSummary
 
     first = run_demo(toy_config(), tmp_path / "a", tmp_path / "saved-model",
-                     stage=lambda _: None).to_dict()  # the JSON form: summary.json, --json
+                     stage=lambda _: None, pool=pool).to_dict()  # summary.json's form, --json
     names = [m["model"] for m in first["models"]]
     assert names == ["text-only", "tool", "tool + grpo", "tool + grpo (unmasked)"]
     assert "grpo" in names[2] and "unmasked" in names[3] and "unmasked" not in names[2]
@@ -63,11 +77,12 @@ def test_demo_runs_every_stage_and_is_deterministic(tmp_path: Path) -> None:
     assert first["report"]["plots"] and all(Path(p).exists() for p in first["report"]["plots"])
     saved = json.loads((tmp_path / "a" / "summary.json").read_text())
     assert saved["models"] == first["models"] and saved["report"] == first["report"]
-    second = run_demo(toy_config(), tmp_path / "b", None, stage=lambda _: None).to_dict()
+    second = run_demo(toy_config(), tmp_path / "b", None, stage=lambda _: None,
+                      pool=pool).to_dict()
     assert second["models"] == first["models"]  # same seed: same accuracy, tokens, calls
     # Again into the first run's folder with another seed: fresh evaluations of the new
     # models on the new problems, not a resume of the first run's samples.
-    third = run_demo(toy_config(seed=1), tmp_path / "a", None, stage=lambda _: None)
+    third = run_demo(toy_config(seed=1), tmp_path / "a", None, stage=lambda _: None, pool=pool)
     saved_third = DemoSummary.read(tmp_path / "a")  # the saved file reads back as returned
     assert json.dumps(saved_third.to_dict()) == json.dumps(third.to_dict())
     test_ids = {json.loads(line)["id"]

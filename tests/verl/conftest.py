@@ -14,11 +14,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import pytest_asyncio
 
 if importlib.util.find_spec("verl") is None:
     collect_ignore_glob = ["test_*.py"]
 
-ROOT = Path(__file__).resolve().parents[2]
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parents[1]
 MAIN_PYTHON = ROOT / ".venv" / "bin" / "python"
 
 
@@ -50,10 +52,26 @@ def tokenizer(tiny_dir: Path) -> Any:  # a transformers tokenizer
     return AutoTokenizer.from_pretrained(str(tiny_dir))
 
 
-@pytest.fixture
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """This folder's async tests share one event loop, the session's: the agent loop keeps one
+    sandbox per event loop for the process's later episodes (as in a verl worker), so they
+    share its sandbox (each episode still gets a fresh sandbox session) instead of starting
+    a sandbox zygote (1-2 s here) per test, like the reference outputs' pool."""
+    from pytest_asyncio import is_async_test
+
+    marker = pytest.mark.asyncio(loop_scope="session")
+    for item in items:
+        if item.path.is_relative_to(HERE) and is_async_test(item):
+            item.add_marker(marker, append=False)
+
+
+@pytest_asyncio.fixture(scope="session", loop_scope="session")
 async def close_sandboxes() -> AsyncIterator[None]:
-    """Close the agent loop's shared sandbox clients of this test's event loop afterwards."""
+    """Close the agent loop's shared sandbox clients, and the reference outputs' pool, of the
+    session's event loop at the end."""
     from agentmath.verl.settings import close_shared_sandboxes
+    from tests.verl.fakes import close_reference_pools
 
     yield
     await close_shared_sandboxes()
+    await close_reference_pools()

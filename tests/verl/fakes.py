@@ -15,6 +15,8 @@
 from __future__ import annotations
 
 import asyncio
+import copy
+import functools
 import os
 from collections.abc import Sequence
 from typing import Any
@@ -41,12 +43,19 @@ VERL_CONFIG_DIR = os.path.join(os.path.dirname(verl.__file__), "trainer", "confi
 
 def verl_config(*overrides: str, prompt_length: int = 512, response_length: int = 256,
                 rollout: str = "vllm") -> DictConfig:
-    """verl's own trainer config (ppo_trainer.yaml composed by hydra), with overrides."""
+    """verl's own trainer config (ppo_trainer.yaml composed by hydra), with overrides: a copy
+    of the one composed for these arguments (hydra's compose takes 1-2 s here, and the suite
+    asks for a handful of distinct configs some 40 times), so a test may change its own."""
+    return copy.deepcopy(_composed((f"actor_rollout_ref.rollout.name={rollout}",
+                                    f"actor_rollout_ref.rollout.prompt_length={prompt_length}",
+                                    f"actor_rollout_ref.rollout.response_length="
+                                    f"{response_length}", *overrides)))
+
+
+@functools.cache
+def _composed(overrides: tuple[str, ...]) -> DictConfig:
     with initialize_config_dir(config_dir=VERL_CONFIG_DIR, version_base=None):
-        return compose(config_name="ppo_trainer", overrides=[
-            f"actor_rollout_ref.rollout.name={rollout}",
-            f"actor_rollout_ref.rollout.prompt_length={prompt_length}",
-            f"actor_rollout_ref.rollout.response_length={response_length}", *overrides])
+        return compose(config_name="ppo_trainer", overrides=list(overrides))
 
 
 def logprob_of(token_id: int) -> float:
@@ -217,13 +226,30 @@ def runs(mask: list[int], value: int) -> list[tuple[int, int]]:
     return out
 
 
+#: :func:`sandbox_outputs`' own pool on each event loop (its own zygote, not the agent loop's),
+#: kept until :func:`close_reference_pools`: starting a pool takes 1-2 s here.
+_reference_pools: dict[asyncio.AbstractEventLoop, SandboxPool] = {}
+
+
 async def sandbox_outputs(cells: list[str], fmt_name: str = "code_interpreter") -> list[str]:
-    """The format's rendering of ``cells`` run in one fresh agentmath sandbox session."""
+    """The format's rendering of ``cells`` run in one fresh agentmath sandbox session (a new
+    worker of a reference pool apart from the agent loop's sandbox)."""
     fmt = get_format(fmt_name)
-    async with SandboxPool() as pool:
-        session = pool.session()
-        try:
-            return [fmt.render(await session.run(code, timeout=10.0), max_chars=2000)
-                    for code in cells]
-        finally:
-            await session.close()
+    loop = asyncio.get_running_loop()
+    if loop not in _reference_pools:
+        pool = SandboxPool()
+        await pool.start()
+        _reference_pools[loop] = pool
+    session = _reference_pools[loop].session()
+    try:
+        return [fmt.render(await session.run(code, timeout=10.0), max_chars=2000)
+                for code in cells]
+    finally:
+        await session.close()
+
+
+async def close_reference_pools() -> None:
+    """Close :func:`sandbox_outputs`' pool of the running event loop, if it has one."""
+    pool = _reference_pools.pop(asyncio.get_running_loop(), None)
+    if pool is not None:
+        await pool.close()
