@@ -11,6 +11,11 @@ paraphrase counts as removed only when it is matched to its own source. Every ro
 reference answer (a paraphrase its source's, a same-topic problem its own, worked out by hand),
 as the benchmarks do: the same-story rule spares a match whose answers differ
 (:mod:`agentmath.synth.questions`); ``answers=False`` gives the texts-only figures.
+
+Every configuration with the semantic detector embeds the same references (some 2,000 texts);
+with the ONNX embedder, whose embedding of a text is a function of that text alone (each text
+runs alone), they are embedded once in the process and remembered (:class:`_Remembering`): the
+figures are the same, the table is made in a third of the time.
 """
 
 from __future__ import annotations
@@ -18,6 +23,8 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 from typing import Any
+
+import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
@@ -50,6 +57,7 @@ def hand_scores(configs: dict[str, str], backend: str = "auto",
     out = []
     for label, config in configs.items():
         detectors = make_detectors(config, DetectorSettings(semantic_backend=backend))
+        _remember_embeddings(detectors)
         report = decontaminate([r[0] for r in rows], refs, detectors,
                                spare=other_question if answers else None)
         removed = {r.index: r for r in report.removed}
@@ -67,6 +75,33 @@ def hand_scores(configs: dict[str, str], backend: str = "auto",
                     "other_problem": count["problem"],
                     "other_problem_removed": wrong["problem"]})
     return out
+
+
+class _Remembering:
+    """An ONNX embedder that embeds each text once in this process (:data:`_SEEN`)."""
+
+    def __init__(self, model: Any) -> None:
+        self.model = model
+
+    def encode(self, texts: Any, batch_size: int = 32, threads: int | None = None) -> Any:
+        todo = [t for t in dict.fromkeys(texts) if t not in _SEEN]
+        if todo:
+            _SEEN.update(zip(todo, self.model.encode(todo, batch_size, threads), strict=True))
+        return np.stack([_SEEN[t] for t in texts]) if texts else self.model.encode(texts)
+
+
+_SEEN: dict[str, Any] = {}
+
+
+def _remember_embeddings(detectors: list[Any]) -> None:
+    """Give each semantic detector on the ONNX embedder the remembering one."""
+    from agentmath.synth.detectors import SemanticDetector
+    from agentmath.synth.embedder import OnnxEmbedder
+
+    for detector in detectors:
+        if isinstance(detector, SemanticDetector) and isinstance(detector._embedder(),
+                                                                 OnnxEmbedder):
+            detector._model = _Remembering(detector._model)
 
 
 def print_hand(rows: list[dict[str, Any]]) -> None:

@@ -13,12 +13,20 @@
 Both take ``samples`` and ``temperature`` too (the start's headroom: ``samples`` = k episodes
 a problem at the RL temperature); then ``accuracy`` is the mean over every sample and
 ``pass@k`` (k = ``samples``) the share of problems with at least one correct sample.
+
+:func:`evaluate_all` runs a list of evaluations, each model in both protocols; in a smoke run
+(``--quick``) all of them on one sandbox pool, whose start (the zygote's preloaded modules)
+costs more than a smoke run's evaluation itself; otherwise each protocol of each model with a
+pool of its own.
 """
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import json
+import sys
+from contextlib import nullcontext
 from pathlib import Path
 from typing import Any
 
@@ -67,9 +75,10 @@ class HFChat:
 
 async def eval_text(model_dir: str, data: Path, out: Path, *, limit: int, max_tokens: int,
                     max_tool_calls: int, seed: int, system: str, samples: int = 1,
-                    temperature: float = 0.0) -> dict[str, Any]:
+                    temperature: float = 0.0, pool: Any = None) -> dict[str, Any]:
     """``run_eval`` in the chatml_tools format under ``system`` (the native records' prompt:
-    see grpo.chatml_system_prompt); accuracy, its CI and the tool figures."""
+    see grpo.chatml_system_prompt); accuracy, its CI and the tool figures. ``pool``: a
+    sandbox pool to run on (None: one of its own)."""
     from agentmath.backends.hf import HFBackend
     from agentmath.eval.runner import run_eval
 
@@ -80,7 +89,7 @@ async def eval_text(model_dir: str, data: Path, out: Path, *, limit: int, max_to
                                      system_prompt=system))
     backend = HFBackend(model_dir, max_batch=64)
     try:
-        metrics = (await run_eval(cfg, out, backend)).metrics.to_dict()
+        metrics = (await run_eval(cfg, out, backend, sandbox=pool)).metrics.to_dict()
     finally:
         await backend.aclose()
     tools = metrics["tools"]
@@ -96,9 +105,10 @@ async def eval_text(model_dir: str, data: Path, out: Path, *, limit: int, max_to
 
 async def eval_native(model_dir: str, rows: list[dict[str, Any]], *, limit: int,
                       max_tokens: int, max_tool_calls: int, seed: int, samples: int = 1,
-                      temperature: float = 0.0) -> dict[str, Any]:
+                      temperature: float = 0.0, pool: Any = None) -> dict[str, Any]:
     """The chat loop with native tool calls on the first ``limit`` rows, ``samples`` episodes
-    each (greedy by default; sampled episodes are seeded one by one)."""
+    each (greedy by default; sampled episodes are seeded one by one). ``pool``: a sandbox
+    pool to run on (None: one of its own)."""
     from agentmath import grading
     from agentmath.agent.loop import run_chat_episode
     from agentmath.backends.hf import HFBackend
@@ -111,9 +121,9 @@ async def eval_native(model_dir: str, rows: list[dict[str, Any]], *, limit: int,
     rows = rows[:limit]
     jobs = [(i, j) for i in range(len(rows)) for j in range(samples)]
     try:
-        async with SandboxPool(SandboxConfig()) as pool:
+        async with SandboxPool(SandboxConfig()) if pool is None else nullcontext(pool) as sandbox:
             trajs = await asyncio.gather(*(
-                run_chat_episode(rows[i]["problem"], chat, pool, loop, SamplingParams(
+                run_chat_episode(rows[i]["problem"], chat, sandbox, loop, SamplingParams(
                     temperature=temperature, seed=seed if samples == 1
                     else seed * 100_003 + i * samples + j)) for i, j in jobs))
     finally:
@@ -133,3 +143,68 @@ async def eval_native(model_dir: str, rows: list[dict[str, Any]], *, limit: int,
         result.update({"problems": len(rows), "temperature": temperature,
                        f"pass@{samples}": sum(c > 0 for c in correct) / max(1, len(rows))})
     return result
+
+
+def _arguments(ns: argparse.Namespace, test: Path, samples: int, temperature: float,
+               limit: int | None) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """The held-out rows and the keyword arguments both evaluations take."""
+    rows = [json.loads(line) for line in test.read_text().splitlines() if line.strip()]
+    return rows, {"limit": limit or ns.eval_problems, "max_tokens": ns.max_completion,
+                  "max_tool_calls": ns.max_tool_calls, "seed": ns.seed, "samples": samples,
+                  "temperature": temperature}
+
+
+async def evaluate(ns: argparse.Namespace, model_dir: str, test: Path, out: Path, *,
+                   samples: int = 1, temperature: float = 0.0, limit: int | None = None,
+                   pool: Any = None) -> dict[str, Any]:
+    """Held-out accuracy of ``model_dir`` in both protocols (``samples`` each, greedy by
+    default) on the first ``limit`` (default ``--eval-problems``) problems, under the system
+    prompt grpo.chatml_system_prompt derived (``ns.system_prompt``, checked once in run);
+    on ``pool`` (None: a pool of its own for each protocol)."""
+    rows, kw = _arguments(ns, test, samples, temperature, limit)
+    result = {"text": await eval_text(model_dir, test, out / "eval-text",
+                                      system=ns.system_prompt, pool=pool, **kw)}
+    if not ns.no_native_eval:
+        result["native"] = await eval_native(model_dir, rows, pool=pool, **kw)
+    return result
+
+
+def _evaluate_apart(ns: argparse.Namespace, model_dir: str, test: Path, out: Path, *,
+                    samples: int = 1, temperature: float = 0.0,
+                    limit: int | None = None) -> dict[str, Any]:
+    """:func:`evaluate` with each protocol on an event loop (and a pool) of its own: how the
+    full benchmark evaluates."""
+    rows, kw = _arguments(ns, test, samples, temperature, limit)
+    result = {"text": asyncio.run(eval_text(model_dir, test, out / "eval-text",
+                                            system=ns.system_prompt, **kw))}
+    if not ns.no_native_eval:
+        result["native"] = asyncio.run(eval_native(model_dir, rows, **kw))
+    return result
+
+
+def evaluate_all(ns: argparse.Namespace,
+                 jobs: list[tuple[str, tuple[Any, ...], dict[str, Any]]]) -> list[dict[str, Any]]:
+    """Each job (a line for the log, :func:`evaluate`'s arguments after ``ns``, its keyword
+    arguments) in turn: with ``ns.quick`` all on one event loop and one sandbox pool, else
+    each protocol on a loop and a pool of its own."""
+    def log(message: str) -> None:
+        print(message, file=sys.stderr, flush=True)
+
+    if not ns.quick:
+        out = []
+        for line, args, kw in jobs:
+            log(line)
+            out.append(_evaluate_apart(ns, *args, **kw))
+        return out
+
+    async def shared() -> list[dict[str, Any]]:
+        from agentmath.sandbox import SandboxPool
+
+        found = []
+        async with SandboxPool(SandboxConfig()) as pool:
+            for line, args, kw in jobs:
+                log(line)
+                found.append(await evaluate(ns, *args, **kw, pool=pool))
+        return found
+
+    return asyncio.run(shared())

@@ -5,6 +5,8 @@ commit's worktree put first on PYTHONPATH by rl_step.py). Prints one line, ``ROW
     python benchmarks/_rl_step_driver.py '{"model": ..., "data": ..., "out": ..., "steps": 4,
         "config": "frozen" | "demo", "generator": {...}, "quick": false}'
 
+(``quick``: a smoke run, 1 prompt x 2 samples a step and 64 model tokens an episode.)
+
 ``config``: ``demo`` is today's ``agentmath.recipes.demo.rl_config`` (budget stages, void-turn
 filter); ``frozen`` is the demo's GRPO run as it was written when the step was first measured
 (commit b333b8a: accuracy reward, 8 prompts x 8 samples, 320 model tokens, up to 6 tool calls,
@@ -24,6 +26,7 @@ from pathlib import Path
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")  # one core per run, as in the demo
 
+QUICK_TOKENS = 64  # a smoke run's model-token budget per episode
 TOOL_SYSTEM = "Solve the problem. Run Python in <code> blocks; results come back in <interpreter>."
 
 
@@ -51,8 +54,12 @@ def build(spec: dict) -> object:
     else:
         cfg = frozen_config(spec["model"], spec["data"], spec["steps"])
     cfg["generator"] = {**cfg["generator"], **spec.get("generator", {})}
-    if spec.get("quick"):
-        cfg.update(prompts_per_step=2, group_size=4)
+    if spec.get("quick"):  # a smoke run: 1 prompt x 2 samples a step, 64 model tokens each
+        cfg.update(prompts_per_step=1, group_size=2)
+        cfg["loop"] = {**cfg["loop"], "max_model_tokens": QUICK_TOKENS}
+        if cfg.get("stages"):
+            cfg["stages"] = {**cfg["stages"], "stages": [
+                {**stage, "max_model_tokens": QUICK_TOKENS} for stage in cfg["stages"]["stages"]]}
     return RLConfig.model_validate(cfg)
 
 

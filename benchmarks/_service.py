@@ -283,10 +283,10 @@ async def service_measure(quick: bool) -> dict[str, Any]:
 
 
 async def _client_measure(svc: Any, new: Any, quick: bool) -> dict[str, Any]:
-    k = 10 if quick else 1
+    k = 30 if quick else 1  # a smoke run: 30x fewer cells, paced phases of 0.25 s
     res: dict[str, Any] = {}
     one_s = await new().open()
-    for _ in range(50):
+    for _ in range(10 if quick else 50):
         await one_s.run()
     lat = []
     for _ in range(3000 // k):
@@ -303,7 +303,7 @@ async def _client_measure(svc: Any, new: Any, quick: bool) -> dict[str, Any]:
 
     res["tput"] = {}
     for conc in (1, 8, 32):
-        per = max(20, 6000 // k // conc)
+        per = max(5 if quick else 20, 6000 // k // conc)
         pids = tree_pids(svc.pid)
         c0, main0 = time.process_time(), _cpu_s([svc.pid])
         w0 = _cpu_s([p for p in pids if p != svc.pid])
@@ -355,7 +355,7 @@ async def _client_measure(svc: Any, new: Any, quick: bool) -> dict[str, Any]:
             "slow_cells_in_a_gap": explain(slow, hic.gaps)}
         return out
 
-    seconds = 1.0 if quick else 4.0
+    seconds = 0.25 if quick else 4.0
     # This client's heap (httpx, the sessions) out of its collector's reach, as the service
     # does with its own: a gen-2 pause of the client (12-45 ms measured) would stall every
     # cell in flight and be counted as the service's tail.

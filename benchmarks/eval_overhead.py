@@ -1,6 +1,8 @@
 """Evaluation-harness benchmark: overhead per sample, and samples/s with a real tiny model.
 
-Run: ``.venv/bin/python benchmarks/eval_overhead.py`` (``--quick`` for a smoke run).
+Run: ``.venv/bin/python benchmarks/eval_overhead.py`` (``--quick`` for a smoke run: 10
+problems x 4 samples a run for the overhead rows, one round; the model rows on 8 samples at
+concurrency 1, 4 and 8).
 
 * overhead per sample: ``run_eval`` with a scripted backend (no model) on a synthetic dataset,
   through the real sandbox, grading and the samples.jsonl store — what the harness itself costs,
@@ -179,10 +181,10 @@ async def main(quick: bool, model_root: Path | None, concurrencies: list[int],
     rows = []
     with tempfile.TemporaryDirectory() as d:
         tmp = Path(d)
-        rows += await overhead_rows(tmp, 20 if quick else 100, 4, concurrencies, rounds)
-        n = 16 if quick else 64
+        rows += await overhead_rows(tmp, 10 if quick else 100, 4, concurrencies, rounds)
+        n = 8 if quick else 64
         base = None
-        for conc in (() if model_root is None else (1, 4, 16) if quick else (1, 4, 16, 64)):
+        for conc in (() if model_root is None else (1, 4, 8) if quick else (1, 4, 16, 64)):
             rate, metrics = await throughput(tmp, model_root, conc, n)
             base = base or rate
             rows.append((f"tiny model (hf backend), concurrency {conc}", f"{rate:.2f} samples/s",
@@ -198,7 +200,9 @@ async def main(quick: bool, model_root: Path | None, concurrencies: list[int],
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--quick", action="store_true", help="smaller (smoke run)")
+    parser.add_argument("--quick", action="store_true",
+                        help="smaller (smoke run): 10 problems x 4 samples an overhead run, "
+                             "8 samples a model row at concurrency 1, 4, 8")
     parser.add_argument("--model", type=Path, default=None, help=(
         "a grown tool-model directory (final/ and test.jsonl) to use instead of growing one"))
     parser.add_argument("--overhead-only", action="store_true",

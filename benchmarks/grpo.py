@@ -35,11 +35,12 @@ best final. Accuracy is judged in each trainer's own protocol by default (``--go
 agentmath's text protocol, TRL's native chat protocol); both are always reported. A PNG plot of
 accuracy against wall time for every run goes to the run directory under ``--out``.
 
-The model. ``build_tool_model`` grows a ``micro`` Qwen3 (``--sft-steps`` of batch 16) on
-synthetic word problems in ONE protocol, native tool calling (chat records: the assistant's
-``<tool_call>`` ends its turn, the result is a ``tool`` turn), ``text_share`` of its problems as
-text records under the same system prompt and tools schema; cached under ``--out`` by a hash of
-its config (a rerun skips it). Both trainers sample that very protocol, token for token:
+The model. ``build_tool_model`` grows a ``micro`` Qwen3 (``--sft-steps`` of batch
+``--sft-batch``, 16) on synthetic word problems in ONE protocol, native tool calling (chat
+records: the assistant's ``<tool_call>`` ends its turn, the result is a ``tool`` turn),
+``text_share`` of its problems as text records under the same system prompt and tools schema;
+cached under ``--out`` by a hash of its config (a rerun skips it). Both trainers sample that
+very protocol, token for token:
 
 * TRL's ``tools=`` loop is native tool calling. It needs the tool schema it renders from a
   Python function to be the one the model was trained with, a prefix-preserving template, and a
@@ -99,7 +100,6 @@ and ``--eval-problems`` trade coverage for time.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import contextlib
 import hashlib
 import json
@@ -114,6 +114,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _common import print_table  # noqa: E402
+from _grpo_eval import evaluate_all  # noqa: E402
 
 from agentmath.recipes.tool_model import NATIVE, ToolModelConfig  # noqa: E402
 
@@ -122,16 +123,19 @@ HELD_OUT = 200  # held-out problems of the model (--eval-problems reads the firs
 PROTOCOLS = ("text", "native")
 OWN_PROTOCOL = {"agentmath": "text", "trl": "native"}
 
-# --quick: every size tiny (the smoke test); an option given explicitly still wins
+# --quick: every size tiny (the smoke test); an option given explicitly still wins. Its
+# evaluations also share one sandbox pool (_grpo_eval.evaluate_all)
 QUICK = {"steps": 2, "group_size": 2, "prompts": 1, "lrs": [1e-4, 3e-4], "eval_every": 1,
          "max_completion": 48, "max_tool_calls": 1, "eval_problems": 2, "headroom_k": 2,
-         "headroom_problems": 2, "model_size": "nano", "sft_steps": 4, "sft_problems": 16}
+         "headroom_problems": 2, "model_size": "nano", "sft_steps": 4, "sft_problems": 16,
+         "sft_batch": 4}
 
 
 def model_config(ns: argparse.Namespace) -> ToolModelConfig:
     return ToolModelConfig(seed=ns.seed, train_problems=ns.sft_problems, test_problems=HELD_OUT,
                            max_digits=3, formats=[NATIVE],
-                           model_size=ns.model_size, steps=ns.sft_steps, batch_size=16,
+                           model_size=ns.model_size, steps=ns.sft_steps,
+                           batch_size=ns.sft_batch,
                            text_share=ns.text_share)
 
 
@@ -298,25 +302,6 @@ def train_run(ns: argparse.Namespace, trainer: str, lr: float, model_dir: Path, 
 
 
 # ----------------------------------------------------------------------------- evaluation
-def evaluate(ns: argparse.Namespace, model_dir: str, test: Path, out: Path, *,
-             samples: int = 1, temperature: float = 0.0,
-             limit: int | None = None) -> dict[str, Any]:
-    # the system prompt is the one chatml_system_prompt derives (checked once in run)
-    """Held-out accuracy of ``model_dir`` in both protocols (``samples`` each, greedy by
-    default) on the first ``limit`` (default ``--eval-problems``) problems."""
-    from _grpo_eval import eval_native, eval_text
-
-    rows = [json.loads(line) for line in test.read_text().splitlines() if line.strip()]
-    kw = {"limit": limit or ns.eval_problems, "max_tokens": ns.max_completion,
-          "max_tool_calls": ns.max_tool_calls, "seed": ns.seed, "samples": samples,
-          "temperature": temperature}
-    result = {"text": asyncio.run(eval_text(model_dir, test, out / "eval-text",
-                                            system=ns.system_prompt, **kw))}
-    if not ns.no_native_eval:
-        result["native"] = asyncio.run(eval_native(model_dir, rows, **kw))
-    return result
-
-
 def cached_start(ns: argparse.Namespace, model_dir: Path, test: Path) -> dict[str, Any]:
     """The start model's greedy accuracy and headroom (pass@k at the RL temperature), cached
     next to it."""
@@ -327,13 +312,14 @@ def cached_start(ns: argparse.Namespace, model_dir: Path, test: Path) -> dict[st
     if path.exists():
         return json.loads(path.read_text())
     with tempfile.TemporaryDirectory(dir=model_dir.parent) as d:
-        log(f"the start's greedy accuracy on {ns.eval_problems} held-out problems")
-        greedy = evaluate(ns, str(model_dir), test, Path(d) / "greedy")
-        log(f"the start's headroom: {ns.headroom_k} samples at temperature {ns.temperature} "
-            f"on {ns.headroom_problems} held-out problems")
-        sampled = evaluate(ns, str(model_dir), test, Path(d) / "sampled",
-                           samples=ns.headroom_k, temperature=ns.temperature,
-                           limit=ns.headroom_problems)
+        greedy, sampled = evaluate_all(ns, [
+            (f"the start's greedy accuracy on {ns.eval_problems} held-out problems",
+             (str(model_dir), test, Path(d) / "greedy"), {}),
+            (f"the start's headroom: {ns.headroom_k} samples at temperature {ns.temperature} "
+             f"on {ns.headroom_problems} held-out problems",
+             (str(model_dir), test, Path(d) / "sampled"),
+             {"samples": ns.headroom_k, "temperature": ns.temperature,
+              "limit": ns.headroom_problems})])
     result = {"greedy": greedy, "sampled": sampled}
     path.write_text(json.dumps(result, indent=2) + "\n")
     return result
@@ -580,6 +566,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
                    help="SFT steps of the model (the two-protocol model crosses the copy cliff "
                         "at ~650-750 steps; 800 left it at pass@8 0%%)")
     p.add_argument("--sft-problems", type=int, default=1500, help="SFT training problems")
+    p.add_argument("--sft-batch", type=int, default=16, help="SFT batch size")
     p.add_argument("--text-share", type=float, default=0.7,
                    help="share of the SFT problems trained as text records (the demo's mixture)")
     p.add_argument("--seed", type=int, default=0)
@@ -654,10 +641,13 @@ def run(ns: argparse.Namespace) -> dict[str, Any]:
     runs = [train_run(ns, trainer, lr, model_dir, data, rows, run_dir, max_prompt, system)
             for lr in ns.lrs for trainer in trainers]  # alternating: load changes hit both
     eval_started = time.monotonic()
+    points = [(r, p) for r in runs for p in r["points"]]
+    found = evaluate_all(ns, [(f"evaluating {r['name']} at step {p['step']}",
+                               (p["dir"], test, run_dir / "eval" / f"{r['name']}-{p['step']}"),
+                               {}) for r, p in points])
+    for (_, p), ev in zip(points, found, strict=True):
+        p["eval"] = ev
     for r in runs:
-        for p in r["points"]:
-            log(f"evaluating {r['name']} at step {p['step']}")
-            p["eval"] = evaluate(ns, p["dir"], test, run_dir / "eval" / f"{r['name']}-{p['step']}")
         r["final"] = r["points"][-1]["eval"]
     summary = json.loads((mdir / "tool_model.json").read_text())
     trl_runs = [r for r in runs if r["trainer"] == "trl"]

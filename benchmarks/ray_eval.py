@@ -2,7 +2,9 @@
 
 Run: ``.venv/bin/python benchmarks/ray_eval.py`` (``--quick`` for a smoke run, ``--json``).
 Needs the ``ray`` extra. Each cluster is a local ``ray.cluster_utils.Cluster`` (a head and
-``n - 1`` more nodes, 1 CPU each, dashboard off) on this machine; the evaluation is
+``n - 1`` more nodes, 1 CPU each, dashboard off) on this machine (a smoke run, ``--quick``: 12
+samples on 1 and 3 nodes, one cluster grown from 1 node to 3 between its two runs, so the
+3-node run's start-up figure finds the head warm); the evaluation is
 ``run_eval`` with ``config.ray`` set (one rollout worker per node), on the tiny tool model
 through the ``hf`` backend *inside each worker* (every node generates for its own episodes,
 as evaluation shards would on a real cluster), greedy, with real tool calls in each node's
@@ -102,6 +104,34 @@ def on_cluster(model_root: Path, data: Path, out: Path, nodes: int,
         cluster.shutdown()
 
 
+def on_growing_cluster(model_root: Path, data: Path, tmp: Path, sizes: tuple[int, ...],
+                       concurrency: int) -> dict[int, dict[str, Any]]:
+    """The evaluation on each of ``sizes`` nodes (ascending), on one local cluster that gains
+    nodes between the runs (a smoke run: one cluster's start and stop instead of one each)."""
+    import ray
+    from ray.cluster_utils import Cluster
+
+    cluster = Cluster(initialize_head=True, head_node_args={**NODE, "include_dashboard": False})
+    runs, have = {}, 1
+    try:
+        for nodes in sizes:
+            for _ in range(nodes - have):
+                cluster.add_node(**NODE)
+            have = max(have, nodes)
+            cluster.wait_for_nodes()
+            if not ray.is_initialized():
+                ray.init(address=cluster.address, log_to_driver=False, configure_logging=False)
+            cfg = config(model_root, data, concurrency,
+                         RayConfig(address=cluster.address, workers=nodes))
+            clock = Clock()
+            metrics = asyncio.run(run_eval(cfg, tmp / f"ray{nodes}", None, progress=clock))
+            runs[nodes] = clock.result(metrics)
+    finally:
+        ray.shutdown()
+        cluster.shutdown()
+    return runs
+
+
 def rows(base: dict[str, Any], runs: dict[int, dict[str, Any]]) -> list[tuple[str, ...]]:
     """(run, steady samples/s, start-up, wall, vs one process, vs 1 node) rows."""
     base_rate = base["steady_rate"]
@@ -124,7 +154,8 @@ def _plain(r: dict[str, Any]) -> dict[str, float]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--quick", action="store_true", help="fewer samples (smoke run)")
+    parser.add_argument("--quick", action="store_true",
+                        help="a smoke run: 12 samples, 1 and 3 nodes of one growing cluster")
     parser.add_argument("--json", action="store_true", help="print the figures as JSON")
     parser.add_argument("--concurrency", type=int, default=12,
                         help="samples in flight in all (split over the workers)")
@@ -141,8 +172,11 @@ def main() -> None:
         tmp = Path(d)
         data = tool_model_dataset(model_root, tmp / "data.jsonl", n)
         base = asyncio.run(local(model_root, data, tmp / "local", args.concurrency))
-        runs = {k: on_cluster(model_root, data, tmp / f"ray{k}", k, args.concurrency)
-                for k in ((1, 3) if args.quick else (1, 2, 3))}
+        if args.quick:
+            runs = on_growing_cluster(model_root, data, tmp, (1, 3), args.concurrency)
+        else:
+            runs = {k: on_cluster(model_root, data, tmp / f"ray{k}", k, args.concurrency)
+                    for k in (1, 2, 3)}
     table = rows(base, runs)
     if args.json:
         print(json.dumps({"samples": n, "concurrency": args.concurrency, "rows": table,

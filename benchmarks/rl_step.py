@@ -3,7 +3,7 @@ against today's, generator by generator, in one run.
 
     python benchmarks/rl_step.py                  # 4 steps per row
     python benchmarks/rl_step.py --model DIR      # e.g. runs/demo/model-tool/final
-    python benchmarks/rl_step.py --quick --json   # a smoke run: nano model, 2 steps
+    python benchmarks/rl_step.py --quick --json   # a smoke run: nano model, 2 steps of 1 x 2
     python benchmarks/rl_step.py --baseline-rev none   # without the old commit's row
 
 The demo's GRPO run (8 prompts x 8 samples, 320 model tokens, up to 6 tool calls, async
@@ -153,7 +153,8 @@ def main() -> None:
     ap.add_argument("--sft-steps", type=int, default=SFT_STEPS,
                     help="SFT steps of the grown micro start model (800: the demo's then)")
     ap.add_argument("--out", type=Path, default=Path("runs/bench-rl-step"))
-    ap.add_argument("--quick", action="store_true", help="smoke run: nano model, tiny steps")
+    ap.add_argument("--quick", action="store_true",
+                    help="smoke run: nano model, 2 steps of 1 prompt x 2 samples, 64 tokens")
     ap.add_argument("--json", action="store_true", help="print one JSON object")
     ap.add_argument("--baseline-rev", default=BASELINE_REV,
                     help="the commit whose code the first row runs ('none': no such row)")

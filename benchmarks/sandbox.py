@@ -1,13 +1,18 @@
 """Sandbox benchmark: start, round trip, throughput, recovery and memory, against a baseline.
 
 Run: ``.venv/bin/python benchmarks/sandbox.py`` (``--quick`` for a smoke run, ``--json`` for
-machine-readable output). Everything is measured in one run on this machine, with every
+machine-readable output, ``--json-out FILE`` to write that to a file as well as printing the
+tables). Everything is measured in one run on this machine, with every
 protection the kernel offers switched on; the baseline is a fresh ``python -c`` per snippet.
 A second table gives what each protection costs the round trip: the same measurement with that
 one protection switched off (``SandboxConfig.disable_protections``), interleaved in the run.
 A third (alone with ``--service``) gives the sandbox service (``agentmath.sandbox.service``, in a
 subprocess under uvicorn on 127.0.0.1) measured over loopback HTTP with keep-alive from this
 process, beside the in-process figures and the baseline of the same run.
+
+A smoke run (``--quick``) takes 10x fewer iterations (30x over HTTP, paced phases of 0.25 s
+instead of 4 s), and in the protection table pairs one pool with every protection on per round
+with each pool that has one switched off (8 pool starts a round, not 14): a look, not figures.
 """
 
 from __future__ import annotations
@@ -25,6 +30,7 @@ from typing import Any
 from _common import pct, print_table
 from _floor import floors, one_core
 from _service import service_measure
+from _service_table import print_service_table, service_json, service_rows
 
 from agentmath.config import SandboxConfig
 from agentmath.sandbox import Sandbox, SandboxPool
@@ -154,7 +160,7 @@ async def measure(quick: bool) -> dict[str, Any]:
         res["tput_trivial"] = await throughput(pool, TRIVIAL, 32, 1000 // k)
         res["tput_sympy"] = await throughput(pool, SYMPY, 32, 200 // k, SYMPY_SETUP)
         res["recovery"] = await recoveries(pool, 20 // k or 2, 0.2)
-        res["memory_mib"] = await memory(pool, 16 // (2 if quick else 1))
+        res["memory_mib"] = await memory(pool, 4 if quick else 16)
     async with SandboxPool(SandboxConfig(spare_workers=0)) as pool:
         res["start_cold"] = await session_starts(pool, 50 // k)
         res["recovery_cold"] = await recoveries(pool, 20 // k or 2, 0.2)
@@ -167,7 +173,7 @@ async def measure(quick: bool) -> dict[str, Any]:
             session.run(TRIVIAL)
             lat.append((time.perf_counter() - t) * 1000)
         res["rt_trivial_sync"] = lat
-    res["costs"] = await protection_costs(1000 // k, 1 if quick else 5)
+    res["costs"] = await protection_costs(1000 // k, 1 if quick else 5, shared=quick)
     res["base_trivial"], res["base_tput_trivial"] = baseline(TRIVIAL, 40 // k)
     res["base_sympy"], res["base_tput_sympy"] = baseline(
         "sympy.factorint(2**64 - 1)", 20 // k, "import sympy")
@@ -185,12 +191,14 @@ async def _rt_p50(disable: tuple[str, ...], n: int) -> float:
         return pct(await round_trips(pool, TRIVIAL, n), 0.5)
 
 
-async def protection_costs(n: int, repeats: int) -> dict[str, Any]:
+async def protection_costs(n: int, repeats: int, shared: bool = False) -> dict[str, Any]:
     """What each protection costs the trivial round trip, measured in pairs in one run.
 
     For each protection and each repeat, a pool with every protection on and one with that
     protection off are measured back to back (p50 of ``n`` round trips each); the cost is the
     median over repeats of the paired ratio, so the drift of a shared VM between pairs cancels.
+    With ``shared`` (a smoke run) each repeat measures the pool with every protection on once
+    and pairs it with each protection's pool (8 pool starts a repeat instead of 14).
     Everything runs on one CPU (the table's title says so).
     """
     # One CPU for the host, the zygote and its workers: where the kernel places a worker
@@ -198,20 +206,21 @@ async def protection_costs(n: int, repeats: int) -> dict[str, Any]:
     saved = os.sched_getaffinity(0)
     os.sched_setaffinity(0, {min(saved)})
     try:
-        return await _paired_costs(n, repeats)
+        return await _paired_costs(n, repeats, shared)
     finally:
         os.sched_setaffinity(0, saved)
 
 
-async def _paired_costs(n: int, repeats: int) -> dict[str, Any]:
+async def _paired_costs(n: int, repeats: int, shared: bool) -> dict[str, Any]:
     ratios: dict[str, list[float]] = {name: [] for name in TOGGLED}
     on_all: list[float] = []
     off: dict[str, list[float]] = {name: [] for name in TOGGLED}
     for _ in range(repeats):
         for name in TOGGLED:
-            with_all = await _rt_p50((), n)
+            if not shared or name == TOGGLED[0]:  # shared: one all-on pool a round
+                with_all = await _rt_p50((), n)
+                on_all.append(with_all)
             without = await _rt_p50((name,), n)
-            on_all.append(with_all)
             off[name].append(without)
             ratios[name].append(with_all / without - 1)
     return {"all_on": statistics.median(on_all),
@@ -287,66 +296,7 @@ def print_cost_table(costs: dict[str, Any], as_json: bool) -> None:
                  "cost"), cost_rows(costs))
 
 
-# -- the service over loopback HTTP (issue 12) -------------------------------------------------
-
-
-
-def met(ok: bool) -> str:
-    """The "met?" column of a goal row."""
-    return "met" if ok else "NOT met"
-
-
-def service_rows(r: dict[str, Any], s: dict[str, Any]) -> list[tuple[str, str, str, str, str]]:
-    """(metric, result, baseline, goal, met) rows: in process and over HTTP vs ``python -c``."""
-    base_p50 = pct(r["base_trivial"], 0.5)
-    ip_p50 = pct(r["rt_trivial"], 0.5)
-    ratio = r["tput_trivial"] / r["base_tput_trivial"]
-    uv_p50, uv_ratio = pct(r["rt_trivial_uvloop"], 0.5), r["tput_trivial_uvloop"] / r[
-        "base_tput_trivial"]
-    out = [
-        ("in process: round trip, trivial (p50)", f"{ip_p50:.3f} ms ({base_p50 / ip_p50:,.0f}x)",
-         f"{base_p50:.1f} ms", ">= 300x faster", met(base_p50 / ip_p50 >= 300)),
-        ("in process: throughput, trivial (32 sessions)",
-         f"{r['tput_trivial']:,.0f} /s ({ratio:,.0f}x)", f"{r['base_tput_trivial']:,.0f} /s",
-         ">= 300x", met(ratio >= 300)),
-        ("in process on uvloop: round trip, trivial (p50)",
-         f"{uv_p50:.3f} ms ({base_p50 / uv_p50:,.0f}x)", f"{base_p50:.1f} ms", "", ""),
-        ("in process on uvloop: throughput, trivial (32 sessions)",
-         f"{r['tput_trivial_uvloop']:,.0f} /s ({uv_ratio:,.0f}x)",
-         f"{r['base_tput_trivial']:,.0f} /s", "", ""),
-    ]
-    for kind in ("asyncio", "uvloop"):  # the machine's share (benchmarks/_floor.py)
-        bare, frozen = r[f"floor_{kind}"], r[f"floor_freeze_{kind}"]
-        out.append((f"floor on {kind}: bare 2-process ping-pong, without / with the freeze's "
-                    f"2 signals (p50)", f"{bare:.3f} ms ({base_p50 / bare:,.0f}x) / {frozen:.3f}"
-                    f" ms ({base_p50 / frozen:,.0f}x)", f"{base_p50:.1f} ms", "", ""))
-    out += _one_core_rows(r)
-    for kind, c in s.items():
-        rt = c["rt"]
-        out.append((f"HTTP ({kind} client): round trip, trivial (p50 / p99)",
-                    f"{pct(rt, 0.5):.3f} / {pct(rt, 0.99):.3f} ms "
-                    f"({base_p50 / pct(rt, 0.5):,.0f}x)", f"{base_p50:.1f} ms", "", ""))
-        top = max(c["tput"])
-        for conc, v in c["tput"].items():
-            out.append((f"HTTP ({kind} client): throughput, {conc} concurrent sessions",
-                        f"{v['rate']:,.0f} /s (CPU: client {v['client_cpu']:.2f}, service "
-                        f"{v['service_cpu']:.2f}, workers {v['workers_cpu']:.2f})",
-                        f"{r['base_tput_trivial']:,.0f} /s",
-                        ">= 3,000 /s (best)" if conc == top else "",
-                        met(c["best"] >= 3000) if conc == top else ""))
-        for key, label in (("paced_half", "half its best rate"), ("paced_1500", "1,500 /s")):
-            rate, lat = c[key]
-            out.append((f"HTTP ({kind} client): paced at {label} ({rate:,.0f} /s), p50 / p99",
-                        f"{pct(lat, 0.5):.2f} / {pct(lat, 0.99):.2f} ms", "", "p99 <= 5 ms",
-                        met(pct(lat, 0.99) <= 5)))
-            t = c["tail"][f"{rate:.0f}"]
-            out.append((f"HTTP ({kind} client): paced at {label}: cells over 5 ms, and those "
-                        "during a bystander's late wake-up (the machine's)",
-                        f"{t['slow_cells']} of {t['cells']}, {t['slow_cells_in_a_gap']} in a "
-                        f"gap (bystander: {t['gaps']} gaps > 2 ms, longest "
-                        f"{t['longest_ms']:.1f} ms; steal {t['steal_s']:.2f} s)", "", "", ""))
-    return out
-
+# -- the service over loopback HTTP (issue 12): the table in benchmarks/_service_table.py ----
 
 async def measure_service(quick: bool) -> tuple[dict[str, Any], dict[str, Any]]:
     """The service section alone: the in-process trivial figures and the ``python -c``
@@ -366,35 +316,6 @@ async def trivial_in_process(quick: bool) -> tuple[list[float], float]:
                 await throughput(pool, TRIVIAL, 32, 1000 // k))
 
 
-SERVICE_NOTE = ("the client (httpx or raw HTTP/1.1 on asyncio, this process) runs on the same "
-                "CPUs as the service "
-                "and its workers; 'CPU' is cores busy (1.00 = one core) in the client, the "
-                "service's main process and its workers during that run. SandboxFusion "
-                "publishes no latency or throughput figures (its repository at 469de08); its "
-                "/run_code starts a fresh `python FILE` per request (sandbox/runners/major.py), "
-                "so the python -c baseline is a lower bound on its cost per cell")
-
-
-def _one_core_rows(r: dict[str, Any]) -> list[tuple[str, str, str, str, str]]:
-    """The same run pinned to one CPU (benchmarks/_floor.one_core), against ``python -c`` on
-    that CPU: the client, the sandbox's workers and the baseline's interpreters on one core."""
-    base = pct(r["one_core_base"], 0.5)
-    rt = pct(r["one_core_rt_uvloop"], 0.5)
-    ratio = r["one_core_tput_uvloop"] / r["one_core_base_tput"]
-    bare, frozen = r["one_core_floor_uvloop"], r["one_core_floor_freeze_uvloop"]
-    return [
-        ("one CPU, in process on uvloop: round trip, trivial (p50)",
-         f"{rt:.3f} ms ({base / rt:,.0f}x)", f"{base:.1f} ms (one CPU)", ">= 300x faster",
-         met(base / rt >= 300)),
-        ("one CPU, in process on uvloop: throughput, trivial (32 sessions)",
-         f"{r['one_core_tput_uvloop']:,.0f} /s ({ratio:,.0f}x)",
-         f"{r['one_core_base_tput']:,.0f} /s (one CPU)", ">= 300x", met(ratio >= 300)),
-        ("one CPU, floor on uvloop: without / with the freeze (p50)",
-         f"{bare:.3f} ms ({base / bare:,.0f}x) / {frozen:.3f} ms ({base / frozen:,.0f}x)",
-         f"{base:.1f} ms (one CPU)", "", ""),
-    ]
-
-
 def machine_share(quick: bool) -> dict[str, Any]:
     """The floors under the in-process figures and the in-process figures again on uvloop
     (:func:`_floor.floors`), then all of it and the baseline pinned to one CPU
@@ -405,24 +326,21 @@ def machine_share(quick: bool) -> dict[str, Any]:
     return out
 
 
-def print_service_table(r: dict[str, Any], s: dict[str, Any], as_json: bool) -> None:
-    """The service table (in process and over loopback HTTP against the baseline)."""
-    table = service_rows(r, s)
-    if as_json:
-        print(json.dumps({"service_rows": table, "note": SERVICE_NOTE,
-                          "http": {kind: {"tput": c["tput"], "best": c["best"]}
-                                   for kind, c in s.items()}}, indent=2))
-        return
-    print_table(f"sandbox service over loopback HTTP (keep-alive; {r['cpus']} CPUs shared with "
-                f"the client)", ("metric", "result", "baseline: python -c per snippet", "goal",
-                                 "met?"), table)
-    print(f"note: {SERVICE_NOTE}")
+def write_json(payload: dict[str, Any], path: str | None) -> None:
+    """``--json-out``: what ``--json`` prints, written to ``path`` (the tables still print)."""
+    if path:
+        with open(path, "w") as fh:
+            json.dump(payload, fh, indent=2)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--quick", action="store_true", help="10x fewer iterations (smoke run)")
+    parser.add_argument("--quick", action="store_true",
+                        help="a smoke run: 10x fewer iterations (30x over HTTP, paced phases "
+                             "of 0.25 s), one all-on pool a round in the protection table")
     parser.add_argument("--json", action="store_true", help="print the raw figures as JSON")
+    parser.add_argument("--json-out", metavar="FILE",
+                        help="also write what --json prints to FILE (the tables still print)")
     parser.add_argument("--costs", action="store_true",
                         help="only the table of what each protection costs the round trip")
     parser.add_argument("--service", action="store_true",
@@ -432,20 +350,25 @@ def main() -> None:
     if args.service:
         r, s = asyncio.run(measure_service(args.quick))
         r.update(machine_share(args.quick))
+        write_json(service_json(r, s), args.json_out)
         print_service_table(r, s, args.json)
         return
     if args.costs:
-        costs = asyncio.run(protection_costs(100 if args.quick else 1000, 1 if args.quick else 7))
+        costs = asyncio.run(protection_costs(100 if args.quick else 1000, 1 if args.quick else 7,
+                                             shared=args.quick))
+        write_json({"protection_costs": cost_rows(costs)}, args.json_out)
         print_cost_table(costs, args.json)
         return
     result = asyncio.run(measure(args.quick))
     service = asyncio.run(service_measure(args.quick))
     result.update(machine_share(args.quick))
     table = rows(result)
+    payload = {"rows": table, "protection_costs": cost_rows(result["costs"]),
+               "service_rows": service_rows(result, service),
+               "protections": result["protections"]}
+    write_json(payload, args.json_out)
     if args.json:
-        print(json.dumps({"rows": table, "protection_costs": cost_rows(result["costs"]),
-                          "service_rows": service_rows(result, service),
-                          "protections": result["protections"]}, indent=2))
+        print(json.dumps(payload, indent=2))
         return
     print_table(f"agentmath sandbox benchmark ({result['cpus']} CPUs, Python "
                 f"{result['python']}; pool start {result['pool_start_ms']:.0f} ms)",

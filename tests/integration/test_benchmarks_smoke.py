@@ -25,7 +25,9 @@ def test_benchmark_runs_and_prints_its_table(script: str, expect: str,
     extra = []
     if script == "eval_overhead.py":  # the test model (cached), not one the script grows
         extra = ["--model", str(request.getfixturevalue("tiny_model_dir").parent)]
-    env = {"PATH": "/usr/bin:/bin", "COLUMNS": "200"}
+    # one torch thread: two on a shared 2-vCPU runner, beside the sandbox's workers, run the
+    # tiny models several times slower, not faster
+    env = {"PATH": "/usr/bin:/bin", "COLUMNS": "200", "OMP_NUM_THREADS": "1"}
     env.update({k: os.environ[k] for k in ("HOME", "AGENTMATH_TEST_CACHE") if k in os.environ})
     proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / script), "--quick", *extra],
                           capture_output=True, text=True, timeout=600, cwd=str(ROOT), env=env)

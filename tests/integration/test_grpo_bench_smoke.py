@@ -39,7 +39,9 @@ def _check_eval(ev: dict, n: int) -> None:
 def test_grpo_benchmark_quick_json_shape(tmp_path: Path) -> None:
     cmd = [sys.executable, str(ROOT / "benchmarks" / "grpo.py"), "--quick", "--json",
            "--out", str(tmp_path)]
-    env = {**os.environ, "COLUMNS": "200"}
+    # one torch thread, as the docs run it (--threads 1): two threads on a shared 2-vCPU runner
+    # make the nano model's steps several times slower, not faster
+    env = {**os.environ, "COLUMNS": "200", "OMP_NUM_THREADS": "1"}
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600, cwd=str(ROOT),
                           env=env)
     assert proc.returncode == 0, proc.stderr[-3000:]
