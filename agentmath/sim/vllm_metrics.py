@@ -245,18 +245,20 @@ async def measure_step_costs(urls: Sequence[str], model: str, *,
 
 
 async def calibrate(urls: Sequence[str], model: str,
-                    batches: Sequence[int] = (1, 4, 16, 64), **options: Any) -> dict[str, Any]:
+                    batches: Sequence[int] = (1, 4, 16, 64), *, repeats: int = 3,
+                    lengths: tuple[int, int] = (16, 272)) -> dict[str, Any]:
     """The servers' shape (:func:`server_shape`), their measured step costs
-    (:func:`measure_step_costs`, skipped when ``batches`` is empty; ``options``: its other
-    keywords, e.g. ``repeats``, ``lengths``) and the simulator's :class:`ServerCostModel`
-    fitted to them, with its relative error at each point."""
+    (:func:`measure_step_costs` with ``batches``, ``repeats`` and ``lengths``, skipped when
+    ``batches`` is empty) and the simulator's :class:`ServerCostModel` fitted to them, with
+    its relative error at each point."""
     from agentmath.sim.costs import ServerCostModel
 
     async with httpx.AsyncClient() as client:
         shape = await server_shape(client, urls[0])
     if not batches:
         return {"server": shape}
-    costs = await measure_step_costs(urls, model, batches=batches, **options)
+    costs = await measure_step_costs(urls, model, batches=batches, repeats=repeats,
+                                     lengths=lengths)
     fitted = ServerCostModel.fit(costs.steps, base=ServerCostModel.cpu_tiny().with_(**shape))
     return {"server": shape, "measurements": [asdict(m) for m in costs.steps],
             "request_overhead_s": costs.request_overhead_s, "fitted": asdict(fitted),
