@@ -266,7 +266,12 @@ def cached_tool_model(cfg: ToolModelConfig, root: Path, stage: Stage = print) ->
     staging = Path(tempfile.mkdtemp(prefix=".build-", dir=root))
     try:
         build_tool_model(cfg, staging, stage=lambda s: stage(f"  {s}"), progress=False)
-        staging.rename(target)
+        try:
+            staging.rename(target)
+        except OSError:  # another process (a second benchmark, a test worker) finished first
+            if not (target / "tool_model.json").exists():
+                raise
+            stage(f"model: {target} was grown meanwhile by another process; it is used")
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     return target

@@ -43,3 +43,29 @@ def test_corpus_covers_text_and_chat_records() -> None:
 def test_unknown_model_size_is_rejected_up_front() -> None:
     with pytest.raises(ValidationError, match="unknown model size 'huge'"):
         ToolModelConfig(model_size="huge")
+
+
+def test_cached_tool_model_keeps_a_copy_grown_meanwhile(tmp_path, monkeypatch) -> None:
+    """Two processes growing the same model (two benchmarks, two test workers): the one that
+    finishes second uses the first one's finished directory instead of failing its rename."""
+    from agentmath.recipes import tool_model
+
+    def first_finishes(cfg, out, stage, progress):
+        (out / "tool_model.json").write_text('{"who": "first"}')
+
+    monkeypatch.setattr(tool_model, "build_tool_model", first_finishes)
+    first = tool_model.cached_tool_model(ToolModelConfig(), tmp_path, stage=lambda _: None)
+    (first / "tool_model.json").rename(tmp_path / "aside.json")  # not finished to the next one
+
+    said: list[str] = []
+
+    def second_grows(cfg, out, stage, progress):
+        (tmp_path / "aside.json").rename(first / "tool_model.json")  # the first one finishes
+        (out / "tool_model.json").write_text('{"who": "second"}')
+
+    monkeypatch.setattr(tool_model, "build_tool_model", second_grows)
+    again = tool_model.cached_tool_model(ToolModelConfig(), tmp_path, stage=said.append)
+    assert again == first
+    assert (again / "tool_model.json").read_text() == '{"who": "first"}'
+    assert any("grown meanwhile" in line for line in said)
+    assert [p.name for p in tmp_path.iterdir()] == [first.name]  # no staging left behind
