@@ -12,7 +12,6 @@ field mapping of the hub version. ``datasets`` and ``pyarrow`` are imported only
 
 from __future__ import annotations
 
-import json
 import math
 import os
 import re
@@ -21,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from agentmath.datafiles import SUFFIXES, FileRow, file_rows, jsonl_rows, row_error
 from agentmath.errors import DataError
 
 #: Environment variable naming extra data directories (several joined with ``os.pathsep``).
@@ -28,7 +28,6 @@ DATA_DIR_ENV = "AGENTMATH_DATA_DIR"
 _REPO_ROOT = Path(__file__).resolve().parent.parent
 _HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 _LEVEL = re.compile(r"^\s*(?:level\s*)?(\d+)\s*$", re.IGNORECASE)
-_SUFFIXES = (".jsonl", ".json", ".parquet")
 
 
 @dataclass(frozen=True)
@@ -136,25 +135,19 @@ def find_builtin(name: str, data_dir: str | Path | None = None) -> Path | None:
     return None
 
 
-def _error(source: str, where: str, field_name: str | None, message: str) -> DataError:
-    """A DataError whose message names the file, the line (or row) and the field."""
-    field_part = f"field {field_name!r}: " if field_name else ""
-    return DataError(f"{source}: {where}: {field_part}{message}")
-
-
 def _text(value: Any, source: str, where: str, field_name: str) -> str:
     """A problem/answer value as text: a non-empty string as is (``"025"`` stays ``"025"``),
     a finite number written plainly (``27.0`` -> ``"27"``); anything else is a DataError."""
     if isinstance(value, str):
         if not value.strip():
-            raise _error(source, where, field_name, "is empty")
+            raise row_error(source, where, field_name, "is empty")
         return value
     if isinstance(value, bool) or not isinstance(value, int | float):
         kind = "null" if value is None else type(value).__name__
-        raise _error(source, where, field_name, f"must be a string or a number, got {kind}")
+        raise row_error(source, where, field_name, f"must be a string or a number, got {kind}")
     if isinstance(value, float):
         if not math.isfinite(value):
-            raise _error(source, where, field_name, f"is not a finite number: {value!r}")
+            raise row_error(source, where, field_name, f"is not a finite number: {value!r}")
         if value.is_integer():
             return str(int(value))
     return str(value)
@@ -169,7 +162,7 @@ def _row_id(row: dict[str, Any], index: int, source: str, where: str, id_field: 
         return value
     if isinstance(value, int) and not isinstance(value, bool):
         return str(value)
-    raise _error(source, where, id_field, f"must be a non-empty string or an integer, "
+    raise row_error(source, where, id_field, f"must be a non-empty string or an integer, "
                  f"got {value!r}")
 
 
@@ -192,16 +185,16 @@ def _to_tasks(rows: Iterable[tuple[str, Any]], source: str, fields: _Fields) -> 
     first_seen: dict[str, str] = {}
     for index, (where, row) in enumerate(rows):
         if not isinstance(row, dict):
-            raise _error(source, where, None, f"row must be a JSON object, got "
+            raise row_error(source, where, None, f"row must be a JSON object, got "
                          f"{type(row).__name__}")
         values: dict[str, str] = {}
         for name in (fields.problem, fields.answer):
             if name not in row:
-                raise _error(source, where, name, "is missing")
+                raise row_error(source, where, name, "is missing")
             values[name] = _text(row[name], source, where, name)
         task_id = _row_id(row, index, source, where, fields.id)
         if task_id in first_seen:
-            raise _error(source, where, fields.id or "id", f"duplicate id {task_id!r} "
+            raise row_error(source, where, fields.id or "id", f"duplicate id {task_id!r} "
                          f"(first at {first_seen[task_id]})")
         first_seen[task_id] = where
         tasks.append(Task(task_id, values[fields.problem], values[fields.answer],
@@ -211,67 +204,9 @@ def _to_tasks(rows: Iterable[tuple[str, Any]], source: str, fields: _Fields) -> 
     return tasks
 
 
-def _jsonl_rows(path: Path) -> Iterator[tuple[str, Any]]:
-    """``("line N", object)`` per non-blank line; blank lines are not rows and are skipped."""
-    with path.open("rb") as handle:
-        for lineno, raw in enumerate(handle, start=1):
-            where = f"line {lineno}"
-            try:  # the line ending goes: a JSON error at the end of the line keeps its column
-                text = raw.decode("utf-8-sig" if lineno == 1 else "utf-8").rstrip("\r\n")
-            except UnicodeDecodeError as exc:
-                raise _error(str(path), where, None, f"not valid UTF-8 ({exc.reason})") from None
-            if not text.strip():
-                continue
-            try:
-                yield where, json.loads(text)
-            except json.JSONDecodeError as exc:
-                raise _error(str(path), where, None, f"invalid JSON: {exc.msg} "
-                             f"(column {exc.colno})") from None
-
-
-def _json_rows(path: Path) -> Iterator[tuple[str, Any]]:
-    """``("row N", object)`` for a JSON list of objects or a ``{"data": [...]}`` document."""
-    try:
-        document = json.loads(path.read_text(encoding="utf-8-sig"))
-    except UnicodeDecodeError as exc:
-        raise _error(str(path), "file", None, f"not valid UTF-8 ({exc.reason})") from None
-    except json.JSONDecodeError as exc:
-        raise _error(str(path), f"line {exc.lineno}", None,
-                     f"invalid JSON: {exc.msg} (column {exc.colno})") from None
-    if isinstance(document, dict) and isinstance(document.get("data"), list):
-        document = document["data"]
-    if not isinstance(document, list):
-        raise _error(str(path), "line 1", None,
-                     'expected a JSON list of objects or {"data": [...]}')
-    for number, row in enumerate(document, start=1):
-        yield f"row {number}", row
-
-
-def _parquet_rows(path: Path) -> Iterator[tuple[str, Any]]:
-    """``("row N", object)`` per parquet row, read with pyarrow (a DataError if missing)."""
-    try:
-        import pyarrow.parquet as pq
-    except ImportError:
-        raise DataError(f"{path}: reading parquet files needs pyarrow: "
-                        "pip install pyarrow") from None
-    try:
-        table = pq.read_table(path)
-    except (OSError, ValueError) as exc:  # pyarrow's ArrowInvalid is a ValueError
-        raise DataError(f"{path}: not a readable parquet file: {exc}") from None
-    for number, row in enumerate(table.to_pylist(), start=1):
-        yield f"row {number}", row
-
-
-def _file_rows(path: Path) -> Iterator[tuple[str, Any]]:
-    """Rows of a local file, chosen by its suffix."""
-    suffix = path.suffix.lower()
-    if suffix == ".jsonl":
-        return _jsonl_rows(path)
-    if suffix == ".json":
-        return _json_rows(path)
-    if suffix == ".parquet":
-        return _parquet_rows(path)
-    raise DataError(f"{path}: unsupported file type {suffix!r}; use .jsonl, .json or .parquet")
+def _pairs(rows: Iterable[FileRow]) -> Iterator[tuple[str, Any]]:
+    """``(where, value)`` per row of a file, as the hub's rows come."""
+    return ((row.where, row.value) for row in rows)
 
 
 def _hub_rows(hub_id: str, config: str | None, split: str | None) -> list[tuple[str, Any]]:
@@ -308,7 +243,7 @@ def _split_marker(rows: list[tuple[str, Any]], source: str, answer_field: str,
         text = row.get(answer_field) if isinstance(row, dict) else None
         if isinstance(text, str):
             if marker not in text:
-                raise _error(source, where, answer_field, f"has no {marker!r} final answer")
+                raise row_error(source, where, answer_field, f"has no {marker!r} final answer")
             row = {**row, answer_field: text.rsplit(marker, 1)[1].strip(), "solution": text}
         result.append((where, row))
     return result
@@ -333,7 +268,7 @@ def _load_builtin(name: str, data_dir: str | Path | None, fields: _Fields,
     other_split = split not in (None, info.hub_split, "test")
     path = None if other_split else find_builtin(name, data_dir)
     if path is not None:
-        return _to_tasks(_jsonl_rows(path), str(path), fields)
+        return _to_tasks(_pairs(jsonl_rows(path)), str(path), fields)
     if other_split:
         why = f"the local copy of {name!r} holds only split {info.hub_split!r}, not {split!r}"
     else:
@@ -373,12 +308,12 @@ def load_tasks(
     path = Path(source).expanduser()
     if source in BUILTIN:
         tasks = _load_builtin(source, data_dir, fields, split, allow_hub)
-    elif path.is_file() or path.suffix.lower() in _SUFFIXES:
+    elif path.is_file() or path.suffix.lower() in SUFFIXES:
         if not path.is_file():
             raise DataError(f"{source}: no such file")
         if split is not None:
             raise DataError(f"{source}: split={split!r} applies only to hub datasets")
-        tasks = _to_tasks(_file_rows(path), str(path), fields)
+        tasks = _to_tasks(_pairs(file_rows(path)), str(path), fields)
     elif _HUB_ID.match(source):
         if not allow_hub:
             raise DataError(f"{source!r} is not a local file and hub loading is disabled")

@@ -11,11 +11,12 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from agentmath.datafiles import file_rows, row_error
 from agentmath.errors import DataError
 
 
@@ -41,41 +42,6 @@ class Row:
     raw: str | None = None
 
 
-def _row_error(path: Path, where: str, field_name: str | None, message: str) -> DataError:
-    """A DataError naming the file, the line (or row) and the field, as datasets.py does."""
-    return DataError(f"{path}: {where}: " + (f"field {field_name!r}: " if field_name else "")
-                     + message)
-
-
-def _jsonl_lines(path: Path) -> Iterator[tuple[str, Any, str]]:
-    """``(where, object, raw line)`` per non-blank line of a JSONL file."""
-    with path.open("rb") as handle:
-        for lineno, data in enumerate(handle, start=1):
-            where = f"line {lineno}"
-            try:
-                raw = data.decode("utf-8-sig" if lineno == 1 else "utf-8").rstrip("\r\n")
-            except UnicodeDecodeError as exc:
-                raise _row_error(path, where, None, f"not valid UTF-8 ({exc.reason})") from None
-            if not raw.strip():
-                continue
-            try:
-                yield where, json.loads(raw), raw
-            except json.JSONDecodeError as exc:
-                raise _row_error(path, where, None, f"invalid JSON: {exc.msg} "
-                                 f"(column {exc.colno})") from None
-
-
-def _source_rows(path: Path) -> Iterator[tuple[str, Any, str | None]]:
-    """Rows of a .jsonl (raw lines kept), .json or .parquet file (read as datasets.py does)."""
-    if path.suffix.lower() == ".jsonl":
-        yield from _jsonl_lines(path)
-        return
-    from agentmath.datasets import _file_rows
-
-    for where, obj in _file_rows(path):
-        yield where, obj, None
-
-
 def _row_id(obj: dict[str, Any], index: int, path: Path, where: str, id_field: str) -> str:
     """The row's id as text; its 0-based index when ``id_field`` is absent or null."""
     value = obj.get(id_field) if id_field else None
@@ -84,7 +50,7 @@ def _row_id(obj: dict[str, Any], index: int, path: Path, where: str, id_field: s
     if (isinstance(value, str) and value.strip()) or (
             isinstance(value, int) and not isinstance(value, bool)):
         return str(value)
-    raise _row_error(path, where, id_field, f"must be a non-empty string or an integer, got "
+    raise row_error(path, where, id_field, f"must be a non-empty string or an integer, got "
                      f"{value!r}")
 
 
@@ -99,7 +65,7 @@ def _row_answer(obj: dict[str, Any], path: Path, where: str, field_name: str | N
         return value.strip() or None
     if isinstance(value, int | float) and not isinstance(value, bool):
         return str(value)
-    raise _row_error(path, where, field_name, f"must be a string or a number, got "
+    raise row_error(path, where, field_name, f"must be a string or a number, got "
                      f"{type(value).__name__}")
 
 
@@ -113,21 +79,22 @@ def read_rows(path: str | Path, problem_field: str = "problem", id_field: str = 
     if not path.is_file():
         raise DataError(f"{path}: no such file")
     rows: list[Row] = []
-    for index, (where, obj, raw) in enumerate(_source_rows(path)):
+    for index, file_row in enumerate(file_rows(path)):
+        where, obj = file_row.where, file_row.value
         if not isinstance(obj, dict):
-            raise _row_error(path, where, None, f"row must be a JSON object, got "
+            raise row_error(path, where, None, f"row must be a JSON object, got "
                              f"{type(obj).__name__}")
         if problem_field not in obj:
-            raise _row_error(path, where, problem_field, "is missing")
+            raise row_error(path, where, problem_field, "is missing")
         text = obj[problem_field]
         if not isinstance(text, str):
             kind = "null" if text is None else type(text).__name__
-            raise _row_error(path, where, problem_field, f"must be a string, got {kind}")
+            raise row_error(path, where, problem_field, f"must be a string, got {kind}")
         if not text.strip():
-            raise _row_error(path, where, problem_field, "is empty")
+            raise row_error(path, where, problem_field, "is empty")
         item = Item(_row_id(obj, index, path, where, id_field), text, source or str(path),
                     _row_answer(obj, path, where, answer_field))
-        rows.append(Row(item, where, obj, raw))
+        rows.append(Row(item, where, obj, file_row.raw))
     return rows
 
 
