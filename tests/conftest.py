@@ -3,6 +3,8 @@ tests/fixtures), and how the suite splits over pytest-xdist workers."""
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
 from tests.fixtures.models import tiny_model_dir
@@ -27,6 +29,14 @@ def xdist_group_of(markers: set[str], fixtures: set[str]) -> str | None:
     if "ray" in markers:
         return "ray"
     return None
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """In an xdist worker, torch and the processes it starts use one OpenMP thread unless told
+    otherwise: two workers with one thread per core each oversubscribe a 2-core runner, and
+    OpenMP's waiting threads spin on the cores the other worker needs."""
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

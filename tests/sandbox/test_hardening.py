@@ -41,6 +41,12 @@ IPC_CREAT, IPC_RMID = 0o1000, 0
 # ----------------------------------------------------------------------------- host fixtures
 
 
+#: The host's System V IPC objects are compared before and after payloads, and the module's
+#: ``host`` fixture creates one: under pytest-xdist the module's tests share one worker, or the
+#: fixture of a second worker (starting its share of the module) changes what the first sees.
+pytestmark = pytest.mark.xdist_group("sandbox-host-ipc")
+
+
 def sysvipc() -> dict[str, list[str]]:
     """The host's System V IPC objects, as /proc/sysvipc lists them."""
     out = {}
