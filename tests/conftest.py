@@ -39,6 +39,8 @@ def pytest_configure(config: pytest.Config) -> None:
         os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 
+# tryfirst: before pytest-xdist's own hook in the worker, which reads the groups off the marks
+@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         fixtures = set(item.fixturenames) if isinstance(item, pytest.Function) else set()
