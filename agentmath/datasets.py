@@ -15,7 +15,7 @@ from __future__ import annotations
 import math
 import os
 import re
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -163,7 +163,7 @@ def _row_id(row: dict[str, Any], index: int, source: str, where: str, id_field: 
     if isinstance(value, int) and not isinstance(value, bool):
         return str(value)
     raise row_error(source, where, id_field, f"must be a non-empty string or an integer, "
-                 f"got {value!r}")
+                    f"got {value!r}")
 
 
 def _meta(row: dict[str, Any], fields: _Fields) -> dict[str, Any]:
@@ -178,15 +178,16 @@ def _meta(row: dict[str, Any], fields: _Fields) -> dict[str, Any]:
     return meta
 
 
-def _to_tasks(rows: Iterable[tuple[str, Any]], source: str, fields: _Fields) -> list[Task]:
-    """Validate ``(where, row)`` pairs into tasks; the first malformed row, or no row at all,
-    raises DataError."""
+def _to_tasks(rows: Iterable[FileRow], source: str, fields: _Fields) -> list[Task]:
+    """Validate rows (of a file or of the hub) into tasks; the first malformed row, or no row
+    at all, raises DataError."""
     tasks: list[Task] = []
     first_seen: dict[str, str] = {}
-    for index, (where, row) in enumerate(rows):
+    for index, file_row in enumerate(rows):
+        where, row = file_row.where, file_row.value
         if not isinstance(row, dict):
             raise row_error(source, where, None, f"row must be a JSON object, got "
-                         f"{type(row).__name__}")
+                            f"{type(row).__name__}")
         values: dict[str, str] = {}
         for name in (fields.problem, fields.answer):
             if name not in row:
@@ -195,7 +196,7 @@ def _to_tasks(rows: Iterable[tuple[str, Any]], source: str, fields: _Fields) -> 
         task_id = _row_id(row, index, source, where, fields.id)
         if task_id in first_seen:
             raise row_error(source, where, fields.id or "id", f"duplicate id {task_id!r} "
-                         f"(first at {first_seen[task_id]})")
+                            f"(first at {first_seen[task_id]})")
         first_seen[task_id] = where
         tasks.append(Task(task_id, values[fields.problem], values[fields.answer],
                           _meta(row, fields)))
@@ -204,12 +205,7 @@ def _to_tasks(rows: Iterable[tuple[str, Any]], source: str, fields: _Fields) -> 
     return tasks
 
 
-def _pairs(rows: Iterable[FileRow]) -> Iterator[tuple[str, Any]]:
-    """``(where, value)`` per row of a file, as the hub's rows come."""
-    return ((row.where, row.value) for row in rows)
-
-
-def _hub_rows(hub_id: str, config: str | None, split: str | None) -> list[tuple[str, Any]]:
+def _hub_rows(hub_id: str, config: str | None, split: str | None) -> list[FileRow]:
     """Rows of a hub dataset, via a lazy ``datasets`` import; any failure is a DataError that
     names the dataset, config and split that were tried."""
     tried = f"{hub_id!r} (config={config!r}, split={split or 'auto'!r})"
@@ -231,21 +227,23 @@ def _hub_rows(hub_id: str, config: str | None, split: str | None) -> list[tuple[
             loaded = loaded["test" if "test" in loaded else names[0]]
         else:
             raise DataError(f"{hub_id}: several splits ({', '.join(names)}); pass split=")
-    return [(f"row {n}", dict(row)) for n, row in enumerate(loaded, start=1)]
+    return [FileRow(f"row {n}", dict(row)) for n, row in enumerate(loaded, start=1)]
 
 
-def _split_marker(rows: list[tuple[str, Any]], source: str, answer_field: str,
-                  marker: str) -> list[tuple[str, Any]]:
+def _split_marker(rows: list[FileRow], source: str, answer_field: str,
+                  marker: str) -> list[FileRow]:
     """Split ``"work #### 18"`` answers: the final answer after the marker, the whole text
     kept as ``solution`` (GSM8K on the hub stores both in one field)."""
     result = []
-    for where, row in rows:
+    for file_row in rows:
+        row = file_row.value
         text = row.get(answer_field) if isinstance(row, dict) else None
         if isinstance(text, str):
             if marker not in text:
-                raise row_error(source, where, answer_field, f"has no {marker!r} final answer")
+                raise row_error(source, file_row.where, answer_field,
+                                f"has no {marker!r} final answer")
             row = {**row, answer_field: text.rsplit(marker, 1)[1].strip(), "solution": text}
-        result.append((where, row))
+        result.append(FileRow(file_row.where, row))
     return result
 
 
@@ -268,7 +266,7 @@ def _load_builtin(name: str, data_dir: str | Path | None, fields: _Fields,
     other_split = split not in (None, info.hub_split, "test")
     path = None if other_split else find_builtin(name, data_dir)
     if path is not None:
-        return _to_tasks(_pairs(jsonl_rows(path)), str(path), fields)
+        return _to_tasks(jsonl_rows(path), str(path), fields)
     if other_split:
         why = f"the local copy of {name!r} holds only split {info.hub_split!r}, not {split!r}"
     else:
@@ -313,7 +311,7 @@ def load_tasks(
             raise DataError(f"{source}: no such file")
         if split is not None:
             raise DataError(f"{source}: split={split!r} applies only to hub datasets")
-        tasks = _to_tasks(_pairs(file_rows(path)), str(path), fields)
+        tasks = _to_tasks(file_rows(path), str(path), fields)
     elif _HUB_ID.match(source):
         if not allow_hub:
             raise DataError(f"{source!r} is not a local file and hub loading is disabled")

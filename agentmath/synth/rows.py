@@ -51,7 +51,7 @@ def _row_id(obj: dict[str, Any], index: int, path: Path, where: str, id_field: s
             isinstance(value, int) and not isinstance(value, bool)):
         return str(value)
     raise row_error(path, where, id_field, f"must be a non-empty string or an integer, got "
-                     f"{value!r}")
+                    f"{value!r}")
 
 
 def _row_answer(obj: dict[str, Any], path: Path, where: str, field_name: str | None
@@ -66,7 +66,7 @@ def _row_answer(obj: dict[str, Any], path: Path, where: str, field_name: str | N
     if isinstance(value, int | float) and not isinstance(value, bool):
         return str(value)
     raise row_error(path, where, field_name, f"must be a string or a number, got "
-                     f"{type(value).__name__}")
+                    f"{type(value).__name__}")
 
 
 def read_rows(path: str | Path, problem_field: str = "problem", id_field: str = "id",
@@ -83,7 +83,7 @@ def read_rows(path: str | Path, problem_field: str = "problem", id_field: str = 
         where, obj = file_row.where, file_row.value
         if not isinstance(obj, dict):
             raise row_error(path, where, None, f"row must be a JSON object, got "
-                             f"{type(obj).__name__}")
+                            f"{type(obj).__name__}")
         if problem_field not in obj:
             raise row_error(path, where, problem_field, "is missing")
         text = obj[problem_field]

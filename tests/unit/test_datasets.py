@@ -11,6 +11,7 @@ from typer.testing import CliRunner
 
 from agentmath import datasets as ds
 from agentmath.cli.main import app
+from agentmath.datafiles import FileRow
 from agentmath.datasets import BUILTIN, Task, data_dirs, find_builtin, load_tasks
 from agentmath.errors import DataError
 
@@ -146,8 +147,8 @@ def test_hub_fallback_failure_is_clear(tmp_path: Path, monkeypatch: pytest.Monke
 
 
 def test_hub_builtin_mapping_gsm8k(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    rows = [("row 1", {"question": "2+2?", "answer": "2+2=<<2+2=4>>4\n#### 4"}),
-            ("row 2", {"question": "3*3?", "answer": "#### 9"})]
+    rows = [FileRow("row 1", {"question": "2+2?", "answer": "2+2=<<2+2=4>>4\n#### 4"}),
+            FileRow("row 2", {"question": "3*3?", "answer": "#### 9"})]
     calls: list[tuple[Any, ...]] = []
     monkeypatch.setattr(ds, "_hub_rows", lambda *args: calls.append(args) or rows)
     monkeypatch.setattr(ds, "_REPO_ROOT", tmp_path / "r" / "r")
