@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import copy
 import re
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Any
 
 REPLACEMENT_CHAR = "\ufffd"
@@ -52,8 +53,19 @@ class ExecResult:
         return self.error is None and not self.timed_out and not self.crashed
 
     def to_dict(self) -> dict[str, Any]:
-        """A JSON-ready dict (used by the CLI and by trajectories)."""
-        return asdict(self)
+        """A JSON-ready dict (used by the CLI, the service and trajectories).
+
+        Written out rather than ``dataclasses.asdict``, which walks every field recursively:
+        it was 7% of the sandbox service's CPU per cell (py-spy, paced at 1,000 cells/s).
+        A unit test holds it equal to ``asdict`` over every field.
+        """
+        return {"stdout": self.stdout, "stderr": self.stderr, "value": self.value,
+                "error": self.error, "error_type": self.error_type,
+                "error_line": self.error_line, "timed_out": self.timed_out,
+                "truncated": self.truncated, "state_lost": self.state_lost,
+                "crashed": self.crashed, "sanitized": self.sanitized,
+                "duration_ms": self.duration_ms,
+                "extra": copy.deepcopy(self.extra) if self.extra else {}}
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> ExecResult:

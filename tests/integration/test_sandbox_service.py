@@ -74,7 +74,7 @@ def test_auth(service: str) -> None:
     for token in (None, "wrong", TOKENS[0] + "x", ""):
         with client(service, token) as http:
             for method, path in (("POST", "/v1/sessions"), ("GET", "/metrics"),
-                                 ("POST", "/run_code")):
+                                 ("POST", "/run_code"), ("POST", "/v1/sessions/x/run")):
                 reply = http.request(method, path, json={"code": "print(1)",
                                                          "language": "python"})
                 assert reply.status_code == 401 and reply.json()["error"], (token, path)
@@ -95,6 +95,28 @@ def test_auth(service: str) -> None:
         assert metrics.status_code == 200 and "agentmath_sandbox_cells_total" in metrics.text
         assert 'agentmath_sandbox_rejected_total{reason="auth"}' in metrics.text
         http.delete(f"/v1/sessions/{other}")
+
+
+def test_run_route_outside_the_router(service: str) -> None:
+    """POST /v1/sessions/{id}/run is dispatched by RunCellRoute (hotpath.py), not Starlette's
+    router: the same replies, headers and metrics; other methods and paths as the router."""
+    with client(service) as http:
+        sid = http.post("/v1/sessions").json()["session_id"]
+        reply = run(http, sid, 0, "x = 6 * 7\nx")
+        assert reply.status_code == 200
+        assert reply.headers["content-type"] == "application/json"
+        assert reply.json() == {"cell": 0, "result": reply.json()["result"]}
+        assert reply.json()["result"]["value"] == "42"
+        again = run(http, sid, 0, "x = 0")  # a retry: the stored bytes, byte for byte
+        assert again.content == reply.content
+        assert http.get(f"/v1/sessions/{sid}/run").status_code == 405
+        assert http.post(f"/v1/sessions/{sid}/extra/run", json={}).status_code == 404
+        assert run(http, "no-such-session", 0, "1").status_code == 404
+        assert run(http, sid, 1, "1", timeout_s=-1).json()["field"] == "timeout_s"
+        metrics = http.get("/metrics").text
+        assert 'agentmath_sandbox_cells_total{api="session",outcome="ok"}' in metrics
+        assert 'agentmath_sandbox_cell_seconds_count{api="session"}' in metrics
+        http.delete(f"/v1/sessions/{sid}")
 
 
 def test_session_keeps_state(service: str) -> None:

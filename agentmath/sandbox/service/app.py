@@ -20,6 +20,7 @@ from typing import Any
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from starlette.applications import Starlette
+from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
@@ -28,6 +29,7 @@ from agentmath.errors import SandboxError
 from agentmath.sandbox.pool import SandboxPool
 from agentmath.sandbox.service import fusion
 from agentmath.sandbox.service.config import ServiceConfig, load_tokens
+from agentmath.sandbox.service.hotpath import RunCellRoute
 from agentmath.sandbox.service.state import Busy, CellConflict, ServiceState
 
 ANONYMOUS = "-"  # the client name of every request when auth is off
@@ -173,7 +175,9 @@ def create_app(config: ServiceConfig, pool: SandboxPool | None = None) -> Starle
             result = await state.run_cell(session, body.cell, body.code, body.timeout_s)
         except CellConflict as exc:
             raise HTTPError(409, str(exc), "cell") from exc
-        return JSONResponse({"cell": body.cell, "result": result})
+        # The stored result is already JSON (state.encode_result): spliced in, not re-encoded.
+        return Response(b'{"cell":%d,"result":%s}' % (body.cell, result),
+                        media_type="application/json")
 
     async def get_session(request: Request, client: str) -> Response:
         session = session_of(request, client)
@@ -206,15 +210,19 @@ def create_app(config: ServiceConfig, pool: SandboxPool | None = None) -> Starle
             if own_pool:
                 await the_pool.close()
 
+    run = endpoint(run_cell)
     routes = [
         Route("/health", health, methods=["GET"]),
         Route("/metrics", endpoint(metrics), methods=["GET"]),
         Route("/v1/sessions", endpoint(create_session), methods=["POST"]),
         Route("/v1/sessions/{session_id}", endpoint(get_session), methods=["GET"]),
         Route("/v1/sessions/{session_id}", endpoint(delete_session), methods=["DELETE"]),
-        Route("/v1/sessions/{session_id}/run", endpoint(run_cell), methods=["POST"]),
+        # Dispatched by RunCellRoute (hotpath.py) without the router; listed here for the
+        # route table and a 405 on other methods.
+        Route("/v1/sessions/{session_id}/run", run, methods=["POST"]),
         Route("/run_code", endpoint(run_code), methods=["POST"]),
     ]
-    app = Starlette(routes=routes, lifespan=lifespan)
+    app = Starlette(routes=routes, lifespan=lifespan,
+                    middleware=[Middleware(RunCellRoute, endpoint=run)])
     app.state.service = state
     return app
