@@ -24,7 +24,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from _hiccups import Hiccups, explain
+from _hiccups import Hiccups, by_chance, explain
 
 TOKEN = "bench-token"
 
@@ -334,9 +334,10 @@ async def _client_measure(svc: Any, new: Any, quick: bool) -> dict[str, Any]:
 
     async def paced(rate: float, seconds: float) -> list[float]:
         """Open loop: cells sent on a fixed schedule; latency from the scheduled time (so a
-        stall counts against every cell that should have been sent during it). A bystander
-        process (benchmarks/_hiccups.py) watches the machine meanwhile: ``res["tail"]`` says
-        how many cells over 5 ms overlapped one of its late wake-ups."""
+        stall counts against every cell that should have been sent during it). Bystanders
+        (benchmarks/_hiccups.py) watch the machine meanwhile: ``res["tail"]`` says how many
+        cells over 5 ms had a stall of the machine in them or within 50 ms before, and how
+        many the same intervals at random times would have."""
         out: list[float] = []
         spans: list[tuple[float, float]] = []
         tasks = []
@@ -350,9 +351,11 @@ async def _client_measure(svc: Any, new: Any, quick: bool) -> dict[str, Any]:
                 tasks.append(asyncio.create_task(one(due, out, spans)))
             await asyncio.gather(*tasks)
         slow = [span for span in spans if span[1] - span[0] > 0.005]
+        run = (start, max(done for _, done in spans))
         res.setdefault("tail", {})[f"{rate:.0f}"] = {
             **hic.summary(), "cells": len(spans), "slow_cells": len(slow),
-            "slow_cells_in_a_gap": explain(slow, hic.gaps)}
+            "slow_cells_after_a_stall": explain(slow, hic.stalls),
+            "slow_cells_by_chance": by_chance(slow, hic.stalls, run)}
         return out
 
     seconds = 0.25 if quick else 4.0

@@ -59,11 +59,14 @@ def service_rows(r: dict[str, Any], s: dict[str, Any]) -> list[tuple[str, str, s
                         f"{pct(lat, 0.5):.2f} / {pct(lat, 0.99):.2f} ms", "", "p99 <= 5 ms",
                         met(pct(lat, 0.99) <= 5)))
             t = c["tail"][f"{rate:.0f}"]
-            out.append((f"HTTP ({kind} client): paced at {label}: cells over 5 ms, and those "
-                        "during a bystander's late wake-up (the machine's)",
-                        f"{t['slow_cells']} of {t['cells']}, {t['slow_cells_in_a_gap']} in a "
-                        f"gap (bystander: {t['gaps']} gaps > 2 ms, longest "
-                        f"{t['longest_ms']:.1f} ms; steal {t['steal_s']:.2f} s)", "", "", ""))
+            out.append((f"HTTP ({kind} client): paced at {label}: cells over 5 ms; of those, "
+                        "with the machine stalled in them or in the 50 ms before (at random "
+                        "times: as many)",
+                        f"{t['slow_cells']} of {t['cells']}; {t['slow_cells_after_a_stall']} "
+                        f"({t['slow_cells_by_chance']:.0f}) (bystanders: {t['stalls']} of "
+                        f"{t['samples']} {t['loop_ms']:.2f} ms loops held over 1 ms, longest "
+                        f"{t['longest_stall_ms']:.1f} ms; steal {t['steal_s']:.2f} s)",
+                        "", "", ""))
     return out
 
 
