@@ -79,6 +79,8 @@ ROWS: dict[str, tuple[str, bool, str]] = {
     "vllm-router cache_aware": ("async", True, "vllm-router:cache_aware"),
     "vllm-router round_robin": ("async", True, "vllm-router:round_robin")}
 MODEL = "tiny"
+#: The rows' sampling: the sampled tokens' logprobs are asked for, as an RL rollout needs them.
+SAMPLING = SamplingParams(temperature=1.0)
 FMT = get_format("code_interpreter")
 #: Short (~80 tokens rendered): groups then share no whole 128-token KV block, their prompts
 #: being their own, as in the simulator's workload.
@@ -178,7 +180,7 @@ def _rollout(name: str, ns: argparse.Namespace, backend: ScriptedLengths, worklo
     engine = RolloutEngine(backend, pool, FMT, config=config,
                            loop=workload.loop_config(tool_timeout_s=30.0, time_limit_s=3600.0,
                                                      system_prompt=SYSTEM_PROMPT),
-                           sampling=SamplingParams(temperature=1.0))
+                           sampling=SAMPLING)
     return PartialRollout(engine, requests)
 
 
@@ -270,9 +272,11 @@ def _row(name: str, makespan: float, deltas: list[srv.VllmMetrics], busy: srv.Bu
 
 async def _run(ns: argparse.Namespace, urls: list[str], log_dir: Path) -> dict[str, Any]:
     workload = real_workload(ns)
+    # the rows' requests ask for logprobs (the engine samples for RL): so do the calibration's
     calibration = await srv.calibrate(urls, MODEL, ns.calibration_batches,
                                       repeats=ns.calibration_repeats,
-                                      lengths=(16, ns.calibration_tokens))
+                                      lengths=(16, ns.calibration_tokens),
+                                      logprobs=SAMPLING.logprobs)
     params = _engine_params(ns)
     sandbox = SandboxConfig(preload=("math",), max_sessions=3 * params["max_in_flight"],
                             max_concurrency=params["sandbox_workers"], timeout_s=30.0)

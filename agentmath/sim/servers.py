@@ -21,8 +21,9 @@ import os
 import signal
 import socket
 import subprocess
+import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -41,7 +42,7 @@ from agentmath.sim.vllm_metrics import (
 __all__ = ["BusySampler", "VLLM_ROUTER_POLICIES", "VllmMetrics", "calibrate", "default_bin",
            "default_model_dir", "free_port",
            "StepCosts", "measure_step_costs", "scrape_vllm", "server_shape", "start_vllm_router",
-           "start_vllm_server", "start_vllm_servers", "stop_server"]
+           "start_vllm_server", "start_vllm_servers", "stop_server", "with_affinity"]
 
 LOG_TAIL_CHARS = 4000
 #: vllm-router 0.1.17's ``--policy`` choices.
@@ -149,11 +150,13 @@ def start_vllm_server(model_dir: Path | str, log_path: Path, *, port: int | None
                       served_name: str = "tiny", max_model_len: int = 2048,
                       kv_cache_gib: int = 1, extra_args: Sequence[str] = (),
                       vllm_bin: Path | None = None, cache_dir: Path | None = None,
-                      env: dict[str, str] | None = None,
+                      env: dict[str, str] | None = None, cpus: Collection[int] | None = None,
                       timeout_s: float = 300.0) -> tuple[subprocess.Popen[bytes], str]:
     """Start ``vllm serve model_dir`` (CPU build) on 127.0.0.1; the process and its base URL
     once ``/health`` answers. ``cache_dir`` keeps vLLM's torch.compile cache between starts
-    (halves a restart); ``env`` adds environment variables (``VLLM_CPU_OMP_THREADS_BIND``)."""
+    (halves a restart); ``env`` adds environment variables (``VLLM_CPU_OMP_THREADS_BIND``);
+    ``cpus`` sets the CPUs the server's processes may run on (default: the caller's, which
+    they inherit)."""
     port = port or free_port()
     env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": str(kv_cache_gib), "HF_HUB_OFFLINE": "1",
            "TRANSFORMERS_OFFLINE": "1", "VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1",
@@ -165,8 +168,25 @@ def start_vllm_server(model_dir: Path | str, log_path: Path, *, port: int | None
            "--served-model-name", served_name, "--host", "127.0.0.1", "--port", str(port),
            "--max-model-len", str(max_model_len), "--generation-config", "vllm",
            "--enable-prompt-tokens-details", *extra_args]
+    if cpus is not None:
+        cmd = with_affinity(cpus, cmd)
     url = f"http://127.0.0.1:{port}"
     return _spawn(cmd, log_path, env, url, f"vllm serve at {url}", timeout_s), url
+
+
+#: Sets the CPU affinity, then becomes the command (argv: cpus, command...): what ``taskset``
+#: does, without depending on util-linux, and safe where ``preexec_fn`` is not (servers are
+#: started from threads).
+_AFFINITY_EXEC = ("import os, sys; os.sched_setaffinity(0, [int(c) for c in "
+                  "sys.argv[1].split(',')]); os.execv(sys.argv[2], sys.argv[2:])")
+
+
+def with_affinity(cpus: Collection[int], cmd: Sequence[str]) -> list[str]:
+    """``cmd`` run on ``cpus`` only (ValueError for an empty set)."""
+    if not cpus:
+        raise ValueError("with_affinity needs at least one CPU")
+    return [sys.executable, "-c", _AFFINITY_EXEC, ",".join(str(c) for c in sorted(cpus)),
+            *cmd]
 
 
 def start_vllm_servers(n: int, model_dir: Path | str, log_dir: Path, *, bind_cores: bool = False,
@@ -174,15 +194,22 @@ def start_vllm_servers(n: int, model_dir: Path | str, log_dir: Path, *, bind_cor
     """``n`` servers started at once (each on its own port); all stopped if one fails.
     ``bind_cores`` pins server ``i``'s compute threads to core ``i`` (mod the cores): by
     default every vLLM-CPU server computes on core 0 (the others reserved), so servers on one
-    host share a core instead of behaving as separate machines."""
+    host share a core instead of behaving as separate machines. With ``bind_cores`` the rest
+    of each server (its API server and engine process) may run on every core, whatever the
+    caller's affinity: a benchmark run under ``taskset -c 1`` (its client on core 1) used to
+    hand that pin down to them, and a server whose front end and engine loop shared one core
+    with the client served one request at a time (2026-11-27: 32 concurrent 200-token
+    requests, 1.0-1.2 tokens per engine step and 15-18 s, against 21-25 tokens per step and
+    1.5-2.0 s with the server free; docs/benchmarks.md)."""
     cores = os.cpu_count() or 1
 
     def env(i: int) -> dict[str, str]:
         return {"VLLM_CPU_OMP_THREADS_BIND": str(i % cores)} if bind_cores else {}
 
+    cpus = range(cores) if bind_cores else None
     with concurrent.futures.ThreadPoolExecutor(max(1, n)) as pool:
         futures = [pool.submit(start_vllm_server, model_dir, log_dir / f"vllm-{i}.log",
-                               env=env(i), **kwargs) for i in range(n)]
+                               env=env(i), cpus=cpus, **kwargs) for i in range(n)]
         concurrent.futures.wait(futures)
     started = [f.result() for f in futures if f.exception() is None]
     failed = [f.exception() for f in futures if f.exception() is not None]

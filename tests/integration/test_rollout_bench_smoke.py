@@ -50,6 +50,7 @@ def test_every_row_finishes_every_group(vllm_server_pair) -> None:  # noqa: ANN0
     assert calibration["server"]["block_size"] > 0
     assert [m["n_decode"] for m in calibration["measurements"]][:2] == [1, 1]
     assert calibration["fitted"]["a"] >= 0 and calibration["workload"]["group_size"] == 2
+    assert calibration["logprobs"] is True  # measured with what the rows' requests ask for
 
 
 def test_partial_rows_with_running_turns_cut(vllm_server_pair) -> None:  # noqa: ANN001
