@@ -1,7 +1,9 @@
 """The simulator replaying a recorded real run (``benchmarks/_rollout_sim.replay``): the stored
-trace is ``benchmarks/rollout.py --vllm-servers 1 --real-rows sync +async +partial --json``
-run on this 2-core machine, quiet, under ``taskset -c 1`` (the client and the sandbox on
-core 1, the server's compute on core 0), 2026-11-26 10:35."""
+trace is ``OMP_NUM_THREADS=1 taskset -c 1 .venv/bin/python benchmarks/rollout.py
+--vllm-servers 1 --real-rows sync +async +partial --json`` run on this 2-core machine
+2026-11-27 14:34 (the client and the sandbox on core 1, the server's compute threads on core 0
+and the rest of it on either core; its calibration with logprobs). The trace before it was of a
+server that admitted one request at a time (its front end pinned with the client)."""
 
 from __future__ import annotations
 
@@ -17,28 +19,31 @@ TRACE = Path(__file__).parents[1] / "fixtures" / "rundirs" / "rollout_real_1serv
 
 
 def test_the_replay_of_the_stored_run_gives_its_recorded_figures() -> None:
-    """Simulated over measured makespan per row, as docs/benchmarks.md records them: sync and
-    +async within 25% of the real run, +partial not (0.66)."""
+    """Simulated over measured makespan per row, as docs/benchmarks.md records them: every row
+    too fast (0.45, 0.64, 0.42), none within 25%."""
     real = json.loads(TRACE.read_text())
     check = replay(real)
     assert [r["name"] for r in check["rows"]] == ["sync", "+async", "+partial"]
     assert check["tool_overhead_s"] == real["calibration"]["tool_overhead_s"]["median"]
-    assert [r["sim_vs_real"] for r in check["rows"]] == pytest.approx([1.10, 0.84, 0.66],
+    assert [r["sim_vs_real"] for r in check["rows"]] == pytest.approx([0.45, 0.64, 0.42],
                                                                       abs=0.02)
     assert check["within_25_percent"] is False
 
 
-def test_the_measured_tool_overhead_is_what_brings_sync_and_async_within_25_percent() -> None:
-    """Without the host's measured share of each tool call the replay is 0.65-0.77x of the
-    real run on every row: the cost model's servers alone are too fast. (+partial, whose
-    iterations end on a token budget, barely moves with it: the row the replay still misses.)"""
+def test_the_measured_tool_overhead_slows_every_row_and_is_not_what_is_missing() -> None:
+    """The host's measured share of each tool call is added to every simulated call: without
+    it every row is faster still. In this run it is small (0.03-0.04 s a call in the rows
+    without barriers), and the replay is too fast with it or without: what the simulator lacks
+    is elsewhere (the 2-core host's contention, docs/benchmarks.md)."""
     real = json.loads(TRACE.read_text())
     bare = copy.deepcopy(real)
     del bare["calibration"]["tool_overhead_s"]
+    del bare["calibration"]["tool_overhead_by_row"]
     with_it, without = replay(real)["rows"], replay(bare)["rows"]
-    for a, b in zip(with_it[:2], without[:2], strict=True):  # sync, +async
-        assert a["sim_makespan_s"] > 1.2 * b["sim_makespan_s"]
-    assert all(r["sim_vs_real"] < 0.8 for r in without)
+    for a, b in zip(with_it, without, strict=True):
+        assert a["sim_makespan_s"] > b["sim_makespan_s"]
+        assert b["tool_overhead_s"] == 0.0
+    assert all(r["sim_vs_real"] < 0.75 for r in with_it + without)
 
 
 def test_each_row_without_barriers_takes_its_own_measured_share_of_a_call() -> None:
