@@ -65,7 +65,10 @@ def service_rows(r: dict[str, Any], s: dict[str, Any]) -> list[tuple[str, str, s
                         f"{t['slow_cells']} of {t['cells']}; {t['slow_cells_after_a_stall']} "
                         f"({t['slow_cells_by_chance']:.0f}) (bystanders: {t['stalls']} of "
                         f"{t['samples']} {t['loop_ms']:.2f} ms loops held over 1 ms, longest "
-                        f"{t['longest_stall_ms']:.1f} ms; steal {t['steal_s']:.2f} s)",
+                        f"{t['longest_stall_ms']:.1f} ms; steal {t['steal_s']:.2f} s"
+                        + ("" if t["bystander_priority"] == "SCHED_FIFO" else
+                           f"; bystanders at {t['bystander_priority']} priority: their "
+                           "stalls include waits for our own processes") + ")",
                         "", "", ""))
     return out
 
