@@ -80,7 +80,7 @@ def sync_server_handle(tiny_model_dir: Path) -> Iterator[SyncServer]:
     args, env = server_options(lora_rank=LORA_RANK, keep=2)
     # float32 like the trainer's torch model (vLLM-CPU would downcast it to bfloat16): a greedy
     # choice of the server can then be checked against torch's up to float32 noise (~1e-5 in
-    # a logprob) instead of bfloat16's (~0.05: one CI run's server picked, at token 9, a token
+    # a logprob) instead of bfloat16's (~0.05: a server run here picked, at token 9, a token
     # 0.043 below torch's best)
     args = [*args, "--dtype", "float32"]
     log_dir = Path(tempfile.mkdtemp(prefix="agentmath-wsync-"))
