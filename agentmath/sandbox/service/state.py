@@ -94,9 +94,9 @@ class ServiceSession:
     """One client session: a pool session (one worker process) and the results of its cells.
 
     Each result is kept as its JSON encoding (``encode_result``), the bytes a reply carries:
-    encoded once, sent as they are on a retry, and bytes are never scanned by the garbage
-    collector (a session's results as dicts made each full collection of a busy service
-    longer, 20-30 ms, a stall of every request in flight)."""
+    encoded once, sent as they are on a retry, and untracked by the garbage collector, where
+    a dict per cell would stay in the heap that every full collection walks (each one a stall
+    of every request in flight) for as long as its session lives."""
 
     id: str
     client: str
