@@ -108,27 +108,30 @@ def sync_server(sync_server_handle: SyncServer) -> str:
     return sync_server_handle.url
 
 
-def complete(url: str, model: str, salt: str | None = None) -> tuple[list[int], int]:
-    """Greedy token ids for PROMPT and how many prompt tokens came from the prefix cache."""
+def _greedy(url: str, model: str, salt: str | None = None,
+            logprobs: bool = False) -> dict[str, Any]:
+    """The server's reply to a 16-token greedy completion of PROMPT."""
     body: dict[str, Any] = {"model": model, "prompt": PROMPT, "max_tokens": 16,
                             "temperature": 0.0, "return_token_ids": True}
     if salt is not None:
         body["cache_salt"] = salt
+    if logprobs:
+        body["logprobs"] = 0
     response = httpx.post(f"{url}/v1/completions", json=body, timeout=120)
     assert response.status_code == 200, response.text
-    data = response.json()
+    return dict(response.json())
+
+
+def complete(url: str, model: str, salt: str | None = None) -> tuple[list[int], int]:
+    """Greedy token ids for PROMPT and how many prompt tokens came from the prefix cache."""
+    data = _greedy(url, model, salt)
     details = data["usage"].get("prompt_tokens_details") or {}
     return data["choices"][0]["token_ids"], int(details.get("cached_tokens") or 0)
 
 
 def greedy_scored(url: str, model: str) -> tuple[list[int], list[float]]:
     """Greedy token ids for PROMPT (no prefix-cache reuse) and each one's logprob."""
-    body = {"model": model, "prompt": PROMPT, "max_tokens": 16, "temperature": 0.0,
-            "return_token_ids": True, "logprobs": 0,
-            "cache_salt": f"scored-{time.monotonic_ns()}"}
-    response = httpx.post(f"{url}/v1/completions", json=body, timeout=120)
-    assert response.status_code == 200, response.text
-    choice = response.json()["choices"][0]
+    choice = _greedy(url, model, f"scored-{time.monotonic_ns()}", logprobs=True)["choices"][0]
     return choice["token_ids"], [float(x) for x in choice["logprobs"]["token_logprobs"]]
 
 
