@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
 # The checks that need a CUDA GPU, in priority order, within one time budget:
-#   1. benchmarks/device_steps.py: the demo's SFT and GRPO steps on cpu fp32 / cuda fp32 / bf16;
-#   2. pytest -m gpu (tests/integration/test_cuda.py) and the generator's tests on the GPU;
+#   1. pytest -m gpu (tests/integration/test_cuda.py), the generator's tests and the precision
+#      tests on the GPU, in one process (a cuda bf16 run followed by cpu and fp32 ones);
+#   2. agentmath demo --device cuda (the whole demo on the GPU, fp32: bf16 weakens its start);
 #   3. benchmarks/generator.py --device cuda: the continuous generator beside model.generate;
-#   4. agentmath demo --device cuda (the whole demo on the GPU, fp32: bf16 weakens its start).
+#   4. benchmarks/device_steps.py: the demo's SFT and GRPO steps on cuda bf16 / cuda fp32 / cpu,
+#      from the demo's tool model of step 2 (START_MODEL to name another).
 # Usage: scripts/gpu_check.sh OUT_DIR [SECONDS]   (default 540). Each step gets what is left of
-# the budget (a step cut off by it says so in its log); logs and JSON land in OUT_DIR.
+# the budget (a step cut off by it says so in its log); at most 8 files land in OUT_DIR.
 # Run from the repository root with the package importable (installed, or on PYTHONPATH).
 set -u
 out=${1:?usage: scripts/gpu_check.sh OUT_DIR [SECONDS]}
@@ -27,14 +29,16 @@ step() {  # step NAME MAX_SECONDS COMMAND...: run with min(MAX, what is left), l
     tail -n 25 "$out/$name.log"
 }
 
-nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | tee "$out/gpu.txt"
-step device_steps 230 "$py" benchmarks/device_steps.py --sft-steps 80 --rl-steps 3 \
-    --model "${START_MODEL:-runs/demo/model-tool/final}" --out /tmp/bench-device-steps \
-    --json-out "$out/device_steps.json"
-step pytest_gpu 150 "$py" -m pytest -q -p no:cacheprovider tests/integration/test_cuda.py \
-    tests/integration/test_hf_continuous.py
-step generator_cuda 60 "$py" benchmarks/generator.py --device cuda --repeats 1
-step demo_cuda 400 "$py" -m agentmath.cli demo --device cuda --out /tmp/demo-cuda \
+{ nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader; nproc
+  "$py" -c "import torch, transformers; print(torch.__version__, transformers.__version__)"; } \
+    | tee "$out/gpu.txt"
+step pytest_gpu 170 "$py" -m pytest -q -p no:cacheprovider tests/integration/test_cuda.py \
+    tests/integration/test_hf_continuous.py tests/integration/test_rl_precision.py
+step demo_cuda 300 "$py" -m agentmath.cli demo --device cuda --out /tmp/demo-cuda \
     --no-save-model --json
 cp /tmp/demo-cuda/summary.json "$out/demo_cuda_summary.json" 2>/dev/null || true
+step generator_cuda 60 "$py" benchmarks/generator.py --device cuda --repeats 1
+step device_steps 230 "$py" benchmarks/device_steps.py --sft-steps 40 --rl-steps 4 \
+    --model "${START_MODEL:-/tmp/demo-cuda/model-tool/final}" --out /tmp/bench-device-steps \
+    --json-out "$out/device_steps.json"
 cat "$out/steps.log"
