@@ -44,8 +44,8 @@ class HitBound:
     sibling computed it under this version; nothing across versions. Block-aligned, in
     tokens, over the same queries (prompt tokens) the servers count."""
 
-    def __init__(self, inner: Any, block: int, overhead_s: float = 0.0) -> None:
-        self.inner, self.block, self.overhead_s = inner, block, overhead_s
+    def __init__(self, inner: Any, block: int) -> None:
+        self.inner, self.block = inner, block
         self.hits = self.queries = 0
         self._last: dict[tuple[str, int], int] = {}
         self._prompts: dict[tuple[str | None, int], int] = {}
@@ -77,8 +77,6 @@ class HitBound:
         reusable = min(reusable, len(prompt_ids)) // self.block * self.block
         self.hits += reusable
         self.queries += len(prompt_ids)
-        if self.overhead_s:  # the client and HTTP time of a real request (calibration)
-            await asyncio.sleep(self.overhead_s)
         gen = await call
         self._last[key] = len(prompt_ids) + len(gen.token_ids)
         return gen
@@ -191,7 +189,7 @@ def simulate(variant: Variant, workload: Workload, cost: ServerCostModel,
     router: Any = Router(fleet.backends, RouterConfig(policy=variant.policy, **options))
     if variant.mode == "sync" and getattr(ns, "sync_placement", "round_robin") == "pinned":
         router = PinnedPlacement(fleet.backends)
-    bound = HitBound(router, cost.block_size, getattr(ns, "request_overhead_s", 0.0))
+    bound = HitBound(router, cost.block_size)
     engine = RolloutEngine(bound, fleet.sandbox, get_format("code_interpreter"),
                            loop=workload.loop_config(), config=_config(variant, workload, cost, ns))
     requests = [GroupRequest(task, workload.group_size) for task in workload.tasks()]
@@ -320,7 +318,10 @@ def replay(real: dict[str, Any]) -> dict[str, Any]:
     # barriers or parking in it (runs since 2026-11-26 evening), else the +async row's
     tool_overhead = (cal.get("tool_overhead_s") or {}).get("median", 0.0)
     by_row = cal.get("tool_overhead_by_row") or {}
-    cost = ServerCostModel(**fitted)
+    # the servers' front ends take the requests one at a time, each for the calibration's
+    # measured cost of one more request in a burst (runs before 2026-11-27 evening added it
+    # to every request as a delay of its own, in parallel)
+    cost = ServerCostModel(**fitted).with_(admission_s=cal.get("request_overhead_s", 0.0))
     wl = dict(cal["workload"])
     for key in ("prompt_tokens", "turn_tokens", "tool_tokens", "tool_latency_s"):
         wl[key] = LogNormal(**wl[key])
@@ -332,7 +333,6 @@ def replay(real: dict[str, Any]) -> dict[str, Any]:
                                 engine["batch_groups"] * workload.group_size),
                             sync_s=0.0, sandbox_workers=engine["sandbox_workers"],
                             kv_fraction=0.0, steps=None,
-                            request_overhead_s=cal.get("request_overhead_s", 0.0),
                             tool_overhead_s=tool_overhead,
                             interrupt_turns=bool(engine.get("interrupt_turns", False)))
     measured = {row["name"]: row["makespan_s"] for row in real["rows"]}
@@ -349,5 +349,5 @@ def replay(real: dict[str, Any]) -> dict[str, Any]:
                      "sim_vs_real": sim["makespan_s"] / measured[variant.name],
                      "sim_prefix_hit_rate": sim["prefix_hit_rate"],
                      "tool_overhead_s": ns.tool_overhead_s})
-    return {"cost_model": fitted, "tool_overhead_s": tool_overhead, "rows": rows,
+    return {"cost_model": asdict(cost), "tool_overhead_s": tool_overhead, "rows": rows,
             "within_25_percent": all(abs(r["sim_vs_real"] - 1) <= 0.25 for r in rows)}

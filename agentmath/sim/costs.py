@@ -64,6 +64,13 @@ class ServerCostModel:
     kv_tokens: int = 360_000
     #: Tokens per KV block: the granularity of prefix caching and allocation (vLLM: 16).
     block_size: int = 16
+    #: Seconds the server's front end spends on each request before its engine sees it, one
+    #: request at a time (vLLM's API server is one process). Measured on vLLM-CPU with the
+    #: tiny model, 2026-11-27: a burst of 24 one-token requests entered the engine one per
+    #: step, 8-12 ms apart whatever the prompt's length (16, 700 or 1,500 tokens), so a round
+    #: of 24 requests reached the engine over ~0.25 s. 0: requests reach the engine as they
+    #: arrive (the paper-scale presets: no source states a front end's cost per request).
+    admission_s: float = 0.0
 
     @property
     def kv_blocks(self) -> int:

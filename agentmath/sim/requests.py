@@ -32,7 +32,7 @@ class SimRequest:
     first_token: float = math.nan
     finished: float = math.nan
     preemptions: int = 0
-    state: str = "waiting"  # waiting | running | done | aborted | interrupted | failed
+    state: str = "waiting"  # admitting | waiting | running | done | aborted | interrupted | failed
     error: BaseException | None = None
 
 

@@ -6,7 +6,8 @@ newly admitted requests, FCFS; its duration comes from :class:`~.costs.ServerCos
 Requests wait when ``max_running`` are running or the KV cache cannot hold their context; when
 decoding fills the KV cache the newest running request is preempted (its blocks freed, recomputed
 later, as vLLM v1 does). Prefill only costs tokens the prefix cache (:class:`~.kvcache.KVCache`)
-does not already hold.
+does not already hold. With ``admission_s`` a request first passes the server's front end,
+which takes requests one at a time (vLLM's API server), so a burst reaches the engine spread out.
 
 Why the stepping is hand-written instead of one simpy event per step or per token: a paper-scale
 run is ~10^8 tokens, i.e. millions of engine steps; at tens of microseconds per simpy event that
@@ -50,6 +51,8 @@ class SimServer:
         self.down = False
         self._wake: simpy.Event | None = None
         self._interruptible = False
+        self._front_free = 0.0  # when the front end is done with the requests given to it
+        self._front: list[SimRequest] = []  # requests in the front end (cost.admission_s > 0)
         self.process = env.process(self._run())
 
     # ------------------------------------------------------------------ control
@@ -66,17 +69,37 @@ class SimServer:
             raise RequestRejected(f"{self.name}: {prompt_len} + {out_len} tokens do not fit "
                                   f"its KV cache of {self.kv.blocks * bs} tokens")
         req = SimRequest(prompt_len, out_len, hashes, on_done, self.env.now)
-        self.waiting.append(req)
         self.stats.requests += 1
+        if self.cost.admission_s > 0:  # through the front end first, one request at a time
+            self._front_free = max(self.env.now, self._front_free) + self.cost.admission_s
+            req.state = "admitting"
+            self._front.append(req)
+            self.env.process(self._admit_at(req, self._front_free))
+        else:
+            self._enqueue(req)
+        return req
+
+    def _admit_at(self, req: SimRequest, when: float):  # noqa: ANN202 - a simpy process
+        """Queue ``req`` for the engine at ``when`` (the front end is done with it), unless it
+        was aborted, interrupted or failed meanwhile."""
+        yield self.env.timeout(when - self.env.now)
+        if req in self._front:
+            self._front.remove(req)
+        if req.state == "admitting":
+            self._enqueue(req)
+
+    def _enqueue(self, req: SimRequest) -> None:
+        req.state = "waiting"
+        self.waiting.append(req)
         self.stats.max_waiting = max(self.stats.max_waiting, len(self.waiting))
         if len(self.running) < self.cost.max_running:
             self._poke()
-        return req
 
     def abort(self, req: SimRequest) -> None:
         """Drop a request (its caller gave up): freed at the end of the step in progress."""
-        if req.state == "waiting":
-            self.waiting.remove(req)
+        if req.state in ("waiting", "admitting"):
+            if req.state == "waiting":
+                self.waiting.remove(req)
             req.state = "aborted"
             self.stats.aborted += 1
         elif req.state == "running":
@@ -87,8 +110,9 @@ class SimServer:
         """End a request early, keeping the tokens it generated (its caller is told, with
         ``state`` "interrupted" and ``gen`` tokens): at the end of the step in progress when
         running, at once when waiting. Done or gone requests are left as they are."""
-        if req.state == "waiting":
-            self.waiting.remove(req)
+        if req.state in ("waiting", "admitting"):
+            if req.state == "waiting":
+                self.waiting.remove(req)
             req.state = "interrupted"
             self._end(req, released=True)
         elif req.state == "running":
@@ -113,13 +137,15 @@ class SimServer:
         """Fail every request (BackendError) and refuse new ones until :meth:`restart`."""
         self.down = True
         error = BackendError(f"{self.name} {reason}")
-        for req in [*self.running, *self.waiting]:
+        admitting = [r for r in self._front if r.state == "admitting"]
+        for req in [*self.running, *self.waiting, *admitting]:
             req.state, req.error = "failed", error
             self.stats.failed += 1
             if req.on_done is not None:
                 req.on_done(req)
         self.running.clear()
         self.waiting.clear()
+        self._front.clear()
         self.kv = KVCache(self.cost.kv_blocks, self.cost.block_size)
         self._poke()
 
