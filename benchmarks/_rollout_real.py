@@ -109,6 +109,10 @@ def add_real_arguments(parser: argparse.ArgumentParser) -> None:
         "started servers all compute on core 0 (vLLM's default) instead of one core each"))
     g.add_argument("--model-dir", type=Path, help=(
         "model to serve (default: the newest cached test model, built if there is none)"))
+    g.add_argument("--server-nice", type=int, default=10, help=(
+        "started servers run this many nice steps below the benchmark (its client and "
+        "sandbox), so that on a small host their spinning engine loop yields to the client "
+        "(0: as before 2026-11-27 evening)"))
     g.add_argument("--real-rows", nargs="+", choices=list(ROWS), default=list(ROWS))
     for flag, kind, default, text in _KNOBS:
         g.add_argument(f"--real-{flag}", type=kind, default=default, help=text)
@@ -314,7 +318,7 @@ def run_real(ns: argparse.Namespace) -> dict[str, Any]:
     if not urls:
         model_dir = ns.model_dir or srv.default_model_dir()
         started = srv.start_vllm_servers(ns.vllm_servers, model_dir, log_dir,
-                                         bind_cores=not ns.shared_core,
+                                         bind_cores=not ns.shared_core, nice=ns.server_nice,
                                          vllm_bin=srv.default_bin("vllm", VLLM_VENV),
                                          cache_dir=Path.home() / ".cache" / "agentmath-test"
                                          / "vllm-cache")

@@ -19,6 +19,7 @@ measurements of a real server (:meth:`ServerCostModel.fit`).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
@@ -26,7 +27,7 @@ import numpy as np
 
 from agentmath.sim.hardware import H100_SXM, QWEN3_8B, step_coefficients
 
-__all__ = ["ServerCostModel", "StepMeasurement"]
+__all__ = ["ServerCostModel", "StepMeasurement", "steps_covering"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,6 +72,14 @@ class ServerCostModel:
     #: of 24 requests reached the engine over ~0.25 s. 0: requests reach the engine as they
     #: arrive (the paper-scale presets: no source states a front end's cost per request).
     admission_s: float = 0.0
+    #: How much longer each engine step takes while the front end is taking a request: its
+    #: time times ``1 + contention``. On a host whose few cores the engine's scheduler, the
+    #: front end and the client share (this project's 2-vCPU machine), a request passing the
+    #: front end slows the steps running meanwhile: measured 2026-11-27 on vLLM-CPU, decode steps
+    #: of 4-16 sequences took 1.3-2.9x as long under a stream of ~24 requests/s as alone. The
+    #: calibration measures it (:func:`agentmath.sim.vllm_metrics.measure_step_costs`); 0: the
+    #: servers' hosts have cores to spare (the paper-scale presets).
+    contention: float = 0.0
 
     @property
     def kv_blocks(self) -> int:
@@ -191,3 +200,19 @@ class ServerCostModel:
         start = base or cls()
         d = float(coef[3]) if use_d else start.d
         return replace(start, a=float(coef[0]), b=float(coef[1]), c=float(coef[2]), d=d)
+
+
+def steps_covering(elapsed: float, a: float, dd: float, k: int) -> int:
+    """The number of whole steps, starting at 0, by whose end ``elapsed`` seconds have passed
+    in a decode phase whose steps cost ``a``, ``a + dd``, ``a + 2*dd``...: the smallest s with
+    ``s*a + dd*s*(s-1)/2 >= elapsed`` (capped at k)."""
+    if elapsed <= 0:
+        return 0
+    if dd <= 0:
+        s = math.ceil(elapsed / a - 1e-9)
+    else:
+        b = a - dd / 2
+        s = math.ceil((-b + math.sqrt(b * b + 2 * dd * elapsed)) / dd - 1e-9)
+        while s > 0 and (s - 1) * a + dd * (s - 1) * (s - 2) / 2 >= elapsed:
+            s -= 1
+    return max(0, min(k, s))

@@ -28,7 +28,7 @@ from collections.abc import Callable
 import simpy
 
 from agentmath.errors import BackendError, RequestRejected
-from agentmath.sim.costs import ServerCostModel
+from agentmath.sim.costs import ServerCostModel, steps_covering
 from agentmath.sim.kvcache import KVCache
 from agentmath.sim.requests import ServerStats, SimRequest
 
@@ -52,6 +52,8 @@ class SimServer:
         self._wake: simpy.Event | None = None
         self._interruptible = False
         self._front_free = 0.0  # when the front end is done with the requests given to it
+        c = self.cost  # the step costs while the front end works (cost.contention)
+        self._contended = c.with_(**{k: getattr(c, k) * (1 + c.contention) for k in "abcde"})
         self._front: list[SimRequest] = []  # requests in the front end (cost.admission_s > 0)
         self.process = env.process(self._run())
 
@@ -71,7 +73,10 @@ class SimServer:
         req = SimRequest(prompt_len, out_len, hashes, on_done, self.env.now)
         self.stats.requests += 1
         if self.cost.admission_s > 0:  # through the front end first, one request at a time
+            idle = self._front_free <= self.env.now
             self._front_free = max(self.env.now, self._front_free) + self.cost.admission_s
+            if idle and self.cost.contention > 0:
+                self._poke()  # the steps from the next one on run slower
             req.state = "admitting"
             self._front.append(req)
             self.env.process(self._admit_at(req, self._front_free))
@@ -183,6 +188,10 @@ class SimServer:
             else:
                 yield from self._decode_phase()
 
+    def _step_costs(self) -> ServerCostModel:
+        """The cost model of the steps starting now: slower while the front end works."""
+        return self._contended if self._front_free > self.env.now else self.cost
+
     def _admissible(self) -> bool:
         """Whether the head of the queue could be admitted now (ignoring prefix hits)."""
         if len(self.running) >= self.cost.max_running:
@@ -194,7 +203,7 @@ class SimServer:
     def _mixed_step(self):  # noqa: ANN202 - a simpy process generator
         """One engine step with prefill: decode tokens first, then prefill chunks, then admit."""
         self._finish_done()
-        cost = self.cost
+        cost = self._step_costs()
         decode = [r for r in self.running if not r.prefill_left]
         decode = self._ensure_blocks(decode, 1)
         budget = cost.max_batched_tokens - len(decode)
@@ -241,7 +250,7 @@ class SimServer:
     def _decode_phase(self):  # noqa: ANN202 - a simpy process generator
         """Steps of a constant running set, all decoding: jump to the first completion (or the
         KV cache filling up), or to the end of the step in progress when poked."""
-        running, cost = self.running, self.cost
+        running, cost = self.running, self._step_costs()
         n = len(running)
         k = min(r.out_len - r.gen for r in running)
         k = self._kv_steps(k)
@@ -261,7 +270,7 @@ class SimServer:
             s = k
         except simpy.Interrupt:
             elapsed = self.env.now - start
-            s = _steps_covering(elapsed, a, dd, k)
+            s = steps_covering(elapsed, a, dd, k)
             rest = span(s) - elapsed
             if rest > 0:
                 yield self.env.timeout(rest)
@@ -391,17 +400,3 @@ class SimServer:
         if r.on_done is not None:
             r.on_done(r)
 
-
-def _steps_covering(elapsed: float, a: float, dd: float, k: int) -> int:
-    """The number of whole steps, starting at 0, by whose end ``elapsed`` seconds have passed:
-    the smallest s with ``s*a + dd*s*(s-1)/2 >= elapsed`` (capped at k)."""
-    if elapsed <= 0:
-        return 0
-    if dd <= 0:
-        s = math.ceil(elapsed / a - 1e-9)
-    else:
-        b = a - dd / 2
-        s = math.ceil((-b + math.sqrt(b * b + 2 * dd * elapsed)) / dd - 1e-9)
-        while s > 0 and (s - 1) * a + dd * (s - 1) * (s - 2) / 2 >= elapsed:
-            s -= 1
-    return max(0, min(k, s))

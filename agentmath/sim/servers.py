@@ -151,12 +151,13 @@ def start_vllm_server(model_dir: Path | str, log_path: Path, *, port: int | None
                       kv_cache_gib: int = 1, extra_args: Sequence[str] = (),
                       vllm_bin: Path | None = None, cache_dir: Path | None = None,
                       env: dict[str, str] | None = None, cpus: Collection[int] | None = None,
-                      timeout_s: float = 300.0) -> tuple[subprocess.Popen[bytes], str]:
+                      nice: int = 0, timeout_s: float = 300.0
+                      ) -> tuple[subprocess.Popen[bytes], str]:
     """Start ``vllm serve model_dir`` (CPU build) on 127.0.0.1; the process and its base URL
     once ``/health`` answers. ``cache_dir`` keeps vLLM's torch.compile cache between starts
     (halves a restart); ``env`` adds environment variables (``VLLM_CPU_OMP_THREADS_BIND``);
     ``cpus`` sets the CPUs the server's processes may run on (default: the caller's, which
-    they inherit)."""
+    they inherit); ``nice`` runs them that many steps below the caller's priority."""
     port = port or free_port()
     env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": str(kv_cache_gib), "HF_HUB_OFFLINE": "1",
            "TRANSFORMERS_OFFLINE": "1", "VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1",
@@ -168,25 +169,30 @@ def start_vllm_server(model_dir: Path | str, log_path: Path, *, port: int | None
            "--served-model-name", served_name, "--host", "127.0.0.1", "--port", str(port),
            "--max-model-len", str(max_model_len), "--generation-config", "vllm",
            "--enable-prompt-tokens-details", *extra_args]
-    if cpus is not None:
-        cmd = with_affinity(cpus, cmd)
+    if cpus is not None or nice:
+        cmd = with_affinity(cpus if cpus is not None else os.sched_getaffinity(0), cmd,
+                            nice=nice)
     url = f"http://127.0.0.1:{port}"
     return _spawn(cmd, log_path, env, url, f"vllm serve at {url}", timeout_s), url
 
 
-#: Sets the CPU affinity, then becomes the command (argv: cpus, command...): what ``taskset``
-#: does, without depending on util-linux, and safe where ``preexec_fn`` is not (servers are
-#: started from threads).
+#: Sets the CPU affinity and lowers the priority, then becomes the command (argv: cpus, nice
+#: increment, command...): what ``taskset`` and ``nice`` do, without depending on util-linux,
+#: and safe where ``preexec_fn`` is not (servers are started from threads).
 _AFFINITY_EXEC = ("import os, sys; os.sched_setaffinity(0, [int(c) for c in "
-                  "sys.argv[1].split(',')]); os.execv(sys.argv[2], sys.argv[2:])")
+                  "sys.argv[1].split(',')]); os.nice(int(sys.argv[2])); "
+                  "os.execv(sys.argv[3], sys.argv[3:])")
 
 
-def with_affinity(cpus: Collection[int], cmd: Sequence[str]) -> list[str]:
-    """``cmd`` run on ``cpus`` only (ValueError for an empty set)."""
+def with_affinity(cpus: Collection[int], cmd: Sequence[str], *, nice: int = 0) -> list[str]:
+    """``cmd`` run on ``cpus`` only, ``nice`` steps below the caller's priority (ValueError
+    for an empty set of CPUs or a negative ``nice``: raising a priority needs privileges)."""
     if not cpus:
         raise ValueError("with_affinity needs at least one CPU")
+    if nice < 0:
+        raise ValueError(f"with_affinity lowers priorities only (nice={nice})")
     return [sys.executable, "-c", _AFFINITY_EXEC, ",".join(str(c) for c in sorted(cpus)),
-            *cmd]
+            str(nice), *cmd]
 
 
 def start_vllm_servers(n: int, model_dir: Path | str, log_dir: Path, *, bind_cores: bool = False,

@@ -23,8 +23,8 @@ from agentmath.errors import BackendError
 if TYPE_CHECKING:
     from agentmath.sim.costs import StepMeasurement
 
-__all__ = ["BusySampler", "StepCosts", "VllmMetrics", "calibrate", "measure_step_costs",
-           "scrape_vllm", "server_shape"]
+__all__ = ["BusySampler", "StepCosts", "VllmMetrics", "calibrate", "measure_contention",
+           "measure_step_costs", "scrape_vllm", "server_shape"]
 
 
 log = logging.getLogger(__name__)
@@ -251,13 +251,67 @@ async def measure_step_costs(urls: Sequence[str], model: str, *,
     return StepCosts(out, max(overhead, 0.0))
 
 
+async def measure_contention(urls: Sequence[str], model: str, *, admission_s: float,
+                             batch: int = 16, lengths: tuple[int, int] = (16, 272),
+                             prompt_tokens: int = 32, repeats: int = 3, seed: int = 1,
+                             logprobs: bool = False) -> float:
+    """``ServerCostModel.contention``: how much longer engine steps take while the front end
+    is taking a request, from decode steps measured alone and under a stream of one-token
+    requests (one after another, per server, from this client).
+
+    Each repeat measures a decode step of ``batch`` sequences as :func:`measure_step_costs`
+    does (a difference of two wall times over the difference of ``lengths``), once alone and
+    once with the stream running; with the stream's rate r (requests per second per server),
+    the front end works a share ``r * admission_s`` of the time, so the steps are
+    ``1 + contention * r * admission_s`` times as long. The median over ``repeats``, never
+    below 0; 0 when ``admission_s`` is 0 (nothing to be busy with)."""
+    if admission_s <= 0:
+        return 0.0
+    rng = np.random.default_rng(seed)
+    t1, t2 = lengths
+
+    async def step(client: httpx.AsyncClient) -> float:
+        async def wall(tokens: int) -> float:
+            walls = await asyncio.gather(*(_batch(
+                client, u, model, rng.integers(3, 256, (batch, prompt_tokens)).tolist(), tokens,
+                logprobs) for u in urls))
+            return sum(walls) / len(walls)
+        return (await wall(t2) - await wall(t1)) / (t2 - t1)
+
+    async def stream(client: httpx.AsyncClient, url: str, stop: asyncio.Event) -> int:
+        sent = 0
+        while not stop.is_set():
+            await _batch(client, url, model, [rng.integers(3, 256, prompt_tokens).tolist()],
+                         1, logprobs)
+            sent += 1
+        return sent
+
+    found = []
+    async with httpx.AsyncClient(limits=client_limits(4096)) as client:
+        for _ in range(repeats):
+            alone = await step(client)
+            stop = asyncio.Event()
+            streams = [asyncio.create_task(stream(client, u, stop)) for u in urls]
+            started = time.perf_counter()
+            try:
+                loaded = await step(client)
+            finally:
+                stop.set()
+                sent = sum(await asyncio.gather(*streams))
+            busy = sent / len(urls) / (time.perf_counter() - started) * admission_s
+            if alone > 0 and busy > 0:
+                found.append((loaded / alone - 1) / min(busy, 1.0))
+    return max(0.0, float(np.median(found))) if found else 0.0
+
+
 async def calibrate(urls: Sequence[str], model: str,
                     batches: Sequence[int] = (1, 4, 16, 64), *, repeats: int = 3,
                     lengths: tuple[int, int] = (16, 272),
                     logprobs: bool = False) -> dict[str, Any]:
     """The servers' shape (:func:`server_shape`), their measured step costs
     (:func:`measure_step_costs` with ``batches``, ``repeats``, ``lengths`` and ``logprobs``,
-    skipped when ``batches`` is empty) and the simulator's :class:`ServerCostModel` fitted to
+    skipped when ``batches`` is empty), how much a request passing the front end slows the
+    steps (:func:`measure_contention`) and the simulator's :class:`ServerCostModel` fitted to
     them, with its relative error at each point."""
     from agentmath.sim.costs import ServerCostModel
 
@@ -267,9 +321,13 @@ async def calibrate(urls: Sequence[str], model: str,
         return {"server": shape}
     costs = await measure_step_costs(urls, model, batches=batches, repeats=repeats,
                                      lengths=lengths, logprobs=logprobs)
+    contention = await measure_contention(
+        urls, model, admission_s=costs.request_overhead_s, lengths=lengths, repeats=repeats,
+        batch=min(16, max(batches)), logprobs=logprobs)
     fitted = ServerCostModel.fit(costs.steps, base=ServerCostModel.cpu_tiny().with_(**shape))
     return {"server": shape, "measurements": [asdict(m) for m in costs.steps],
-            "request_overhead_s": costs.request_overhead_s, "logprobs": logprobs,
+            "request_overhead_s": costs.request_overhead_s, "contention": contention,
+            "logprobs": logprobs,
             "fitted": asdict(fitted),
             "fit_errors": [fitted.step_time(m.n_decode, m.prefill_tokens, m.context_tokens)
                            / m.step_s - 1 for m in costs.steps]}

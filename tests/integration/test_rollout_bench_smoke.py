@@ -11,6 +11,7 @@ import pytest
 
 from agentmath.sim.servers import default_bin
 from benchmarks._rollout_real import ROWS, VLLM_VENV, add_real_arguments, run_real
+from benchmarks._rollout_sim import replay
 
 pytestmark = [pytest.mark.vllm, pytest.mark.integration, pytest.mark.slow]
 
@@ -51,6 +52,12 @@ def test_every_row_finishes_every_group(vllm_server_pair) -> None:  # noqa: ANN0
     assert [m["n_decode"] for m in calibration["measurements"]][:2] == [1, 1]
     assert calibration["fitted"]["a"] >= 0 and calibration["workload"]["group_size"] == 2
     assert calibration["logprobs"] is True  # measured with what the rows' requests ask for
+    # the front end's cost per request and how much it slows the steps meanwhile, which the
+    # simulator's replay gives its servers
+    assert calibration["request_overhead_s"] >= 0 and calibration["contention"] >= 0
+    check = replay(result)
+    assert check["cost_model"]["admission_s"] == calibration["request_overhead_s"]
+    assert check["cost_model"]["contention"] == calibration["contention"]
 
 
 def test_partial_rows_with_running_turns_cut(vllm_server_pair) -> None:  # noqa: ANN001

@@ -84,3 +84,42 @@ def test_aborted_interrupted_and_crashed_requests_never_reach_the_engine() -> No
     assert server.stats.steps == 0 and server.stats.aborted == 1
     assert server.stats.interrupted == 1 and server.stats.failed == 1
     assert not server.waiting and not server.running
+
+
+def test_steps_after_the_front_end_is_done_are_not_slowed() -> None:
+    """``contention`` slows only the steps that start while the front end works: a lone
+    request, which enters the engine when the front end is done with it, decodes in the cost
+    model's own time."""
+    cost = COST.with_(admission_s=0.1, contention=1.0)
+    env = simpy.Environment()
+    server = SimServer(env, cost)
+    done: list = []
+    server.submit(16, 200, _hashes(216, "long"), done.append)  # enters at 0.1
+    env.run(until=100)
+    [req] = done
+    alone = cost.step_time(0, 16) + 199 * cost.step_time(1)
+    assert abs(req.finished - (0.1 + alone)) < 1e-9
+
+
+def test_a_stream_of_requests_slows_the_running_decode() -> None:
+    """A long request decoding while short ones keep the front end busy takes longer with
+    ``contention`` than without (the same requests, the same admission cost)."""
+    def makespan(contention: float) -> float:
+        env = simpy.Environment()
+        server = SimServer(env, COST.with_(admission_s=0.01, contention=contention))
+        done: list = []
+        server.submit(16, 300, _hashes(316, "long"), done.append)
+
+        def stream():  # noqa: ANN202 - a simpy process
+            for i in range(40):
+                yield env.timeout(0.01)
+                server.submit(16, 1, _hashes(17, f"s{i}"), done.append)
+
+        env.process(stream())
+        env.run(until=100)
+        return max(r.finished for r in done if r.out_len == 300)
+
+    plain, slowed = makespan(0.0), makespan(1.0)
+    # the stream keeps the front end busy from 0.01 s to 0.41 s: the steps in that window
+    # cost twice as much, so about half of it (0.2 s) is added, and never more than all of it
+    assert 0.15 < slowed - plain < 0.41

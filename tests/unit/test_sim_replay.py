@@ -16,6 +16,9 @@ import pytest
 from benchmarks._rollout_sim import replay
 
 TRACE = Path(__file__).parents[1] / "fixtures" / "rundirs" / "rollout_real_1server.json"
+#: The same command with the servers niced (``--server-nice 10``, the default since) and the
+#: calibration measuring the front end's contention, 2026-11-27 17:10.
+CONTENTION_TRACE = TRACE.with_name("rollout_real_1server_contention.json")
 
 
 def test_the_replay_of_the_stored_run_gives_its_recorded_figures() -> None:
@@ -75,3 +78,19 @@ def test_each_row_without_barriers_takes_its_own_measured_share_of_a_call() -> N
     assert [r["tool_overhead_s"] for r in own] == pytest.approx([shared, shared, shared + 0.3])
     assert own[0]["sim_makespan_s"] == pytest.approx(plain[0]["sim_makespan_s"])
     assert own[2]["sim_makespan_s"] > plain[2]["sim_makespan_s"]
+
+
+def test_the_replay_of_a_run_with_measured_contention() -> None:
+    """A run whose calibration measured how much the front end slows the steps (0.67 then)
+    replays with it, slower than without it, and still too fast: 0.67, 0.57, 0.67, as
+    docs/benchmarks.md records."""
+    real = json.loads(CONTENTION_TRACE.read_text())
+    assert real["calibration"]["contention"] > 0
+    check = replay(real)
+    assert check["cost_model"]["contention"] == real["calibration"]["contention"]
+    assert [r["sim_vs_real"] for r in check["rows"]] == pytest.approx([0.67, 0.57, 0.67],
+                                                                      abs=0.02)
+    bare = copy.deepcopy(real)
+    del bare["calibration"]["contention"]  # as in runs before it was measured
+    for a, b in zip(check["rows"], replay(bare)["rows"], strict=True):
+        assert a["sim_makespan_s"] > b["sim_makespan_s"]

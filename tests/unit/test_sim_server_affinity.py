@@ -39,3 +39,16 @@ def test_a_pinned_caller_does_not_pin_the_command() -> None:
 def test_no_cpu_is_an_error() -> None:
     with pytest.raises(ValueError, match="at least one CPU"):
         with_affinity([], SHOW)
+
+
+def test_nice_lowers_the_commands_priority_below_the_callers() -> None:
+    """``nice``: the server yields the CPU to the benchmark's client (a spinning engine loop
+    otherwise takes an equal share of the client's core)."""
+    mine = sorted(os.sched_getaffinity(0))
+    show = [sys.executable, "-c", "import os; print(os.nice(0))"]
+    base = int(subprocess.run(show, capture_output=True, text=True, check=True).stdout)
+    out = subprocess.run(with_affinity(mine, show, nice=7), capture_output=True, text=True,
+                         check=True).stdout
+    assert int(out) == min(19, base + 7)
+    with pytest.raises(ValueError, match="lowers priorities only"):
+        with_affinity(mine, show, nice=-1)
