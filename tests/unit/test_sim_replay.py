@@ -17,7 +17,7 @@ from benchmarks._rollout_sim import replay
 
 TRACE = Path(__file__).parents[1] / "fixtures" / "rundirs" / "rollout_real_1server.json"
 #: The same command with the servers niced (``--server-nice 10``, the default since) and the
-#: calibration measuring the front end's contention, 2026-11-27 17:10.
+#: calibration measuring the front end's contention, 2026-11-27 17:04.
 CONTENTION_TRACE = TRACE.with_name("rollout_real_1server_contention.json")
 
 
