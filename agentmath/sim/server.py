@@ -92,6 +92,8 @@ class SimServer:
             self._front.remove(req)
         if req.state == "admitting":
             self._enqueue(req)
+        if self.cost.contention > 0 and self._front_free <= self.env.now:
+            self._poke()  # the front end is idle: the steps from the next one on run as usual
 
     def _enqueue(self, req: SimRequest) -> None:
         req.state = "waiting"

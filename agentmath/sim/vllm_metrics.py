@@ -325,6 +325,7 @@ async def calibrate(urls: Sequence[str], model: str,
         urls, model, admission_s=costs.request_overhead_s, lengths=lengths, repeats=repeats,
         batch=min(16, max(batches)), logprobs=logprobs)
     fitted = ServerCostModel.fit(costs.steps, base=ServerCostModel.cpu_tiny().with_(**shape))
+    fitted = fitted.with_(admission_s=costs.request_overhead_s, contention=contention)
     return {"server": shape, "measurements": [asdict(m) for m in costs.steps],
             "request_overhead_s": costs.request_overhead_s, "contention": contention,
             "logprobs": logprobs,
