@@ -324,7 +324,7 @@ def replay(real: dict[str, Any]) -> dict[str, Any]:
     # and every step runs slower while a front end works, by the calibration's measure (runs
     # before 2026-11-27 evening did not measure it: 0)
     cost = ServerCostModel(**fitted).with_(admission_s=cal.get("request_overhead_s", 0.0),
-                                           contention=cal.get("contention", 0.0))
+                                           contention=cal.get("contention") or 0.0)
     wl = dict(cal["workload"])
     for key in ("prompt_tokens", "turn_tokens", "tool_tokens", "tool_latency_s"):
         wl[key] = LogNormal(**wl[key])

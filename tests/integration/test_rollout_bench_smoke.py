@@ -54,10 +54,15 @@ def test_every_row_finishes_every_group(vllm_server_pair) -> None:  # noqa: ANN0
     assert calibration["logprobs"] is True  # measured with what the rows' requests ask for
     # the front end's cost per request and how much it slows the steps meanwhile, which the
     # simulator's replay gives its servers
-    assert calibration["request_overhead_s"] >= 0 and calibration["contention"] >= 0
+    # (or why the contention could not be measured: a lost request, recorded, not fatal)
+    assert calibration["request_overhead_s"] >= 0
+    if calibration["contention"] is None:
+        assert "contention calibration" in calibration["contention_error"]
+    else:
+        assert calibration["contention"] >= 0 and calibration["contention_error"] is None
     check = replay(result)
     assert check["cost_model"]["admission_s"] == calibration["request_overhead_s"]
-    assert check["cost_model"]["contention"] == calibration["contention"]
+    assert check["cost_model"]["contention"] == (calibration["contention"] or 0.0)
 
 
 def test_partial_rows_with_running_turns_cut(vllm_server_pair) -> None:  # noqa: ANN001
