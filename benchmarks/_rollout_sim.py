@@ -318,11 +318,10 @@ def replay(real: dict[str, Any]) -> dict[str, Any]:
     # barriers or parking in it (runs since 2026-11-26 evening), else the +async row's
     tool_overhead = (cal.get("tool_overhead_s") or {}).get("median", 0.0)
     by_row = cal.get("tool_overhead_by_row") or {}
-    # the servers' front ends take the requests one at a time, each for the calibration's
-    # measured cost of one more request in a burst (runs before 2026-11-27 evening added it
-    # to every request as a delay of its own, in parallel)
-    # and every step runs slower while a front end works, by the calibration's measure (runs
-    # before 2026-11-27 evening did not measure it: 0)
+    # the servers' front ends take requests one at a time, each for the calibration's measured
+    # cost of one more request in a burst, and slow the steps meanwhile by its measured
+    # contention (runs before 2026-11-27 evening recorded neither in their fitted model, and
+    # no contention at all: 0; they had added the request cost to each request in parallel)
     cost = ServerCostModel(**fitted).with_(admission_s=cal.get("request_overhead_s", 0.0),
                                            contention=cal.get("contention") or 0.0)
     wl = dict(cal["workload"])

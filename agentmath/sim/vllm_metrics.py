@@ -170,6 +170,17 @@ async def _batch(client: httpx.AsyncClient, url: str, model: str,
     return time.perf_counter() - started
 
 
+async def _mean_wall(client: httpx.AsyncClient, urls: Sequence[str], model: str,
+                     rng: np.random.Generator, id_range: tuple[int, int], n: int, length: int,
+                     tokens: int, logprobs: bool) -> float:
+    """:func:`_batch` of ``n`` fresh random ``length``-token prompts (ids drawn from
+    ``id_range``, so no prefix-cache hits) on every server at once; the mean of their walls."""
+    walls = await asyncio.gather(*(_batch(
+        client, u, model, rng.integers(*id_range, (n, length)).tolist(), tokens, logprobs)
+        for u in urls))
+    return sum(walls) / len(walls)
+
+
 @dataclass(frozen=True, slots=True)
 class StepCosts:
     """What :func:`measure_step_costs` found: engine steps for the cost model's fit, and the
@@ -209,10 +220,7 @@ async def measure_step_costs(urls: Sequence[str], model: str, *,
     rng = np.random.default_rng(seed)
 
     async def wall(client: httpx.AsyncClient, n: int, length: int, tokens: int) -> float:
-        walls = await asyncio.gather(*(_batch(
-            client, u, model, rng.integers(*id_range, (n, length)).tolist(), tokens, logprobs)
-            for u in urls))
-        return sum(walls) / len(walls)
+        return await _mean_wall(client, urls, model, rng, id_range, n, length, tokens, logprobs)
 
     async def pair(client: httpx.AsyncClient, base: tuple[int, int, int],
                    more: tuple[int, int, int]) -> float:
@@ -258,6 +266,7 @@ async def measure_step_costs(urls: Sequence[str], model: str, *,
 async def measure_contention(urls: Sequence[str], model: str, *, admission_s: float,
                              batch: int = 16, lengths: tuple[int, int] = (16, 272),
                              prompt_tokens: int = 32, repeats: int = 3, seed: int = 1,
+                             id_range: tuple[int, int] = (3, 256),
                              logprobs: bool = False) -> float:
     """``ServerCostModel.contention``: how much longer engine steps take while the front end
     is taking a request, from decode steps measured alone and under a stream of one-token
@@ -276,10 +285,8 @@ async def measure_contention(urls: Sequence[str], model: str, *, admission_s: fl
 
     async def step(client: httpx.AsyncClient) -> float:
         async def wall(tokens: int) -> float:
-            walls = await asyncio.gather(*(_batch(
-                client, u, model, rng.integers(3, 256, (batch, prompt_tokens)).tolist(), tokens,
-                logprobs) for u in urls))
-            return sum(walls) / len(walls)
+            return await _mean_wall(client, urls, model, rng, id_range, batch, prompt_tokens,
+                                    tokens, logprobs)
         return (await wall(t2) - await wall(t1)) / (t2 - t1)
 
     async def measured(client: httpx.AsyncClient) -> float:
@@ -302,8 +309,8 @@ async def measure_contention(urls: Sequence[str], model: str, *, admission_s: fl
         not counted (the load goes on)."""
         while True:
             try:
-                await _batch(client, url, model, [rng.integers(3, 256, prompt_tokens).tolist()],
-                             1, logprobs)
+                await _batch(client, url, model,
+                             [rng.integers(*id_range, prompt_tokens).tolist()], 1, logprobs)
                 sent[i] += 1
             except (httpx.TransportError, BackendError) as exc:
                 log.debug("contention stream to %s: %s", url, type(exc).__name__)
