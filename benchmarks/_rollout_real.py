@@ -98,6 +98,18 @@ _KNOBS = [  # --real-<flag>, type, default, help
     ("scale", float, 0.4, "multiplies turn lengths and tool latencies (smaller: quicker)")]
 
 
+def _nice_steps(text: str) -> int:
+    """``--server-nice``: a whole number of steps, 0 or more (a server is never raised above
+    the benchmark: that needs privileges)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be 0 or more (servers are only lowered): {value}")
+    return value
+
+
 def add_real_arguments(parser: argparse.ArgumentParser) -> None:
     """The real benchmark's options (workload knobs prefixed ``--real-``)."""
     g = parser.add_argument_group("real vLLM servers")
@@ -109,7 +121,7 @@ def add_real_arguments(parser: argparse.ArgumentParser) -> None:
         "started servers all compute on core 0 (vLLM's default) instead of one core each"))
     g.add_argument("--model-dir", type=Path, help=(
         "model to serve (default: the newest cached test model, built if there is none)"))
-    g.add_argument("--server-nice", type=int, default=10, help=(
+    g.add_argument("--server-nice", type=_nice_steps, default=10, help=(
         "started servers run this many nice steps below the benchmark (its client and "
         "sandbox), so that on a small host their spinning engine loop yields to the client "
         "(0: as before 2026-11-27 evening)"))
