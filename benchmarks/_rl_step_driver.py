@@ -3,7 +3,7 @@ configuration with whichever ``agentmath`` is first on ``sys.path`` (this checko
 commit's worktree put first on PYTHONPATH by rl_step.py). Prints one line, ``ROW {json}``.
 
     python benchmarks/_rl_step_driver.py '{"model": ..., "data": ..., "out": ..., "steps": 4,
-        "config": "frozen" | "demo", "generator": {...}, "quick": false}'
+        "config": "frozen" | "demo", "generator": {...}, "overrides": {...}, "quick": false}'
 
 (``quick``: a smoke run, 1 prompt x 2 samples a step and 64 model tokens an episode.)
 
@@ -54,6 +54,7 @@ def build(spec: dict) -> object:
     else:
         cfg = frozen_config(spec["model"], spec["data"], spec["steps"])
     cfg["generator"] = {**cfg["generator"], **spec.get("generator", {})}
+    cfg.update(spec.get("overrides", {}))  # top-level RLConfig fields of the row
     if spec.get("quick"):  # a smoke run: 1 prompt x 2 samples a step, 64 model tokens each
         cfg.update(prompts_per_step=1, group_size=2)
         cfg["loop"] = {**cfg["loop"], "max_model_tokens": QUICK_TOKENS}
@@ -77,7 +78,8 @@ def main() -> None:
         "wall_s": time.monotonic() - started,
         "steps": [{"step_s": r.step_s, "rollout_s": r.rollout_s, "train_s": r.train_s,
                    "model_tokens_mean": r.model_tokens_mean, "samples_per_s": r.samples_per_s,
-                   "reward_mean": r.reward_mean} for r in rows]}), flush=True)
+                   "reward_mean": r.reward_mean, "groups_trained": r.groups_trained}
+                  for r in rows]}), flush=True)
 
 
 if __name__ == "__main__":

@@ -43,6 +43,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import statistics
 import subprocess
 import sys
@@ -66,6 +67,7 @@ class Row:
     rev: str | None
     config: str  # "frozen" (the demo's GRPO settings at BASELINE_REV) or "demo" (today's)
     generator: dict[str, Any] = field(default_factory=dict)
+    overrides: dict[str, Any] = field(default_factory=dict)  # top-level RLConfig fields
 
 
 def rows(rev: str) -> list[Row]:
@@ -77,6 +79,8 @@ def rows(rev: str) -> list[Row]:
         Row("today, continuous batching", None, "frozen",
             {"continuous": True, "prefix_cache_rows": 0}),
         Row("today, continuous + prefix cache (default)", None, "frozen"),
+        Row("today, continuous + prefix cache, generation batch 2x", None, "frozen",
+            overrides={"generation_batch_factor": 2.0}),
         Row("today, the demo's own GRPO settings (stages, filters)", None, "demo"),
     ]
 
@@ -116,15 +120,22 @@ def start_model(args: argparse.Namespace) -> tuple[Path, Path]:
     return root / "final", data
 
 
+def _slug(name: str) -> str:
+    """A row's name as a directory name (each row writes its run under ``--out``)."""
+    return re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-")[:80]
+
+
 def run_row(row: Row, model: Path, data: Path, args: argparse.Namespace) -> dict[str, Any]:
     """``--steps`` GRPO steps of ``row`` in a process of its own; means over the steps after
     the first (it also warms caches)."""
     code = worktree(row.rev, args.out.resolve()) if row.rev else DRIVER.parent.parent
     env = {**os.environ, "PYTHONPATH": str(code), "OMP_NUM_THREADS": "1"}
     spec = {"model": str(model.resolve()), "data": str(data.resolve()),
-            "out": str(args.out.resolve() / f"run-{len(row.name)}-{row.config}"),
+            "out": str(args.out.resolve() / f"run-{_slug(row.name)}-{row.config}"),
             "steps": args.steps, "config": row.config, "generator": row.generator,
             "quick": args.quick}
+    if row.overrides:  # only rows that have some: an old commit's driver never sees the key
+        spec["overrides"] = row.overrides
     done = subprocess.run([sys.executable, str(DRIVER), json.dumps(spec)], env=env,
                           stdout=subprocess.PIPE, text=True, check=False, cwd=str(code))
     found = [line[4:] for line in done.stdout.splitlines() if line.startswith("ROW ")]
@@ -143,6 +154,8 @@ def run_row(row: Row, model: Path, data: Path, args: argparse.Namespace) -> dict
             "model_tokens_per_step": statistics.fmean(tokens),
             "rollout_tokens_per_s": sum(tokens) / max(1e-9, sum(rollout)),
             "reward_mean": statistics.fmean(r["reward_mean"] for r in steps),
+            # groups trained per step (an old commit's driver does not report them)
+            "groups_trained": statistics.fmean(r.get("groups_trained", 0) for r in timed),
             "step_s_each": [round(r["step_s"], 2) for r in steps]}
 
 
@@ -175,11 +188,12 @@ def main() -> None:
         return
     print_table(f"GRPO step of the demo's configuration, one thread ({model})",
                 ["row", "s / step", "rollout s", "update s", "model tokens / step",
-                 "rollout tokens / s", "speed-up", "reward", "each step (s)"],
+                 "rollout tokens / s", "speed-up", "reward", "groups trained",
+                 "each step (s)"],
                 [[r["row"], f"{r['step_s']:.2f}", f"{r['rollout_s']:.2f}",
                   f"{r['train_s']:.2f}", f"{r['model_tokens_per_step']:.0f}",
                   f"{r['rollout_tokens_per_s']:.0f}", f"{r['speedup']:.2f}x",
-                  f"{r['reward_mean']:.2f}",
+                  f"{r['reward_mean']:.2f}", f"{r['groups_trained']:.1f}",
                   " ".join(map(str, r["step_s_each"]))] for r in results])
 
 

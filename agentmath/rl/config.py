@@ -174,6 +174,13 @@ class RLConfig(StrictModel):
         "Drop groups whose rewards are all equal (no signal) and back-fill with new prompts."))
     max_sampling_rounds: int = Field(3, ge=1, le=100, description=(
         "Rollout rounds per step at most when back-filling; then train on what there is."))
+    generation_batch_factor: float = Field(1.0, ge=1.0, le=8.0, description=(
+        "Dynamic sampling: each rollout round draws this many times the groups still "
+        "missing, rounded up (DAPO's generation batch larger than its training batch, "
+        "verl's data.gen_batch_size), so that groups without signal are replaced in the "
+        "same round rather than in another that waits for its own longest episode; the "
+        "first groups with signal (in draw order; in completion order with partial rollout) "
+        "are trained on, the rest counted in groups_surplus. 1: draw only what is missing."))
     seed: int = Field(0, ge=0, le=2**63 - 1, description="Seeds data order, model, sampling.")
     device: str = Field("auto", min_length=1, description="'auto' (cuda if any), 'cpu', ...")
     rewards: list[RewardSpec] = Field(
@@ -228,6 +235,10 @@ class RLConfig(StrictModel):
     def _check_filters(self) -> None:
         """Filter settings that contradict each other, named by field."""
         f = self.filters
+        if self.generation_batch_factor > 1 and not self.dynamic_sampling:
+            raise ValueError("generation_batch_factor: drawing more groups than a step trains "
+                             "on only pays with dynamic_sampling (which keeps the groups with "
+                             "signal); set it, or leave the factor at 1")
         if f.resample_on_correct and f.oversample < 2:
             raise ValueError("filters.oversample: resample_on_correct keeps group_size of "
                              "group_size * oversample episodes; it needs oversample >= 2")

@@ -153,15 +153,18 @@ class StepMetrics:
     void_dropped: int = 0  # samples with a void turn, left out (filters)
     void_groups_dropped: int = 0  # groups left with < 2 samples or no variance by it
     roc_dropped: int = 0  # samples resample-on-correct left out (filters)
+    groups_surplus: int = 0  # with signal, beyond the step's need (generation_batch_factor)
     extra: StepExtra = field(default_factory=StepExtra)
     events: list[RunEvent] = field(default_factory=list)  # this step's (a line has none if none)
     #: read back from a line written before these fields existed (their defaults are not data)
     absent: tuple[str, ...] = field(default=(), repr=False, compare=False)
 
     def to_dict(self) -> dict[str, Any]:
-        """The JSON line: every field, ``events`` only when there are some."""
+        """The JSON line: every field, ``events`` only when there are some; a record read
+        from a line written before some fields existed writes them back as absent (their
+        defaults are not data), so that the line comes back as it was."""
         record = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)
-                  if f.name not in ("extra", "events", "absent")}
+                  if f.name not in ("extra", "events", "absent", *self.absent)}
         record["reward_terms"] = dict(self.reward_terms)
         record["extra"] = asdict(self.extra)
         if self.events:

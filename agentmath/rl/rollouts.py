@@ -8,6 +8,11 @@
   sample scored by the reward model, and DAPO/AgentMath **dynamic sampling**: groups whose
   rewards are all equal carry no gradient, so they are dropped and back-filled from new
   prompts, for at most ``max_rounds`` rollout rounds; how many were dropped is returned.
+  With ``draw_factor`` > 1 a round draws that many times the groups still missing (DAPO's
+  generation batch larger than its training batch, verl's ``data.gen_batch_size``): the
+  groups without signal are replaced in the same round instead of a later one, which would
+  wait for its own longest episode again; the first groups with signal, in the order the
+  round returns them, are trained on and the rest counted as surplus.
   Before dynamic sampling, the step's filters (:mod:`agentmath.rl.filters`: pass rate, void
   turns, resample-on-correct) take samples and groups out, each counted in :class:`Collected`.
 
@@ -18,6 +23,7 @@ trainer's composition root, :mod:`agentmath.rl.compose`.
 from __future__ import annotations
 
 import asyncio
+import math
 import random
 from collections import Counter
 from collections.abc import Iterator, Sequence
@@ -112,11 +118,13 @@ class Collected:
     void_groups_dropped: int = 0  # groups: < 2 samples or no variance left without void ones
     void_dropped: int = 0  # samples with a void turn
     roc_dropped: int = 0  # samples resample-on-correct left out
+    surplus: list[ScoredGroup] = field(default_factory=list)  # with signal, beyond the need
 
     @property
     def all_samples(self) -> list[ScoredSample]:
-        """Every sample generated this step: trained, or dropped by a filter or for no signal."""
-        groups = self.groups + self.dropped + self.filtered
+        """Every sample generated this step: trained, dropped by a filter or for no signal,
+        or with signal beyond the groups the step needed (``draw_factor``)."""
+        groups = self.groups + self.dropped + self.filtered + self.surplus
         return [s for g in groups for s in g.samples] + self.removed
 
     def no_update(self, step: int) -> NoUpdate:
@@ -185,15 +193,22 @@ def apply_filters(scored: list[ScoredGroup], plan: FilterPlan, out: Collected,
 
 async def collect_groups(rollout: Iterations, rewards: RewardModel, need: int, *,
                          dynamic_sampling: bool, max_rounds: int,
-                         filters: FilterPlan | None = None) -> Collected:
+                         filters: FilterPlan | None = None,
+                         draw_factor: float = 1.0) -> Collected:
     """``need`` scored groups (fewer if the rounds or the prompts run out); ``filters`` (the
     run's :class:`~agentmath.rl.filters.FilterPlan` for this step; None: none) apply to every
     scored group before dynamic sampling (with which a group they drop is back-filled like
-    one without signal)."""
+    one without signal). With dynamic sampling each round draws ``draw_factor`` times the
+    groups still missing, rounded up (the module docstring); the groups with signal beyond
+    ``need`` go to ``Collected.surplus``."""
+    if draw_factor < 1:
+        raise ValueError(f"draw_factor must be at least 1, not {draw_factor}")
     out = Collected([])
     seen: Counter[str] = Counter()
     while len(out.groups) < need and out.rounds < max_rounds and not out.exhausted:
-        result = await rollout.iteration(need - len(out.groups))
+        missing = need - len(out.groups)
+        draw = math.ceil(missing * draw_factor) if dynamic_sampling else missing
+        result = await rollout.iteration(draw)
         out.rounds += 1
         out.exhausted = result.exhausted
         out.stats.add(result.stats)
@@ -204,7 +219,8 @@ async def collect_groups(rollout: Iterations, rewards: RewardModel, need: int, *
             good, bad = split_by_signal(scored)
         else:
             good, bad = scored, []
-        out.groups += good
+        out.groups += good[:missing]
+        out.surplus += good[missing:]
         out.dropped += bad
         if not dynamic_sampling:
             break

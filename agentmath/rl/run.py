@@ -131,7 +131,8 @@ class RLRun:
         collected = await collect_groups(self.iterations, self.rewards, cfg.prompts_per_step,
                                          dynamic_sampling=cfg.dynamic_sampling,
                                          max_rounds=cfg.max_sampling_rounds,
-                                         filters=FilterPlan.of(cfg, self.step))
+                                         filters=FilterPlan.of(cfg, self.step),
+                                         draw_factor=cfg.generation_batch_factor)
         rolled = time.monotonic()
         events: list[RunEvent] = []
         upd = await self._update(collected, events)
@@ -192,7 +193,7 @@ class RLRun:
             regenerated=collected.stats.regenerated, parked=collected.stats.parked,
             pass_rate_dropped=collected.pass_rate_dropped, void_dropped=collected.void_dropped,
             void_groups_dropped=collected.void_groups_dropped,
-            roc_dropped=collected.roc_dropped,
+            roc_dropped=collected.roc_dropped, groups_surplus=len(collected.surplus),
             extra=StepExtra(collected.rounds, sorted(
                 {v for s in trained_samples for v in s.trajectory.policy_versions})),
             events=list(events))

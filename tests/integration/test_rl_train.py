@@ -171,3 +171,17 @@ def test_a_tight_first_stage_moves_on_in_a_real_run(tiny_model_dir: Path,
     assert rows[0].truncation_rate >= 0.5  # (all truncated: its groups may carry no signal)
     assert sum(isinstance(e, StageMove) for e in rows[0].events) == 1
     assert rows[1].truncation_rate < rows[0].truncation_rate
+
+
+def test_a_larger_generation_batch_trains_the_need_and_counts_the_rest(
+        tiny_model_dir: Path, tmp_path: Path) -> None:
+    """generation_batch_factor 2 in a real run: one round draws 8 groups for the 4 a step
+    trains on; with a reward that varies within every group, 4 are trained and 4 logged as
+    surplus, and nothing else moves."""
+    cfg = _config(tiny_model_dir, steps=2, generation_batch_factor=2.0,
+                  rollout__mode="async")
+    result = train_rl(cfg, tmp_path / "run", progress=False)
+    rows = read_steps(result.metrics)
+    assert [(r.groups_trained, r.groups_surplus, r.extra.rounds, r.samples) for r in rows] \
+        == [(4, 4, 1, 16)] * 2
+    assert result.policy_version == 2

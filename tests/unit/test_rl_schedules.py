@@ -117,6 +117,47 @@ def test_dynamic_sampling_drops_flat_groups_and_backfills() -> None:
     assert len(off.groups) == 2 and not off.dropped
 
 
+def test_a_larger_generation_batch_replaces_flat_groups_in_the_same_round() -> None:
+    """draw_factor 2: a round draws twice what is missing; the first groups with signal are
+    trained on, in the order the round returned them, those beyond the need are surplus
+    (their samples still count as generated), and the flat ones are dropped."""
+    rewards = RewardModel([{"name": "tests.unit.test_rl_schedules:meta_reward"}])
+    rollout = FakeRollout([_group("a", [1, 0]), _group("b", [1, 1]), _group("c", [0, 1]),
+                           _group("d", [0, 0]), _group("e", [1, 0]), _group("f", [0, 1])])
+    got = asyncio.run(collect_groups(rollout, rewards, 2, dynamic_sampling=True,  # type: ignore[arg-type]
+                                     max_rounds=5, draw_factor=2.0))
+    assert rollout.asked == [4] and got.rounds == 1  # one round instead of two
+    assert [g.group.request.task.id for g in got.groups] == ["a", "c"]
+    assert [g.group.request.task.id for g in got.dropped] == ["b", "d"]
+    assert got.surplus == []
+    assert len(got.all_samples) == 8
+    # a round with more groups with signal than missing: the rest are surplus
+    rollout = FakeRollout([_group("a", [1, 0]), _group("b", [1, 1]), _group("c", [0, 1]),
+                           _group("d", [0, 1]), _group("e", [1, 0]), _group("f", [0, 1])])
+    got = asyncio.run(collect_groups(rollout, rewards, 3, dynamic_sampling=True,  # type: ignore[arg-type]
+                                     max_rounds=5, draw_factor=1.5))
+    assert rollout.asked == [5]  # ceil(3 * 1.5)
+    assert [g.group.request.task.id for g in got.groups] == ["a", "c", "d"]
+    assert [g.group.request.task.id for g in got.surplus] == ["e"]
+    assert len(got.all_samples) == 10
+    # a second round draws the factor times what is still missing
+    rollout = FakeRollout([_group("a", [1, 1]), _group("b", [1, 1]), _group("c", [0, 0]),
+                           _group("d", [1, 0]), _group("e", [1, 0]), _group("f", [0, 1])])
+    got = asyncio.run(collect_groups(rollout, rewards, 2, dynamic_sampling=True,  # type: ignore[arg-type]
+                                     max_rounds=5, draw_factor=1.5))
+    assert rollout.asked == [3, 3] and got.rounds == 2
+    assert [g.group.request.task.id for g in got.groups] == ["d", "e"]
+    assert [g.group.request.task.id for g in got.surplus] == ["f"]
+    # without dynamic sampling the factor draws nothing more
+    rollout = FakeRollout([_group("a", [1, 1]), _group("b", [1, 0]), _group("c", [0, 1])])
+    off = asyncio.run(collect_groups(rollout, rewards, 2, dynamic_sampling=False,  # type: ignore[arg-type]
+                                     max_rounds=5, draw_factor=2.0))
+    assert rollout.asked == [2] and len(off.groups) == 2
+    with pytest.raises(ValueError, match="draw_factor"):
+        asyncio.run(collect_groups(FakeRollout([]), rewards, 2, dynamic_sampling=True,  # type: ignore[arg-type]
+                                   max_rounds=5, draw_factor=0.5))
+
+
 def test_dynamic_sampling_gives_up_after_max_rounds() -> None:
     rewards = RewardModel([{"name": "tests.unit.test_rl_schedules:meta_reward"}])
     rollout = FakeRollout([_group(str(i), [1, 1]) for i in range(10)])
@@ -155,10 +196,21 @@ def test_a_step_with_no_group_says_why() -> None:
     ("loss.clip_low=-0.1", "loss.clip_low"),
     ("steps=0", "steps"),
     ("generator.backend=openai", "generator.base_urls"),
+    ("generation_batch_factor=0.5", "generation_batch_factor"),
+    ("generation_batch_factor=9", "generation_batch_factor"),
 ])
 def test_bad_config_names_the_field(override: str, field: str) -> None:
     with pytest.raises(ConfigError, match=field.replace(".", r"\.")):
         load_config(RLConfig, None, ["model=m", "data.dataset=d", override])
+
+
+def test_a_generation_batch_needs_dynamic_sampling() -> None:
+    with pytest.raises(ConfigError, match="generation_batch_factor"):
+        load_config(RLConfig, None, ["model=m", "data.dataset=d", "dynamic_sampling=false",
+                                     "generation_batch_factor=2"])
+    cfg = load_config(RLConfig, None, ["model=m", "data.dataset=d",
+                                       "generation_batch_factor=1.5"])
+    assert cfg.generation_batch_factor == 1.5
 
 
 def test_bad_reward_config_names_the_field(tmp_path: Path) -> None:
