@@ -10,6 +10,7 @@ latency (which partial rollout can hide) or a queue of work (which it cannot).
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -32,6 +33,13 @@ def _cpu(proc: psutil.Process) -> float:
     return t.user + t.system
 
 
+def _name(proc: psutil.Process) -> str:
+    try:
+        return proc.name()
+    except (psutil.NoSuchProcess, psutil.AccessDenied):
+        return "?"
+
+
 def _tree(pid: int) -> list[psutil.Process]:
     try:
         root = psutil.Process(pid)
@@ -48,6 +56,7 @@ class CpuSnapshot:
     client: float
     others: dict[int, float]  # this process's other descendants, by pid
     servers: dict[int, float]  # the given trees' processes, by pid
+    names: dict[int, str] = dataclasses.field(default_factory=dict)  # server pid -> name
 
     def since(self, before: CpuSnapshot) -> dict[str, object]:
         """What was spent between ``before`` and this snapshot (processes that started in
@@ -58,7 +67,17 @@ class CpuSnapshot:
                                 zip(self.cores, before.cores, strict=True)],
                 "client_s": round(self.client - before.client, 3),
                 "sandbox_s": round(spent(self.others, before.others), 3),
-                "servers_s": round(spent(self.servers, before.servers), 3)}
+                "servers_s": round(spent(self.servers, before.servers), 3),
+                # by process name: a vLLM server's front end (its API server, named after
+                # the interpreter) apart from its engine ("VLLM::EngineCore")
+                "servers_by_name_s": self._by_name(before)}
+
+    def _by_name(self, before: CpuSnapshot) -> dict[str, float]:
+        out: dict[str, float] = {}
+        for pid, now in self.servers.items():
+            name = self.names.get(pid, "?")
+            out[name] = out.get(name, 0.0) + now - before.servers.get(pid, 0.0)
+        return {k: round(v, 3) for k, v in sorted(out.items())}
 
 
 class CpuLedger:
@@ -70,8 +89,9 @@ class CpuLedger:
 
     def snapshot(self) -> CpuSnapshot:
         me = psutil.Process()
-        servers = {p.pid: _cpu(p) for pid in self.server_pids for p in _tree(pid)}
+        procs = [p for pid in self.server_pids for p in _tree(pid)]
+        servers = {p.pid: _cpu(p) for p in procs}
         others = {p.pid: _cpu(p) for p in me.children(recursive=True)
                   if p.pid not in servers}
         return CpuSnapshot(tuple(_busy(t) for t in psutil.cpu_times(percpu=True)), _cpu(me),
-                           others, servers)
+                           others, servers, {p.pid: _name(p) for p in procs})
