@@ -53,9 +53,9 @@ def test_ray_eval_benchmark_json(tiny_model_dir: Path) -> None:
 
 
 def test_rl_step_benchmark_json(tiny_model_dir: Path, tmp_path: Path) -> None:
-    """benchmarks/rl_step.py --quick --json: one JSON object, a row per generator and one for
-    the demo's own settings, each with its timed steps (the test model stands in for the
-    demo's; no old commit's row: a CI clone may be shallow)."""
+    """benchmarks/rl_step.py --quick --json: one JSON object, a row per generator, one with a
+    2x generation batch and one for the demo's own settings, each with its timed steps (the
+    test model stands in for the demo's; no old commit's row: a CI clone may be shallow)."""
     import json
 
     env = {"PATH": "/usr/bin:/bin", "OMP_NUM_THREADS": "1"}
@@ -67,8 +67,10 @@ def test_rl_step_benchmark_json(tiny_model_dir: Path, tmp_path: Path) -> None:
     assert proc.returncode == 0, proc.stderr[-3000:]
     out = json.loads(proc.stdout)
     assert [(r["config"], r["rev"]) for r in out["results"]] == [
-        ("frozen", "HEAD")] * 3 + [("demo", "HEAD")]
+        ("frozen", "HEAD")] * 4 + [("demo", "HEAD")]
     assert "gathered" in out["results"][0]["row"]
+    assert "generation batch 2x" in out["results"][3]["row"]
+    assert all(r["groups_trained"] >= 0 for r in out["results"])
     for r in out["results"]:
         assert r["steps"] == 2 and r["step_s"] > 0 and r["model_tokens_per_step"] > 0
     assert out["results"][0]["speedup"] == 1.0
