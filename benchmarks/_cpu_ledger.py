@@ -10,9 +10,8 @@ latency (which partial rollout can hide) or a queue of work (which it cannot).
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import psutil
 
@@ -56,7 +55,7 @@ class CpuSnapshot:
     client: float
     others: dict[int, float]  # this process's other descendants, by pid
     servers: dict[int, float]  # the given trees' processes, by pid
-    names: dict[int, str] = dataclasses.field(default_factory=dict)  # server pid -> name
+    names: dict[int, str] = field(default_factory=dict)  # server pid -> name
 
     def since(self, before: CpuSnapshot) -> dict[str, object]:
         """What was spent between ``before`` and this snapshot (processes that started in

@@ -23,14 +23,16 @@ model and problems once per row, each row in a process of its own
 * ``continuous + prefix cache`` (the default): a finished turn's KV cache is kept for the
   episode's next turn, which prefills only the tool output and the next turn's header
   (``agentmath/backends/hf_prefix.py``);
+* the default with ``generation_batch_factor = 2`` (each dynamic-sampling round draws twice
+  the groups still missing: DAPO's generation batch larger than the training batch);
 * today's demo settings (``agentmath.recipes.demo.rl_config``: a first budget stage of 2 tool
   calls, void-turn filtering), which change what a step generates, not only how fast.
 
 Reported per row: mean seconds per step over the steps after the first (the first also
 warms caches), its rollout and update parts, model tokens generated per step and per second
-of rollout, and the speed-up of the step over the first row's. Every run samples its own
-episodes (same seeds, different batch compositions), so tokens per step differ a little; the
-tokens/s column is the fairer view of the generator alone.
+of rollout, groups trained per step, and the speed-up of the step over the first row's.
+Every run samples its own episodes (same seeds, different batch compositions), so tokens per
+step differ a little; the tokens/s column is the fairer view of the generator alone.
 
 The model: ``--model``, or the issue's tool model grown here (the demo's SFT mixture, micro, as
 the demo was when the goal was set; ``--sft-steps`` 1,400 by default, past the copy skill's
@@ -133,9 +135,7 @@ def run_row(row: Row, model: Path, data: Path, args: argparse.Namespace) -> dict
     spec = {"model": str(model.resolve()), "data": str(data.resolve()),
             "out": str(args.out.resolve() / f"run-{_slug(row.name)}-{row.config}"),
             "steps": args.steps, "config": row.config, "generator": row.generator,
-            "quick": args.quick}
-    if row.overrides:  # only rows that have some: an old commit's driver never sees the key
-        spec["overrides"] = row.overrides
+            "overrides": row.overrides, "quick": args.quick}
     done = subprocess.run([sys.executable, str(DRIVER), json.dumps(spec)], env=env,
                           stdout=subprocess.PIPE, text=True, check=False, cwd=str(code))
     found = [line[4:] for line in done.stdout.splitlines() if line.startswith("ROW ")]
@@ -154,8 +154,7 @@ def run_row(row: Row, model: Path, data: Path, args: argparse.Namespace) -> dict
             "model_tokens_per_step": statistics.fmean(tokens),
             "rollout_tokens_per_s": sum(tokens) / max(1e-9, sum(rollout)),
             "reward_mean": statistics.fmean(r["reward_mean"] for r in steps),
-            # groups trained per step (an old commit's driver does not report them)
-            "groups_trained": statistics.fmean(r.get("groups_trained", 0) for r in timed),
+            "groups_trained": statistics.fmean(r["groups_trained"] for r in timed),
             "step_s_each": [round(r["step_s"], 2) for r in steps]}
 
 

