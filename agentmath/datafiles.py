@@ -23,7 +23,7 @@ from typing import Any
 
 from agentmath.errors import DataError
 
-__all__ = ["SUFFIXES", "FileRow", "file_rows", "jsonl_rows", "row_error"]
+__all__ = ["SUFFIXES", "FileRow", "file_rows", "jsonl_rows", "no_file", "row_error"]
 
 #: The file types :func:`file_rows` reads, by suffix (any case).
 SUFFIXES = (".jsonl", ".json", ".parquet")
@@ -45,6 +45,13 @@ def row_error(source: str | Path, where: str, field_name: str | None,
     one: ``data.jsonl: line 3: field 'answer': is empty``."""
     field_part = f"field {field_name!r}: " if field_name else ""
     return DataError(f"{source}: {where}: {field_part}{message}")
+
+
+def no_file(source: str | Path) -> DataError:
+    """The DataError for a data file that cannot be read as one: ``data.jsonl: no such file``,
+    or ``runs/: a directory, not a file`` (a directory is a common slip for its file)."""
+    what = "a directory, not a file" if Path(source).expanduser().is_dir() else "no such file"
+    return DataError(f"{source}: {what}")
 
 
 def jsonl_rows(path: Path) -> Iterator[FileRow]:

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from agentmath.datafiles import SUFFIXES, FileRow, file_rows, jsonl_rows, row_error
+from agentmath.datafiles import SUFFIXES, FileRow, file_rows, jsonl_rows, no_file, row_error
 from agentmath.errors import DataError
 
 #: Environment variable naming extra data directories (several joined with ``os.pathsep``).
@@ -308,7 +308,7 @@ def load_tasks(
         tasks = _load_builtin(source, data_dir, fields, split, allow_hub)
     elif path.is_file() or path.suffix.lower() in SUFFIXES:
         if not path.is_file():
-            raise DataError(f"{source}: no such file")
+            raise no_file(source)
         if split is not None:
             raise DataError(f"{source}: split={split!r} applies only to hub datasets")
         tasks = _to_tasks(file_rows(path), str(path), fields)

@@ -127,7 +127,8 @@ def build_config(model: Any, what: str, config_file: Path | None, sets: list[str
     """A config of type ``model`` from a file (its ``section`` table if it has one), ``--set``
     overrides, then the command's options (None values skipped, nested dicts merged).
 
-    Any problem exits 2 with a message naming the file or the invalid ``what`` settings.
+    Any problem exits 2 with a message naming the file and each invalid field of the ``what``
+    settings (a required field given nowhere: ``dataset: Field required``).
     """
     from pydantic import ValidationError
 
@@ -144,7 +145,8 @@ def build_config(model: Any, what: str, config_file: Path | None, sets: list[str
     except ConfigError as exc:
         usage_error(str(exc))
     except ValidationError as exc:
-        usage_error(f"invalid {what} settings: {field_problems(exc)}")
+        source = f" (config file {config_file}, --set and options)" if config_file else ""
+        usage_error(f"invalid {what} settings{source}: {field_problems(exc)}")
 
 
 def _sandbox_section(path: Path) -> str | None:

@@ -28,9 +28,11 @@ from agentmath.cli._common import (
 
 
 def eval_command(
-    dataset: str = typer.Option(..., help="math500 | aime24 | aime25 | hmmt25 | gsm8k | amc23, "
-                                "a JSONL/JSON/Parquet file, or a hub id."),
-    model: str = typer.Option(..., help="Served model name (openai) or model directory."),
+    dataset: str = typer.Option(None, help="math500 | aime24 | aime25 | hmmt25 | gsm8k | amc23, "
+                                "a JSONL/JSON/Parquet file, or a hub id (required here or in "
+                                "--config)."),
+    model: str = typer.Option(None, help="Served model name (openai) or model directory "
+                              "(required here or in --config)."),
     out: Path = typer.Option(..., "--out", "-o", help="Run directory (resumes if it exists)."),
     backend: str = typer.Option(None, help="openai | hf | vllm (default openai)."),
     base_url: list[str] = typer.Option(None, "--base-url", help=(

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from agentmath.datafiles import file_rows, row_error
+from agentmath.datafiles import file_rows, no_file, row_error
 from agentmath.errors import DataError
 
 
@@ -77,7 +77,7 @@ def read_rows(path: str | Path, problem_field: str = "problem", id_field: str = 
     ``answer_field`` (optional) is its reference answer, for the same-story rule."""
     path = Path(path)
     if not path.is_file():
-        raise DataError(f"{path}: no such file")
+        raise no_file(path)
     rows: list[Row] = []
     for index, file_row in enumerate(file_rows(path)):
         where, obj = file_row.where, file_row.value

@@ -235,6 +235,8 @@ def test_json_list_and_data_wrapper_and_index_ids(tmp_path: Path) -> None:
 
 def test_missing_file_and_split_on_file(tmp_path: Path) -> None:
     assert "no such file" in _error(tmp_path / "absent.jsonl")
+    (tmp_path / "dir.jsonl").mkdir()  # a directory named like its file: said so
+    assert _error(tmp_path / "dir.jsonl").endswith("dir.jsonl: a directory, not a file")
     path = _jsonl(tmp_path / "ok.jsonl", [{"id": "a", "problem": "p", "answer": "1"}])
     assert "split" in _error(path, split="train")
 
