@@ -15,6 +15,16 @@ def default_model_dir() -> Path:
     return Path.home() / ".cache" / "agentmath" / "demo-tool-model"
 
 
+# The demo's model is tiny and knows only the demo's story problems: on
+# any other text it rambles to its token budget, which a new user should not take for a bug.
+DEMO_MODEL_HINT = (
+    "note: the default model is the one `agentmath demo` trained, a tiny model that "
+    "knows only the demo's story problems, e.g. \"A factory has 733 machines. Each machine "
+    "makes 395 parts a week. Then 365 more parts are made by hand. How many parts does the "
+    "factory have now?\"; for other problems pass --model (a model directory) or --backend "
+    "openai with --base-url.")
+
+
 def solve(
     problem: str = typer.Argument(..., help="The problem text."),
     backend: str = typer.Option("hf", help="openai | hf | vllm"),
@@ -38,6 +48,7 @@ def solve(
     from agentmath.formats import get_format
     from agentmath.sandbox import SandboxPool
 
+    demo_model = model is None
     if model is None:
         from agentmath.recipes.demo import TOOL_SYSTEM
 
@@ -69,3 +80,5 @@ def solve(
     from agentmath.cli._trajectory_view import render_trajectory
 
     render_trajectory(traj, out_console())
+    if demo_model and traj.answer is None:
+        out_console().print(DEMO_MODEL_HINT, highlight=False)

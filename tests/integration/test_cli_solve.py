@@ -45,3 +45,26 @@ def test_solve_usage_errors_are_clear(tmp_path):
     assert proc.returncode == 2 and "nope" in proc.stderr
     proc = run_cli("solve", "1+1", "--backend", "openai", "--model", "m")
     assert proc.returncode == 2 and "base-url" in proc.stderr
+
+
+def test_the_demo_model_says_what_it_knows_when_it_finds_no_answer(tiny_model_dir, tmp_path,
+                                                                    monkeypatch):
+    """With no --model, solve runs the demo's model; when that tiny model ends without an
+    answer (here: a 5-token budget), the output says what the model knows, so that its
+    rambling on another kind of problem is not taken for a bug. Not with an explicit --model."""
+    import shutil
+
+    from typer.testing import CliRunner
+
+    from agentmath.cli.main import app
+
+    shutil.copytree(tiny_model_dir, tmp_path / ".cache" / "agentmath" / "demo-tool-model")
+    monkeypatch.setenv("HOME", str(tmp_path))
+    args = ["solve", "What is the speed of light?", "--max-model-tokens", "5"]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.output[-2000:]
+    flat = " ".join(result.stdout.split())
+    assert "finish: token_budget" in flat
+    assert "knows only the demo's story problems" in flat and "pass --model" in flat
+    result = CliRunner().invoke(app, [*args, "--model", str(tiny_model_dir)])
+    assert result.exit_code == 0 and "knows only" not in result.stdout
