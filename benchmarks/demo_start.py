@@ -66,7 +66,8 @@ def grow_and_measure(settings: dict[str, Any], out: str, attempt: int = 1) -> di
     data = prepare_data(cfg, root, stage=lambda _: None)
     started = time.monotonic()
     model_dir, _ = sft_job(cfg.model_dump(), data.mixed, str(data.tokenizer_dir),
-                           str(root / "model-tool"), seed=start_seed(cfg.seed, attempt))
+                           str(root / "model-tool"), TOOL_SYSTEM,
+                           seed=start_seed(cfg.seed, attempt))
     sft_s = time.monotonic() - started
     losses = [row["loss"] for row in read_jsonl(root / "model-tool" / "loss.jsonl",
                                                  require=["loss"])]

@@ -90,6 +90,24 @@ def usage_error(message: str, code: int = 2) -> NoReturn:
     raise typer.Exit(code)
 
 
+def trained_system_prompt(model: str, fmt: str) -> str | None:
+    """The system prompt the local model directory ``model`` was trained with for the format
+    ``fmt`` (:mod:`agentmath.models.prompts`), said on stderr when found; None when it has
+    none (the format's default then applies). A malformed file exits 2 naming it."""
+    from agentmath.errors import DataError
+    from agentmath.models.prompts import FILE, trained_prompt
+
+    try:
+        prompt = trained_prompt(model, fmt)
+    except DataError as exc:
+        usage_error(str(exc))
+    if prompt is not None:
+        err_console().print(f"system prompt: the one {model} was trained with for {fmt} "
+                            f"({FILE}; --system-prompt to use another)", highlight=False,
+                            soft_wrap=True)
+    return prompt
+
+
 def _merge(base: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
     """``base`` updated with the non-None values of ``extra``, nested dicts merged."""
     out = dict(base)

@@ -23,6 +23,7 @@ from agentmath.cli._common import (
     print_json,
     ray_section,
     stdout_for_json,
+    trained_system_prompt,
     usage_error,
 )
 
@@ -93,6 +94,11 @@ def eval_command(
         "loop": {"max_tool_calls": max_tool_calls, "max_model_tokens": max_model_tokens,
                  "system_prompt": system_prompt},
         "ray": ray_section(ray, ray_workers)})
+    if config.loop.system_prompt is None and config.backend in ("hf", "vllm"):
+        stored = trained_system_prompt(config.model, config.format)
+        if stored is not None:
+            config = config.model_copy(update={
+                "loop": config.loop.model_copy(update={"system_prompt": stored})})
     try:  # with --ray the workers build their own clients (an hf model is not loaded here)
         engine = None if config.ray is not None else build_backend(
             config.backend, backend_settings(config))

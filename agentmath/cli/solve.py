@@ -7,7 +7,13 @@ from pathlib import Path
 import typer
 
 from agentmath import _loop as event_loop
-from agentmath.cli._common import JSON_OPTION, out_console, print_json, usage_error
+from agentmath.cli._common import (
+    JSON_OPTION,
+    out_console,
+    print_json,
+    trained_system_prompt,
+    usage_error,
+)
 
 
 def default_model_dir() -> Path:
@@ -50,13 +56,16 @@ def solve(
 
     demo_model = model is None
     if model is None:
-        from agentmath.recipes.demo import TOOL_SYSTEM
-
         model = str(default_model_dir())
         if backend != "openai" and not Path(model).exists():
             usage_error(f"no --model given and no demo model at {model}: run `agentmath demo` "
                         "first, or pass --model")
-        system_prompt = system_prompt or TOOL_SYSTEM  # the prompt the demo model was trained on
+    if system_prompt is None and backend != "openai":
+        system_prompt = trained_system_prompt(model, fmt)
+    if system_prompt is None and demo_model:
+        from agentmath.recipes.demo import TOOL_SYSTEM
+
+        system_prompt = TOOL_SYSTEM  # a demo model saved before models kept their prompt
     try:
         tool_format = get_format(fmt)
         loop_cfg = LoopConfig(max_tool_calls=max_tool_calls, max_model_tokens=max_model_tokens,

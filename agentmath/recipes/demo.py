@@ -174,9 +174,9 @@ def _run_stages(cfg: DemoConfig, out: Path, save_model_to: Path | None, stage: S
           f"tool model's data: {1 - cfg.text_share:.0%} code, {cfg.text_share:.0%} text)")
     test_file, tokenizer_dir = str(prepared.test_file), str(prepared.tokenizer_dir)
     (text_dir, text_metrics), (tool_dir, _) = run_parallel(sft_job, pool=pool, jobs=[
-        (data, text_examples, tokenizer_dir, str(out / "model-text-only"),
-         (TEXT_SYSTEM, test_file, str(out / "run-text-only"))),
-        (data, mixed, tokenizer_dir, str(out / "model-tool"))])
+        (data, text_examples, tokenizer_dir, str(out / "model-text-only"), TEXT_SYSTEM,
+         (test_file, str(out / "run-text-only"))),
+        (data, mixed, tokenizer_dir, str(out / "model-tool"), TOOL_SYSTEM)])
     models = {"text-only": text_dir}
     stage(f"the tool model's headroom: greedy on {n_test} held-out problems, pass@"
           f"{cfg.headroom_k} at temperature {cfg.rl_temperature} on "

@@ -84,12 +84,13 @@ def start_seed(seed: int, attempt: int) -> int:
 
 
 def sft_job(cfg_data: dict[str, Any], examples: list[dict], tokenizer_dir: str, out: str,
-            evaluate: tuple[str, str, str] | None = None,
+            system: str, evaluate: tuple[str, str] | None = None,
             seed: int | None = None) -> tuple[str, RunMetrics | None]:
-    """One SFT run of a fresh tiny model (a process of its own): its final model dir, and,
-    with ``evaluate`` = (system prompt, data, run dir), its greedy evaluation right after
-    training (the text-only model's: it trains faster than the tool model, so its evaluation
-    uses the core that would otherwise wait). ``seed``: the SFT's seed (default: the run's)."""
+    """One SFT run of a fresh tiny model (a process of its own) on ``examples``, written under
+    the system prompt ``system`` (stored with the model): its final model dir, and, with
+    ``evaluate`` = (data, run dir), its greedy evaluation right after training (the text-only
+    model's: it trains faster than the tool model, so its evaluation uses the core that would
+    otherwise wait). ``seed``: the SFT's seed (default: the run's)."""
     import transformers
 
     from agentmath.recipes.tool_model import train_model
@@ -100,10 +101,10 @@ def sft_job(cfg_data: dict[str, Any], examples: list[dict], tokenizer_dir: str, 
                          batch_size=cfg.batch_size, learning_rate=cfg.learning_rate,
                          max_length=cfg.max_length,
                          seed=cfg.seed if seed is None else seed, progress=False,
-                         device=cfg.device, bf16=cfg.bf16)
+                         device=cfg.device, bf16=cfg.bf16, system_prompts={FORMAT: system})
     metrics = None
     if evaluate is not None:
-        system, data, run_dir = evaluate
+        data, run_dir = evaluate
         metrics = eval_job(cfg_data, str(result.final_dir), system, data, run_dir)
     return str(result.final_dir), metrics
 
@@ -114,7 +115,7 @@ def start_job(cfg_data: dict[str, Any], examples: list[dict], tokenizer_dir: str
     attempt's seed, then its greedy evaluation and its headroom run, one after the other;
     returns its model dir, its greedy run's dir and the two evaluations."""
     cfg = DemoConfig.model_validate(cfg_data)
-    model_dir, _ = sft_job(cfg_data, examples, tokenizer_dir, f"{out}/model-tool",
+    model_dir, _ = sft_job(cfg_data, examples, tokenizer_dir, f"{out}/model-tool", TOOL_SYSTEM,
                            seed=start_seed(cfg.seed, attempt))
     run_dir = f"{out}/run-tool"
     greedy = eval_job(cfg_data, model_dir, TOOL_SYSTEM, test_file, run_dir)

@@ -191,10 +191,12 @@ def corpus_texts(records: Sequence[dict]) -> list[str]:
 def train_model(records: list[dict], tokenizer: Any, out: Path, *, size: str, steps: int,
                 batch_size: int, learning_rate: float, max_length: int, seed: int,
                 progress: bool = True, group_by_length: int = 0, device: str = "auto",
-                bf16: bool = False) -> Any:
+                bf16: bool = False, system_prompts: Mapping[str, str] | None = None) -> Any:
     """A fresh tiny model of ``size`` fine-tuned on ``records`` (on ``device``, bfloat16
     autocast with ``bf16``); returns the SFTResult (the model + tokenizer are in its
-    ``final_dir``)."""
+    ``final_dir``, with ``system_prompts``, the records' prompt per format, stored beside
+    them: :mod:`agentmath.models.prompts`)."""
+    from agentmath.models.prompts import TrainedPrompts
     from agentmath.models.tiny import build_model
     from agentmath.train.sft import SFTConfig, train_sft
 
@@ -203,8 +205,11 @@ def train_model(records: list[dict], tokenizer: Any, out: Path, *, size: str, st
                     max_length=max_length, warmup_steps=min(50, steps // 10), seed=seed,
                     checkpoint_every=0, group_by_length=group_by_length, device=device,
                     bf16=bf16)
-    return train_sft(sft, records, model, out, tokenizer=tokenizer, progress=progress,
-                     resume=False)
+    result = train_sft(sft, records, model, out, tokenizer=tokenizer, progress=progress,
+                       resume=False)
+    if system_prompts and result.final_dir is not None:
+        TrainedPrompts(dict(system_prompts)).write(result.final_dir)
+    return result
 
 
 def build_tool_model(cfg: ToolModelConfig, out: Path, stage: Stage = print,
@@ -232,7 +237,8 @@ def build_tool_model(cfg: ToolModelConfig, out: Path, stage: Stage = print,
     tokenizer = build_tokenizer(corpus_texts(records), vocab_size=cfg.vocab_size)
     result = train_model(records, tokenizer, out, size=cfg.model_size, steps=cfg.steps,
                          batch_size=cfg.batch_size, learning_rate=cfg.learning_rate,
-                         max_length=cfg.max_length, seed=cfg.seed, progress=progress)
+                         max_length=cfg.max_length, seed=cfg.seed, progress=progress,
+                         system_prompts=cfg.system_prompts)
     summary = {"model_dir": result.final_dir, "test": str(out / "test.jsonl"),
                "conversion": conversion, "final_loss": result.final_loss,
                "examples": result.examples, "config": cfg.model_dump(),

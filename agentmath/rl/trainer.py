@@ -31,6 +31,7 @@ from pathlib import Path
 
 from agentmath import _loop as event_loop
 from agentmath._lazy import require
+from agentmath.models.prompts import TrainedPrompts
 from agentmath.rl.compose import open_run
 from agentmath.rl.config import RLConfig
 from agentmath.rl.records import RLResult, StepMetrics
@@ -70,6 +71,15 @@ async def _train(config: RLConfig, out: Path, resume: bool, progress: bool,
     return run
 
 
+def _final_prompts(config: RLConfig) -> TrainedPrompts:
+    """The system prompts the final model is stored with (:mod:`agentmath.models.prompts`):
+    its start model's, and this run's prompt for its format when the run names one."""
+    stored = TrainedPrompts.read(config.model) or TrainedPrompts()
+    if config.loop.system_prompt is not None:
+        stored = stored.with_prompt(config.format, config.loop.system_prompt)
+    return stored
+
+
 def train_rl(config: RLConfig, out_dir: str | Path, *, progress: bool = True,
              resume: bool = True, stop_after: int | None = None,
              on_step: StepHook | None = None) -> RLResult:
@@ -85,6 +95,7 @@ def train_rl(config: RLConfig, out_dir: str | Path, *, progress: bool = True,
                       out / "tensorboard"]:
             shutil.rmtree(stale) if stale.is_dir() else stale.unlink(missing_ok=True)
     (out / "rl_config.json").write_text(config.model_dump_json(indent=2) + "\n")
+    prompts = _final_prompts(config)  # read before training: a bad file fails the run early
     run = event_loop.run(_train(config, out, resume, progress, stop_after, on_step))
     if config.checkpoint_every == 0 and run.step >= config.steps:
         run.checkpoint()
@@ -92,6 +103,8 @@ def train_rl(config: RLConfig, out_dir: str | Path, *, progress: bool = True,
     if run.step >= config.steps:
         final, _ = save_final(out, run.learner.unwrapped, run.learner.tokenizer,
                               config.optim.lora)
+        if prompts.prompts:
+            prompts.write(final)
     return RLResult(
         steps=run.step, policy_version=run.version, stage=run.controller.index,
         out_dir=str(out), final_dir=str(final) if final else None,

@@ -68,3 +68,37 @@ def test_the_demo_model_says_what_it_knows_when_it_finds_no_answer(tiny_model_di
     assert "knows only the demo's story problems" in flat and "pass --model" in flat
     result = CliRunner().invoke(app, [*args, "--model", str(tiny_model_dir)])
     assert result.exit_code == 0 and "knows only" not in result.stdout
+
+
+def test_eval_and_solve_use_the_prompt_a_model_was_trained_with(tiny_model_dir, tmp_path):
+    """A model directory stored with its training prompt (agentmath.models.prompts) is run
+    under it by eval and solve when no --system-prompt is given; a given one wins."""
+    import shutil
+
+    from typer.testing import CliRunner
+
+    from agentmath.cli.main import app
+    from agentmath.models.prompts import FILE, TrainedPrompts
+
+    model = tmp_path / "model"
+    shutil.copytree(tiny_model_dir, model)
+    TrainedPrompts({"code_interpreter": "PROMPT-OF-TRAINING"}).write(model)
+    data = tmp_path / "data.jsonl"
+    data.write_text(json.dumps({"problem": held_out_problems(1)[0].problem, "answer": "1"})
+                    + "\n")
+    base = ["eval", "--dataset", str(data), "--backend", "hf", "--model", str(model),
+            "--max-model-tokens", "8", "--max-tool-calls", "0", "--json"]
+    result = CliRunner().invoke(app, [*base, "-o", str(tmp_path / "run")])
+    assert result.exit_code == 0, result.output[-2000:]
+    assert f"{FILE}" in " ".join(result.stderr.split())
+    used = json.loads((tmp_path / "run" / "config.json").read_text())
+    assert used["loop"]["system_prompt"] == "PROMPT-OF-TRAINING"
+    result = CliRunner().invoke(app, [*base, "-o", str(tmp_path / "run2"),
+                                      "--system-prompt", "MINE"])
+    assert result.exit_code == 0, result.output[-2000:]
+    used = json.loads((tmp_path / "run2" / "config.json").read_text())
+    assert used["loop"]["system_prompt"] == "MINE"
+    result = CliRunner().invoke(app, ["solve", "1+1", "--model", str(model),
+                                      "--max-model-tokens", "4", "--json"])
+    assert result.exit_code == 0, result.output[-2000:]
+    assert json.loads(result.stdout)["messages"][0]["content"] == "PROMPT-OF-TRAINING"

@@ -66,6 +66,17 @@ def _three_demos(tmp_path: Path, pool: Any) -> None:
             assert ev["old"] + 1 == ev["new"] and ev["rate"] >= 0.05
     assert all(m["n"] == 5 for m in first["models"])
     assert (tmp_path / "saved-model" / "config.json").exists()  # solve's default model
+    # Every model keeps the system prompt it was trained under (eval and solve read it).
+    from agentmath.models.prompts import TrainedPrompts
+    from agentmath.recipes.demo import FORMAT, TEXT_SYSTEM, TOOL_SYSTEM
+
+    run_a = tmp_path / "a"
+    for model_dir, prompt in [(run_a / "model-text-only" / "final", TEXT_SYSTEM),
+                              (run_a / "model-tool" / "final", TOOL_SYSTEM),
+                              (run_a / "start-2" / "model-tool" / "final", TOOL_SYSTEM),
+                              (run_a / "rl-grpo" / "final", TOOL_SYSTEM),
+                              (tmp_path / "saved-model", TOOL_SYSTEM)]:
+        assert TrainedPrompts.read(model_dir) == TrainedPrompts({FORMAT: prompt}), model_dir
     assert Path(first["report"]["viewer"]).exists()
     # JSON all the way down: rows are objects and plots a list of paths, not Python reprs.
     assert [row["run"] for row in first["report"]["rows"]] == [

@@ -94,9 +94,19 @@ def test_resume_after_a_kill_gives_the_same_next_step(tiny_model_dir: Path,
 
 
 def test_cli_rl_json_and_bad_config(tiny_model_dir: Path, tmp_path: Path) -> None:
+    # A start model stored with its training prompt (agentmath.models.prompts): with no
+    # loop.system_prompt the run uses it, and its final model keeps it.
+    import shutil
+
+    from agentmath.models.prompts import TrainedPrompts
+
+    start = tmp_path / "start"
+    shutil.copytree(tiny_model_dir, start)
+    prompt = "Solve the problem with Python in <code> blocks."
+    TrainedPrompts({"code_interpreter": prompt, "markdown": "other"}).write(start)
     cfg = tmp_path / "rl.toml"
     cfg.write_text(
-        f'model = "{tiny_model_dir}"\nsteps = 1\ngroup_size = 2\nprompts_per_step = 2\n'
+        f'model = "{start}"\nsteps = 1\ngroup_size = 2\nprompts_per_step = 2\n'
         f'tensorboard = false\n[data]\ndataset = "{tiny_model_dir.parent / "test.jsonl"}"\n'
         '[loop]\nmax_model_tokens = 64\n[rollout]\nmode = "async"\n')
     cmd = [sys.executable, "-m", "agentmath.cli", "rl", "--config", str(cfg), "--out",
@@ -105,6 +115,11 @@ def test_cli_rl_json_and_bad_config(tiny_model_dir: Path, tmp_path: Path) -> Non
     assert out.returncode == 0, out.stderr[-2000:]
     data = json.loads(out.stdout)
     assert data["steps"] == 1 and isinstance(data["last"], dict)
+    assert "system prompt: the one" in " ".join(out.stderr.split())
+    used = json.loads((tmp_path / "out" / "rl_config.json").read_text())
+    assert used["loop"]["system_prompt"] == prompt
+    assert TrainedPrompts.read(data["final_dir"]) == TrainedPrompts(
+        {"code_interpreter": prompt, "markdown": "other"})
     bad = subprocess.run(cmd[:-3] + ["--set", "group_size=1", "--out", str(tmp_path / "b")],
                          capture_output=True, text=True, timeout=120)
     assert bad.returncode == 2 and "group_size" in bad.stderr
