@@ -13,6 +13,8 @@ from typing import Any
 
 from math_verify import ExprExtractionConfig, LatexExtractionConfig, parse, verify
 
+from agentmath.grading.plaintext import latex_spelling
+
 # Once per process math-verify warns that its timeout is off; that is on purpose here.
 logging.getLogger("math_verify").setLevel(logging.CRITICAL)
 
@@ -28,9 +30,11 @@ def parse_answer(answer: str) -> list[Any]:
     """Parse one bare answer (no surrounding prose) into math-verify's candidate list.
 
     The answer is wrapped in ``\\boxed{}`` so that math-verify treats all of it as the target
-    instead of hunting for a sub-expression. An empty list means it could not be parsed.
+    instead of hunting for a sub-expression; plain-text and Unicode math (``pi/4``, ``√2``,
+    ``x**2``) is spelled in LaTeX first (:mod:`.plaintext`). An empty list means it could not
+    be parsed.
     """
-    answer = _NUMERIC_TEXT_RE.sub(r"\1", answer)
+    answer = latex_spelling(_NUMERIC_TEXT_RE.sub(r"\1", answer))
     return parse("\\boxed{" + answer + "}", extraction_config=_CONFIG, parsing_timeout=None)
 
 

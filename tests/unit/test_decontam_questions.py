@@ -50,6 +50,11 @@ MARBLES_YELLOW = ("A bag has blue and yellow marbles in the ratio 4:3. After 5 b
     (GOATS, "49", COWS, None, False),
     (GOATS, "N/A", COWS, "36", False),                       # a placeholder is no answer
     (GOATS, "see the solution", COWS, "36", False),
+    # a reworded copy filed with its answer in plain text: the same answer, so removed
+    ("Convert the point (0, 3) from rectangular into polar coordinates, as (r, theta).",
+     "(3, pi/2)", "Convert the point $(0,3)$ in rectangular coordinates to polar coordinates.",
+     "\\left( 3, \\frac{\\pi}{2} \\right)", False),
+    (COWS_AGAIN, "sqrt(1296)", COWS, "36", False),
 ])
 def test_same_story_rule_on_hand_made_pairs(text: str, answer: str | None, ref_text: str,
                                             ref_answer: str | None, spared: bool) -> None:

@@ -1,0 +1,77 @@
+"""Plain-text and Unicode math in an answer, spelled as the LaTeX math-verify reads.
+
+math-verify parses a boxed answer as LaTeX first, so plain-text math that people and small
+models write is misread: ``pi/4`` is ``(i*p)/4``, ``sqrt2`` is ``s*q*r*t*2``, ``x**2`` does not
+parse, and ``90°``, ``√2``, ``∞``, ``ln(2)``, ``exp(2)``, ``2 sqrt(3)`` fail against their
+LaTeX gold (measured: each graded wrong against ``\\frac{\\pi}{4}``, ``\\sqrt{2}``, ``x^2``,
+``90^\\circ``, ...). A dataset whose reference answers are plain text (a user's file, a
+contaminated copy's answer field) then grades right answers wrong, and the decontamination's
+same-story rule, which compares answers, takes a reworded benchmark problem filed with
+``(3, pi/2)`` for another question.
+
+No option of math-verify's normalisation covers these spellings, so this module rewrites them
+before parsing: a few regular expressions and one scan for the parentheses of ``sqrt(...)``.
+Each rule touches only a bare word (not one after a backslash or a letter, not one before a
+letter), so LaTeX answers pass through unchanged (``\\pi``, ``\\sqrt{2}``, ``\\ln``, ``pie``,
+``\\text{spin}``).
+"""
+
+from __future__ import annotations
+
+import re
+
+__all__ = ["latex_spelling"]
+
+_UNICODE = {"π": r"\pi ", "∞": r"\infty ", "°": r"^\circ ", "−": "-", "×": r"\times ",
+            "·": r"\cdot ", "≤": r"\le ", "≥": r"\ge ", "≠": r"\ne ", "÷": "/"}
+_BARE = r"(?<![A-Za-z\\])"  # not inside a longer word, not a LaTeX command already
+_PI_RE = re.compile(_BARE + r"pi(?![A-Za-z])")
+_FUNCTION_RE = re.compile(
+    _BARE + r"(arcsin|arccos|arctan|sinh|cosh|tanh|sin|cos|tan|sec|csc|cot|ln|log|exp)"
+    r"(?=\s*[(\d])")
+_ROOT_RE = re.compile(_BARE + r"(?:sqrt|√)\s*")
+_ROOT_ARGUMENT_RE = re.compile(r"\d+(?:\.\d+)?|[A-Za-z](?![A-Za-z])")
+
+
+def latex_spelling(answer: str) -> str:
+    """``answer`` with plain-text and Unicode math spelled in LaTeX (module docstring);
+    an answer with none of it is returned as it is."""
+    for char, latex in _UNICODE.items():
+        if char in answer:
+            answer = answer.replace(char, latex)
+    answer = answer.replace("**", "^")
+    if "sqrt" in answer or "√" in answer:
+        answer = _roots(answer)
+    answer = _PI_RE.sub(r"\\pi ", answer)
+    return _FUNCTION_RE.sub(r"\\\1", answer).strip()
+
+
+def _roots(answer: str) -> str:
+    """Each bare ``sqrt`` / ``√`` with its argument (a parenthesised expression, a number or
+    one letter) as ``\\sqrt{...}``; one without an argument is left alone."""
+    out: list[str] = []
+    pos = 0
+    for match in _ROOT_RE.finditer(answer):
+        if match.start() < pos:
+            continue  # inside the argument of the previous root
+        start = match.end()
+        end, inner = _root_argument(answer, start)
+        if end is None:
+            continue
+        out.append(answer[pos:match.start()] + r"\sqrt{" + _roots(inner) + "}")
+        pos = end
+    return "".join(out) + answer[pos:]
+
+
+def _root_argument(text: str, start: int) -> tuple[int | None, str]:
+    """Where the argument of a root starting at ``start`` ends, and the argument: through the
+    matching ``)`` of a ``(``, or a number or single letter; (None, "") when there is none."""
+    if start < len(text) and text[start] == "(":
+        depth = 0
+        for i in range(start, len(text)):
+            depth += {"(": 1, ")": -1}.get(text[i], 0)
+            if depth == 0:
+                return i + 1, text[start + 1:i]
+        return None, ""
+    found = _ROOT_ARGUMENT_RE.match(text, start)
+    return (found.end(), found.group()) if found else (None, "")

@@ -1,0 +1,63 @@
+"""Plain-text and Unicode math in answers (agentmath.grading.plaintext): graded as the LaTeX
+it means, in either role (gold or prediction); LaTeX answers pass through unchanged."""
+
+from __future__ import annotations
+
+import pytest
+
+from agentmath.grading import check
+from agentmath.grading.plaintext import latex_spelling
+
+SAME = [
+    (r"\left( 3, \frac{\pi}{2} \right)", "(3, pi/2)"),
+    (r"\frac{\pi}{4}", "pi/4"),
+    (r"\frac{3\pi}{2}", "3pi/2"),
+    (r"\pi^2", "pi^2"),
+    (r"2\pi", "2π"),
+    (r"\sqrt{2}", "sqrt2"),
+    (r"\sqrt{2}", "√2"),
+    (r"2\sqrt{3}", "2 sqrt(3)"),
+    (r"\frac{1}{\sqrt{2}}", "1/sqrt2"),
+    (r"\frac{\sqrt{x+1}}{2}", "sqrt(x+1)/2"),
+    ("x^2+1", "x**2+1"),
+    (r"90^\circ", "90°"),
+    (r"\infty", "∞"),
+    (r"e^{2}", "exp(2)"),
+    (r"\ln 2", "ln(2)"),
+    ("-5", "−5"),
+]
+DIFFERENT = [
+    (r"\frac{\pi}{4}", "pi/3"),
+    (r"\sqrt{2}", "sqrt3"),
+    ("x^2+1", "x**3+1"),
+    (r"90^\circ", "45°"),
+    (r"\ln 2", "ln(3)"),
+    (r"2\sqrt{3}", "3 sqrt(2)"),
+    ("p", "pi"),
+]
+
+
+@pytest.mark.parametrize(("latex", "plain"), SAME)
+def test_plain_spellings_grade_as_their_latex(latex: str, plain: str) -> None:
+    assert check(latex, plain).correct is True
+    assert check(plain, latex).correct is True  # a plain-text gold too
+
+
+@pytest.mark.parametrize(("latex", "plain"), DIFFERENT)
+def test_other_values_still_differ(latex: str, plain: str) -> None:
+    assert check(latex, plain).correct is False
+    assert check(plain, latex).correct is False
+
+
+@pytest.mark.parametrize("answer", [
+    r"\frac{\pi}{4}", r"\sqrt{2}", r"\ln 2", r"\text{spin}", "pie", "sqrt", "sinx", "42",
+    r"\left( 3, \frac{\pi}{2} \right)", r"\begin{pmatrix}1\\2\end{pmatrix}",
+])  # fmt: skip
+def test_latex_and_words_pass_through_unchanged(answer: str) -> None:
+    assert latex_spelling(answer) == answer
+
+
+def test_roots_nest_and_keep_what_follows() -> None:
+    assert latex_spelling("sqrt(sqrt(2))+1") == r"\sqrt{\sqrt{2}}+1"
+    assert latex_spelling("√(2)+√3") == r"\sqrt{2}+\sqrt{3}"
+    assert latex_spelling("sqrt(2") == "sqrt(2"  # unbalanced: left alone
