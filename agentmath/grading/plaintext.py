@@ -9,6 +9,9 @@ contaminated copy's answer field) then grades right answers wrong, and the decon
 same-story rule, which compares answers, takes a reworded benchmark problem filed with
 ``(3, pi/2)`` for another question.
 
+A repeating decimal (``0.\\overline{3}``, ``1.2\\overline{45}``) is read as its
+digits: it is rewritten as the exact fraction it is.
+
 No option of math-verify's normalisation covers these spellings, so this module rewrites them
 before parsing: a few regular expressions and one scan for the parentheses of ``sqrt(...)``.
 Each rule touches only a bare word (not one after a backslash or a letter, not one before a
@@ -19,6 +22,7 @@ letter), so LaTeX answers pass through unchanged (``\\pi``, ``\\sqrt{2}``, ``\\l
 from __future__ import annotations
 
 import re
+from fractions import Fraction
 
 __all__ = ["latex_spelling"]
 
@@ -31,6 +35,7 @@ _FUNCTION_RE = re.compile(
     r"(?=\s*[(\d])")
 _ROOT_RE = re.compile(_BARE + r"(?:sqrt|√)\s*")
 _ROOT_ARGUMENT_RE = re.compile(r"\d+(?:\.\d+)?|[A-Za-z](?![A-Za-z])")
+_REPEATING_RE = re.compile(r"(?<![\d.])(\d*)\.(\d*)\\overline\s*\{(\d{1,30})\}")
 
 
 def latex_spelling(answer: str) -> str:
@@ -43,7 +48,18 @@ def latex_spelling(answer: str) -> str:
     if "sqrt" in answer or "√" in answer:
         answer = _roots(answer)
     answer = _PI_RE.sub(r"\\pi ", answer)
+    if "overline" in answer:
+        answer = _REPEATING_RE.sub(_repeating_fraction, answer)
     return _FUNCTION_RE.sub(r"\\\1", answer).strip()
+
+
+def _repeating_fraction(match: re.Match[str]) -> str:
+    """``a.b\\overline{c}`` as the exact fraction ``\\frac{p}{q}`` it is."""
+    whole, fixed, repeat = match.group(1), match.group(2), match.group(3)
+    value = Fraction(int(whole or "0")) + Fraction(
+        int(fixed + repeat) - int(fixed or "0"),
+        (10 ** len(repeat) - 1) * 10 ** len(fixed))
+    return rf"\frac{{{value.numerator}}}{{{value.denominator}}}"
 
 
 def _roots(answer: str) -> str:

@@ -25,6 +25,9 @@ SAME = [
     (r"e^{2}", "exp(2)"),
     (r"\ln 2", "ln(2)"),
     ("-5", "−5"),
+    (r"\frac{1}{3}", r"0.\overline{3}"),  # a repeating decimal: its exact fraction
+    (r"\frac{137}{110}", r"1.2\overline{45}"),
+    (r"\frac{1}{7}", r".\overline{142857}"),
 ]
 DIFFERENT = [
     (r"\frac{\pi}{4}", "pi/3"),
@@ -34,6 +37,7 @@ DIFFERENT = [
     (r"\ln 2", "ln(3)"),
     (r"2\sqrt{3}", "3 sqrt(2)"),
     ("p", "pi"),
+    (r"\frac{1}{3}", r"0.\overline{4}"),
 ]
 
 
