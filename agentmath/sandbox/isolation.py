@@ -313,9 +313,26 @@ def set_limits(memory_mb: int, cpu_s: int, unprivileged: bool) -> None:
     resource.setrlimit(resource.RLIMIT_NOFILE, (64, 64))
     resource.setrlimit(resource.RLIMIT_MEMLOCK, (0, 0))
     resource.setrlimit(resource.RLIMIT_MSGQUEUE, (0, 0))
+    _grow_stack_limit()
     if unprivileged:
         # Only enforced for non-root users: hence the uid drop before it matters.
         resource.setrlimit(resource.RLIMIT_NPROC, (0, 0))
+
+
+#: The main thread's stack may grow this far (default limit: 8 MB). Model code raises the
+#: recursion limit (``sys.setrecursionlimit(10**6)``) for memoised recursions thousands deep,
+#: and each level through a C wrapper (``lru_cache``) takes C stack: at 8 MB a recursion
+#: 20,000 deep crashed the worker. Only touched pages count (against the memory limit).
+STACK_BYTES = 512 * 1024 * 1024
+
+
+def _grow_stack_limit() -> None:
+    """Raise the stack's soft limit to :data:`STACK_BYTES` (at most the hard limit). The
+    worker was forked, not exec'd, so its stack may grow until the mappings the kernel placed
+    below it at the zygote's exec (a gap of at least 128 MB)."""
+    _, hard = resource.getrlimit(resource.RLIMIT_STACK)
+    want = STACK_BYTES if hard == resource.RLIM_INFINITY else min(STACK_BYTES, hard)
+    resource.setrlimit(resource.RLIMIT_STACK, (want, hard))
 
 
 PR_SET_KEEPCAPS = 8

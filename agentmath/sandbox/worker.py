@@ -174,8 +174,9 @@ class Executor:
                     if capped:
                         result["truncated"] = True
         except BaseException as exc:  # noqa: BLE001 - any error in user code is data
-            result["error"], result["error_line"] = self._describe_error(exc, cell)
-            result["error_type"], _ = _cap(type(exc).__name__, _MAX_TYPE_CHARS)
+            if not _clean_exit(exc):
+                result["error"], result["error_line"] = self._describe_error(exc, cell)
+                result["error_type"], _ = _cap(type(exc).__name__, _MAX_TYPE_CHARS)
         finally:
             sys.stdout, sys.stderr, sys.stdin = saved
         result["duration_ms"] = (time.perf_counter() - start) * 1000.0
@@ -186,6 +187,13 @@ class Executor:
         if out.truncated or err.truncated:
             result["truncated"] = True
         return result
+
+
+def _clean_exit(exc: BaseException) -> bool:
+    """A script's normal end: ``exit()``, ``quit()`` or ``sys.exit(0)`` (SystemExit with code
+    None or 0), which model code writes as its last line as in a ``python file.py`` runner. It
+    ends the cell there, like its last line, and is no error; another code is one."""
+    return isinstance(exc, SystemExit) and exc.code in (None, 0)
 
 
 def _apply_protections(spec: dict[str, Any], ctx: dict[str, Any]) -> dict[str, Any]:

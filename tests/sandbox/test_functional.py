@@ -135,7 +135,19 @@ def test_input_gets_eof(sandbox: Sandbox) -> None:
         assert not r.crashed and not r.state_lost
 
 
-@pytest.mark.parametrize("code", ["exit()", "quit(3)", "raise SystemExit(1)",
+@pytest.mark.parametrize("code", ["print('done')\nexit()", "import sys\nprint('done')\nsys.exit(0)",
+                                  "print('done')\nquit()\nprint('never')"])
+def test_a_clean_exit_ends_the_cell_without_error(sandbox: Sandbox, code: str) -> None:
+    """exit() / sys.exit(0) as a script's last line (as model code writes it for a `python
+    file.py` runner) ends the cell like its last line: its output, no error, state kept."""
+    with sandbox.session() as s:
+        s.run("kept = 'yes'")
+        r = s.run(code)
+        assert r.ok and r.error is None and r.error_type is None and r.stdout == "done\n", r
+        assert s.run("kept").value == "'yes'"
+
+
+@pytest.mark.parametrize("code", ["quit(3)", "raise SystemExit(1)", "import sys\nsys.exit('bad')",
                                   "raise KeyboardInterrupt"])
 def test_exit_is_reported_not_fatal(sandbox: Sandbox, code: str) -> None:
     with sandbox.session() as s:
@@ -148,7 +160,7 @@ def test_exit_is_reported_not_fatal(sandbox: Sandbox, code: str) -> None:
 
 def test_input_after_exit_still_gets_eof(sandbox: Sandbox) -> None:
     with sandbox.session() as s:
-        s.run("exit()")
+        s.run("exit(2)")
         assert s.run("input()").error_type == "EOFError"
 
 

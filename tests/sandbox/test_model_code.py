@@ -24,6 +24,13 @@ CELLS = {
                  "7200"),
     "recursion_limit": ("import sys\nsys.setrecursionlimit(10000)\n"
                         "def f(n):\n    return 0 if n == 0 else 1 + f(n - 1)\nf(5000)", "5000"),
+    # memoised recursion 50,000 deep through lru_cache's C wrapper: crashed the worker (C
+    # stack overflow) with the default 8 MB stack
+    "deep_memoised_recursion": ("from functools import lru_cache\nimport sys\n"
+                                "sys.setrecursionlimit(10**6)\n@lru_cache(None)\n"
+                                "def f(n):\n    return 0 if n == 0 else f(n - 1) + 1\nf(50000)",
+                                "50000"),
+    "exit_after_output": ("print(7)\nimport sys\nsys.exit(0)", None),
     "int_digits_limit": ("import sys\nsys.set_int_max_str_digits(0)\nlen(str(3 ** 20000))",
                          "9543"),
     "hashlib_struct": ("import hashlib, struct\n"
@@ -35,7 +42,7 @@ CELLS = {
 
 
 @pytest.mark.parametrize("code, expected", list(CELLS.values()), ids=list(CELLS))
-def test_real_model_cell_runs(sandbox: Sandbox, code: str, expected: str) -> None:
+def test_real_model_cell_runs(sandbox: Sandbox, code: str, expected: str | None) -> None:
     r = sandbox.run(code)
     assert r.ok and r.value == expected, r
 
