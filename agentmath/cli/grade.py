@@ -144,7 +144,8 @@ def grade(
         help="Hard wall-clock limit per answer check; an overrun grades false, timed_out true."),
     fallback: bool = typer.Option(
         True, "--fallback/--no-fallback",
-        help="If there is no \\boxed{}, also accept 'The answer is X', 'Answer: X', '#### X'."),
+        help="If there is no \\boxed{}, also accept '<answer>X</answer>', 'The answer is X', "
+             "'Answer: X', '#### X'."),
     last_number: bool = typer.Option(
         False, "--last-number",
         help="As a last resort take the last number in the response (implies --fallback)."),

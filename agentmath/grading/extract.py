@@ -6,6 +6,9 @@ Strategies are tried in order and the first that finds something wins:
     the content of the LAST complete ``\\boxed{...}`` / ``\\fbox{...}`` / ``\\framebox{...}``
     (nested and escaped braces handled), or the token after ``\\boxed`` without braces
     (``\\boxed 5``);
+``"answer_tag"``
+    the content of the last closed ``<answer>...</answer>`` (the DeepSeek-R1-Zero template
+    that many RL recipes train with: ``<think>...</think> <answer>...</answer>``);
 ``"phrase"``
     the last "final answer is X" / "the answer is X" / "Answer: X";
 ``"gsm8k"``
@@ -28,7 +31,7 @@ from collections.abc import Sequence
 from agentmath.errors import GradingError
 
 BOXED_ONLY: tuple[str, ...] = ("boxed",)
-DEFAULT_STRATEGIES: tuple[str, ...] = ("boxed", "phrase", "gsm8k")
+DEFAULT_STRATEGIES: tuple[str, ...] = ("boxed", "answer_tag", "phrase", "gsm8k")
 ALL_STRATEGIES: tuple[str, ...] = (*DEFAULT_STRATEGIES, "last_number")
 
 _BOXED_RE = re.compile(r"\\(?:boxed|fbox|framebox)(?![A-Za-z])")
@@ -115,6 +118,21 @@ def _last_phrase(text: str) -> str | None:
     return None
 
 
+def _last_answer_tag(text: str) -> str | None:
+    """The content of the last ``<answer>...</answer>`` with something in it; each search
+    starts left of the previous one, so the scan is linear in the text."""
+    close = text.rfind("</answer>")
+    while close != -1:
+        opening = text.rfind("<answer>", 0, close)
+        if opening == -1:
+            return None
+        content = text[opening + len("<answer>"):close]
+        if clean_answer(content) is not None:
+            return content
+        close = text.rfind("</answer>", 0, opening)
+    return None
+
+
 def _last_gsm8k(text: str) -> str | None:
     """The value of the last ``#### X`` line (surrounding blanks dropped)."""
     matches = _GSM8K_RE.findall(text)
@@ -128,6 +146,7 @@ def _last_number(text: str) -> str | None:
 
 _STRATEGIES = {
     "boxed": _last_boxed,
+    "answer_tag": _last_answer_tag,
     "phrase": _last_phrase,
     "gsm8k": _last_gsm8k,
     "last_number": _last_number,

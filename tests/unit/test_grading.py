@@ -156,6 +156,11 @@ def test_regression_table_is_big_enough() -> None:
         ("Answer: \\(\\frac{7}{2}\\)", r"\frac{7}{2}"),
         ("She earns 9 * 2 = $<<9*2=18>>18.\n#### 1,234", "1,234"),
         (r"Answer: 5 but really \boxed{6}", "6"),  # boxed wins over phrases
+        ("<think>3 + 4 = 7</think> <answer>7</answer>", "7"),  # R1-Zero's template
+        ("<answer>1</answer> no, <answer> $\\frac{1}{2}$ </answer>", r"\frac{1}{2}"),
+        ("<answer>x</answer> and <answer>  </answer>", "x"),  # an empty tag is skipped
+        ("<answer>7</answer> so \\boxed{8}", "8"),  # a box wins over the tag
+        ("<answer>7 (unclosed", None),
         ("I computed 3 + 4 = 7 and stopped.", None),  # last number is off by default
         ("", None),
         (None, None),
