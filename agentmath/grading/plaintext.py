@@ -9,8 +9,10 @@ contaminated copy's answer field) then grades right answers wrong, and the decon
 same-story rule, which compares answers, takes a reworded benchmark problem filed with
 ``(3, pi/2)`` for another question.
 
-A repeating decimal (``0.\\overline{3}``, ``1.2\\overline{45}``) is read as its
-digits: it is rewritten as the exact fraction it is.
+A number with a plain unit after it (``42 in.``, ``12 cm^2``) is spelled as math-verify's unit
+stripping expects (``42 \\text{ in}``, ``12 \\text{ cm}^2``), and scientific notation (``1e3``,
+``2.5E-4``) as a power of ten. A repeating decimal (``0.\\overline{3}``,
+``1.2\\overline{45}``) is read as its digits: it is rewritten as the exact fraction it is.
 
 No option of math-verify's normalisation covers these spellings, so this module rewrites them
 before parsing: a few regular expressions and one scan for the parentheses of ``sqrt(...)``.
@@ -35,6 +37,13 @@ _FUNCTION_RE = re.compile(
     r"(?=\s*[(\d])")
 _ROOT_RE = re.compile(_BARE + r"(?:sqrt|√)\s*")
 _ROOT_ARGUMENT_RE = re.compile(r"\d+(?:\.\d+)?|[A-Za-z](?![A-Za-z])")
+# Units of measure after a number; one-letter ones only after a space ("3m" may be 3 times m).
+_UNITS = ("mm|cm|dm|km|in|inch|inches|ft|feet|foot|yd|yards?|mi|miles?|mg|kg|lbs?|oz|ml|mL|"
+          "sec|seconds?|min|minutes?|hr|hrs|hours?|days?|weeks?|years?|mph|km/h|m/s|cents?|"
+          "dollars?|units?|sq|square")
+_NUMBER_UNIT_RE = re.compile(r"^\s*(-?[\d.,/]*\d)(?:\s*(" + _UNITS + r")|\s+([mgslLh]))"
+                             r"\.?\s*(\^\s*\{?[23]\}?)?\.?\s*$")
+_SCIENTIFIC_RE = re.compile(r"(?<![\w.])(\d+(?:\.\d+)?)[eE]([+-]?\d+)(?![\w.])")
 _REPEATING_RE = re.compile(r"(?<![\d.])(\d*)\.(\d*)\\overline\s*\{(\d{1,30})\}")
 
 
@@ -48,6 +57,11 @@ def latex_spelling(answer: str) -> str:
     if "sqrt" in answer or "√" in answer:
         answer = _roots(answer)
     answer = _PI_RE.sub(r"\\pi ", answer)
+    unit = _NUMBER_UNIT_RE.match(answer)
+    if unit:
+        name = unit.group(2) or unit.group(3)
+        answer = rf"{unit.group(1)} \text{{ {name}}}{unit.group(4) or ''}"
+    answer = _SCIENTIFIC_RE.sub(r"\1\\times 10^{\2}", answer)
     if "overline" in answer:
         answer = _REPEATING_RE.sub(_repeating_fraction, answer)
     return _FUNCTION_RE.sub(r"\\\1", answer).strip()

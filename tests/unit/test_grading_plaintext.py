@@ -28,6 +28,11 @@ SAME = [
     (r"\frac{1}{3}", r"0.\overline{3}"),  # a repeating decimal: its exact fraction
     (r"\frac{137}{110}", r"1.2\overline{45}"),
     (r"\frac{1}{7}", r".\overline{142857}"),
+    ("42", "42 in."),  # a number and a plain unit
+    ("12", "12 cm^2"),
+    ("3.5", "3.5kg"),
+    ("1000", "1e3"),  # scientific notation
+    ("0.00025", "2.5E-4"),
 ]
 DIFFERENT = [
     (r"\frac{\pi}{4}", "pi/3"),
@@ -38,6 +43,9 @@ DIFFERENT = [
     (r"2\sqrt{3}", "3 sqrt(2)"),
     ("p", "pi"),
     (r"\frac{1}{3}", r"0.\overline{4}"),
+    ("42", "43 in."),
+    ("1000", "1e4"),
+    ("12", "12 x^2"),  # a variable is no unit
 ]
 
 
@@ -56,6 +64,7 @@ def test_other_values_still_differ(latex: str, plain: str) -> None:
 @pytest.mark.parametrize("answer", [
     r"\frac{\pi}{4}", r"\sqrt{2}", r"\ln 2", r"\text{spin}", "pie", "sqrt", "sinx", "42",
     r"\left( 3, \frac{\pi}{2} \right)", r"\begin{pmatrix}1\\2\end{pmatrix}",
+    "3m", "2s", "12 x^2", "e5", "x e3",  # one-letter units only after a space
 ])  # fmt: skip
 def test_latex_and_words_pass_through_unchanged(answer: str) -> None:
     assert latex_spelling(answer) == answer
