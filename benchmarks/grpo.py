@@ -116,7 +116,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import print_table  # noqa: E402
 from _grpo_eval import evaluate_all  # noqa: E402
 
-from agentmath.recipes.tool_model import NATIVE, ToolModelConfig  # noqa: E402
+from agentmath.recipes.tool_model import NATIVE, GrownModel, ToolModelConfig  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 HELD_OUT = 200  # held-out problems of the model (--eval-problems reads the first ones)
@@ -649,14 +649,14 @@ def run(ns: argparse.Namespace) -> dict[str, Any]:
         p["eval"] = ev
     for r in runs:
         r["final"] = r["points"][-1]["eval"]
-    summary = json.loads((mdir / "tool_model.json").read_text())
+    summary = GrownModel.read(mdir)
     trl_runs = [r for r in runs if r["trainer"] == "trl"]
     result: dict[str, Any] = {
         "config": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(ns).items()},
         "model": {"dir": str(model_dir), "size": ns.model_size, "sft_steps": ns.sft_steps,
                   "formats": cfg.formats, "text_share": cfg.text_share,
-                  "sft_final_loss": summary.get("final_loss"),
-                  "conversion": summary.get("conversion")},
+                  "sft_final_loss": summary.final_loss,
+                  "conversion": {k: v.to_dict() for k, v in summary.conversion.items()}},
         "start": start, "headroom": room, "runs": runs, "goal": goal_summary(ns, runs),
         "versions": versions(), "torch_threads": _torch_threads(),
         "trl_tool_mode": trl_runs[0]["mode"] if trl_runs else None,

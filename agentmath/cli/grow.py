@@ -5,11 +5,14 @@ a tokenizer, a Qwen3 model, SFT with tool output masked."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 import typer
 
 from agentmath.cli._common import JSON_OPTION, build_config, out_console, print_json, usage_error
+
+if TYPE_CHECKING:
+    from agentmath.recipes.tool_model import GrownModel
 
 CONFIG_OPTION = typer.Option(None, "--config", "-c", metavar="FILE", help=(
     "ToolModelConfig file (TOML/YAML; its 'grow' table if it has one)."))
@@ -17,22 +20,22 @@ SET_OPTION = typer.Option(None, "--set", "-s", metavar="KEY=VALUE", help=(
     "Override a config field, e.g. --set batch_size=8 (repeatable)."))
 
 
-def _render(summary: dict[str, Any]) -> None:
+def _render(summary: GrownModel) -> None:
     from rich.table import Table
 
     console = out_console()
     table = Table(title="agentmath grow: code injection (sandbox-verified)")
     for col in ("format", "kept", "dropped", "seconds"):
         table.add_column(col, justify="left" if col == "format" else "right")
-    for name, stats in summary["conversion"].items():
-        table.add_row(name, str(stats["kept"]), str(stats["dropped"] or "none"),
-                      f"{stats['seconds']:.1f}")
+    for name, stats in summary.conversion.items():
+        table.add_row(name, str(stats.kept), str(stats.dropped or "none"),
+                      f"{stats.seconds:.1f}")
     console.print(table)
-    loss = summary["final_loss"]
-    console.print(f"SFT: {summary['config']['steps']} steps, final loss "
+    loss = summary.final_loss
+    console.print(f"SFT: {summary.config.steps} steps, final loss "
                   f"{loss:.3f}" if loss is not None else "SFT: no step trained")
-    console.print(f"model + tokenizer: {summary['model_dir']}")
-    console.print(f"held-out problems: {summary['test']}  ({summary['seconds']:.0f} s in all)")
+    console.print(f"model + tokenizer: {summary.model_dir}")
+    console.print(f"held-out problems: {summary.test}  ({summary.seconds:.0f} s in all)")
 
 
 def grow(
@@ -70,6 +73,6 @@ def grow(
     except AgentMathError as exc:
         usage_error(str(exc))
     if json_out:
-        print_json(summary)
+        print_json(summary.to_dict())
     else:
         _render(summary)

@@ -59,13 +59,13 @@ from agentmath.recipes.demo_jobs import (  # noqa: F401 - the recipe's public na
     start_seed,
 )
 from agentmath.recipes.summary import (
-    Conversion,
     DemoSummary,
     Headroom,
     ModelRow,
     ReportFiles,
     StartAttempt,
 )
+from agentmath.recipes.tool_model import Conversion
 from agentmath.rl.records import StageMove
 
 if TYPE_CHECKING:
@@ -159,7 +159,7 @@ def prepare_data(cfg: DemoConfig, out: Path, stage: Stage = print) -> DemoData:
                                 vocab_size=cfg.vocab_size)
     tokenizer.save_pretrained(str(out / "tokenizer"))
     return DemoData(mixed=mixed, text_examples=text_examples,
-                    conversion=Conversion.from_dict(by_format[FORMAT]),
+                    conversion=by_format[FORMAT],
                     test_file=out / "test.jsonl", train_file=out / "train.jsonl",
                     tokenizer_dir=out / "tokenizer", n_test=len(test))
 

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from agentmath.errors import DataError
+from agentmath.recipes.tool_model import Conversion
 from agentmath.rl.records import StageMove, event_from_dict
 
 if TYPE_CHECKING:
@@ -151,32 +152,6 @@ class StartAttempt:
     def from_dict(cls, data: dict[str, Any]) -> StartAttempt:
         return cls(attempt=int(data["attempt"]), sft_seed=int(data["sft_seed"]),
                    headroom=Headroom.from_dict(data["headroom"]), used=bool(data["used"]))
-
-
-@dataclass(frozen=True, slots=True)
-class Conversion:
-    """The tool model's SFT data: verified tool trajectories kept, dropped ones by reason,
-    the seconds code injection took, and the problems left as text chain-of-thought (None:
-    no text share)."""
-
-    kept: int
-    dropped: dict[str, int]
-    seconds: float
-    text: int | None = None
-
-    def to_dict(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"kept": self.kept, "dropped": dict(self.dropped),
-                               "seconds": self.seconds}
-        if self.text is not None:
-            out["text"] = self.text
-        return out
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> Conversion:
-        text = data.get("text")
-        return cls(kept=int(data["kept"]),
-                   dropped={str(k): int(v) for k, v in data["dropped"].items()},
-                   seconds=float(data["seconds"]), text=None if text is None else int(text))
 
 
 @dataclass(frozen=True, slots=True)

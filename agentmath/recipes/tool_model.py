@@ -22,6 +22,7 @@ import json
 import random
 import time
 from collections.abc import Callable, Collection, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +30,7 @@ from pydantic import Field, field_validator, model_validator
 
 from agentmath import _loop as event_loop
 from agentmath.config import SandboxConfig, StrictModel
+from agentmath.errors import DataError
 from agentmath.synth.config import NATIVE  # the pseudo-format of native tool-calling records
 
 Stage = Callable[[str], None]
@@ -88,6 +90,80 @@ class ToolModelConfig(StrictModel):
         return self
 
 
+@dataclass(frozen=True, slots=True)
+class Conversion:
+    """The tool model's SFT data: verified tool trajectories kept, dropped ones by reason,
+    the seconds code injection took, and the problems left as text chain-of-thought (None:
+    no text share)."""
+
+    kept: int
+    dropped: dict[str, int]
+    seconds: float
+    text: int | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"kept": self.kept, "dropped": dict(self.dropped),
+                               "seconds": self.seconds}
+        if self.text is not None:
+            out["text"] = self.text
+        return out
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Conversion:
+        text = data.get("text")
+        return cls(kept=int(data["kept"]),
+                   dropped={str(k): int(v) for k, v in data["dropped"].items()},
+                   seconds=float(data["seconds"]), text=None if text is None else int(text))
+
+
+#: The summary :func:`build_tool_model` writes next to the model (read by :meth:`GrownModel.read`).
+SUMMARY_FILE = "tool_model.json"
+
+
+@dataclass(frozen=True, slots=True)
+class GrownModel:
+    """What :func:`build_tool_model` made (``OUT/tool_model.json``; the grow command's
+    ``--json``): the model directory, the held-out problems, the code injection's funnel per
+    format, the SFT's final loss and example counts, the config and the seconds it took."""
+
+    model_dir: str
+    test: str
+    conversion: dict[str, Conversion]
+    final_loss: float | None
+    examples: dict[str, int]  # total, kept, truncated, dropped (agentmath.train.sft)
+    config: ToolModelConfig
+    seconds: float
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"model_dir": self.model_dir, "test": self.test,
+                "conversion": {k: v.to_dict() for k, v in self.conversion.items()},
+                "final_loss": self.final_loss, "examples": dict(self.examples),
+                "config": self.config.model_dump(), "seconds": self.seconds}
+
+    def write(self, out: Path) -> None:
+        (out / SUMMARY_FILE).write_text(json.dumps(self.to_dict(), indent=2) + "\n")
+
+    @classmethod
+    def read(cls, out: str | Path) -> GrownModel:
+        """The summary in the grown model's directory ``out``; a missing or malformed one is
+        a DataError naming the file."""
+        path = Path(out) / SUMMARY_FILE
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+            loss = data["final_loss"]
+            return cls(model_dir=str(data["model_dir"]), test=str(data["test"]),
+                       conversion={str(k): Conversion.from_dict(v)
+                                   for k, v in data["conversion"].items()},
+                       final_loss=None if loss is None else float(loss),
+                       examples={str(k): int(v) for k, v in data["examples"].items()},
+                       config=ToolModelConfig.model_validate(data["config"]),
+                       seconds=float(data["seconds"]))
+        except OSError as exc:
+            raise DataError(f"{path}: cannot read ({exc.strerror or exc})") from exc
+        except (ValueError, KeyError, TypeError, AttributeError) as exc:
+            raise DataError(f"{path}: not a grown model's summary ({exc})") from exc
+
+
 #: The tiny model the test suite grows (tests/fixtures/models.py) and benchmarks reuse: every
 #: format and native tool calling, a few minutes of CPU.
 TEST_MODEL = ToolModelConfig(
@@ -138,7 +214,7 @@ def text_record(task: Any, fmt_name: str, system_prompt: str | None = None) -> d
 async def tool_records(problems: Sequence[Any], formats: Sequence[str], *,
                        system_prompts: Mapping[str, str] | None = None,
                        concurrency: int = 16,
-                       text_ids: Collection[str] = ()) -> tuple[list[dict], dict[str, Any]]:
+                       text_ids: Collection[str] = ()) -> tuple[list[dict], dict[str, Conversion]]:
     """Verified SFT records, problem i in ``formats[i % len(formats)]``; and conversion stats
     (kept, dropped by reason, seconds) per format. ``native`` makes chat records.
     ``system_prompts``: per format (see :class:`ToolModelConfig`). Problems whose id is in
@@ -150,7 +226,7 @@ async def tool_records(problems: Sequence[Any], formats: Sequence[str], *,
     from agentmath.synth.inject import inject
 
     records: list[dict] = []
-    stats: dict[str, Any] = {}
+    stats: dict[str, Conversion] = {}
     text_ids = set(text_ids)
     async with SandboxPool(SandboxConfig(spare_workers=4)) as pool:
         for k, name in enumerate(formats):
@@ -168,10 +244,10 @@ async def tool_records(problems: Sequence[Any], formats: Sequence[str], *,
                 records += [by_id[p.id] for p in dealt if p.id in by_id]
             else:
                 records += report.records
-            stats[name] = {"kept": report.kept, "dropped": dict(report.dropped),
-                           "seconds": round(report.seconds, 1)}
-            if text_ids:
-                stats[name]["text"] = sum(p.id in text_ids for p in dealt)
+            stats[name] = Conversion(
+                kept=report.kept, dropped=dict(report.dropped),
+                seconds=round(report.seconds, 1),
+                text=sum(p.id in text_ids for p in dealt) if text_ids else None)
     return records, stats
 
 
@@ -213,7 +289,7 @@ def train_model(records: list[dict], tokenizer: Any, out: Path, *, size: str, st
 
 
 def build_tool_model(cfg: ToolModelConfig, out: Path, stage: Stage = print,
-                     progress: bool = True) -> dict[str, Any]:
+                     progress: bool = True) -> GrownModel:
     """Run every step; the model + tokenizer end in ``out/final``, the held-out problems in
     ``out/test.jsonl`` and a summary in ``out/tool_model.json`` (also returned)."""
     from agentmath.data.synthetic import to_task_rows
@@ -239,11 +315,11 @@ def build_tool_model(cfg: ToolModelConfig, out: Path, stage: Stage = print,
                          batch_size=cfg.batch_size, learning_rate=cfg.learning_rate,
                          max_length=cfg.max_length, seed=cfg.seed, progress=progress,
                          system_prompts=cfg.system_prompts)
-    summary = {"model_dir": result.final_dir, "test": str(out / "test.jsonl"),
-               "conversion": conversion, "final_loss": result.final_loss,
-               "examples": result.examples, "config": cfg.model_dump(),
-               "seconds": round(time.monotonic() - started, 1)}
-    (out / "tool_model.json").write_text(json.dumps(summary, indent=2) + "\n")
+    summary = GrownModel(model_dir=str(result.final_dir), test=str(out / "test.jsonl"),
+                         conversion=conversion, final_loss=result.final_loss,
+                         examples=dict(result.examples), config=cfg,
+                         seconds=round(time.monotonic() - started, 1))
+    summary.write(out)
     return summary
 
 
@@ -264,7 +340,7 @@ def cached_tool_model(cfg: ToolModelConfig, root: Path, stage: Stage = print) ->
     key = hashlib.sha256(json.dumps(config_key_data(cfg), sort_keys=True)
                          .encode()).hexdigest()[:12]
     target = root / f"model-{key}"
-    if (target / "tool_model.json").exists():
+    if (target / SUMMARY_FILE).exists():
         stage(f"model: cached {target}")
         return target
     root.mkdir(parents=True, exist_ok=True)
@@ -275,7 +351,7 @@ def cached_tool_model(cfg: ToolModelConfig, root: Path, stage: Stage = print) ->
         try:
             staging.rename(target)
         except OSError:  # another process (a second benchmark, a test worker) finished first
-            if not (target / "tool_model.json").exists():
+            if not (target / SUMMARY_FILE).exists():
                 raise
             stage(f"model: {target} was grown meanwhile by another process; it is used")
     finally:

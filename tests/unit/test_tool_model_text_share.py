@@ -99,9 +99,9 @@ def test_tool_records_deal_text_records_in_each_formats_protocol(
             assert rec == text_record(task, name)
         else:
             assert rec["tool"] and rec["native"] == (name == NATIVE)
-    assert sum(s["text"] for s in stats.values()) == len(text_ids)
+    assert sum(s.text or 0 for s in stats.values()) == len(text_ids)
     records0, stats0 = asyncio.run(tool_records(tasks, ["openai_tools"]))
-    assert all(r.get("tool") for r in records0) and "text" not in stats0["openai_tools"]
+    assert all(r.get("tool") for r in records0) and stats0["openai_tools"].text is None
 
 
 def _old_key(cfg: ToolModelConfig) -> str:
