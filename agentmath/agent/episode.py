@@ -232,13 +232,6 @@ class Episode:
             self.driver.messages = self.trajectory.messages
             self.driver.context = progress.context_tokens
 
-    def snapshot(self) -> dict[str, Any]:
-        """What a parked episode is, as JSON-ready data (its trajectory and counters)."""
-        return {"id": self.id, "group_id": self.group_id, "status": self.status,
-                "model_used": self.model_used, "calls": self.calls, "advances": self.advances,
-                "active_s": self.active_s, "cells": list(self.cells),
-                "trajectory": self.trajectory.to_dict()}
-
     # ------------------------------------------------------------------------------ turns
     async def _run_turns(self) -> str:
         finish: str | None = None
