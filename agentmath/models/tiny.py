@@ -119,8 +119,3 @@ def build_model(tokenizer: Any, size: str = "tiny", out_dir: str | Path | None =
         model.save_pretrained(str(out_dir))
         tokenizer.save_pretrained(str(out_dir))
     return model
-
-
-def count_parameters(model: Any) -> int:
-    """Number of distinct parameters (tied weights counted once)."""
-    return sum(p.numel() for p in {id(p): p for p in model.parameters()}.values())
