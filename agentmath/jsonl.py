@@ -9,6 +9,7 @@ through :func:`parse_line`, so a bad line is reported the same way everywhere:
 from __future__ import annotations
 
 import json
+import math
 import os
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
@@ -16,7 +17,20 @@ from typing import Any
 
 from agentmath.errors import DataError
 
-__all__ = ["is_number", "iter_jsonl", "parse_line", "read_jsonl", "write_jsonl"]
+__all__ = ["finite", "is_number", "iter_jsonl", "parse_line", "read_jsonl", "write_jsonl"]
+
+
+def finite(value: Any) -> Any:
+    """``value`` with every NaN and infinity (nested in dicts, lists and tuples) replaced by
+    None: JSON has neither, and ``json.dumps`` would write ``NaN``, which strict parsers (jq,
+    JavaScript) refuse. For JSON that leaves the process: ``--json`` output, the viewer."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {str(k): finite(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [finite(v) for v in value]
+    return value
 
 
 def is_number(value: Any) -> bool:

@@ -71,10 +71,13 @@ def print_json(data: Any) -> None:
 
     Non-ASCII text is written as is where stdout speaks UTF-8, and as ``\\uXXXX`` escapes
     elsewhere (an ASCII or Latin-1 terminal, ``PYTHONIOENCODING=ascii``): the same JSON either
-    way, never an encoding error.
+    way, never an encoding error. NaN and infinities (a diverged loss) are written as null.
     """
+    from agentmath.jsonl import finite
+
     encoding = (getattr(sys.stdout, "encoding", None) or "").lower().replace("-", "")
-    sys.stdout.write(json.dumps(data, ensure_ascii=encoding not in ("utf8", "utf_8")) + "\n")
+    sys.stdout.write(json.dumps(finite(data), ensure_ascii=encoding not in ("utf8", "utf_8"),
+                                allow_nan=False) + "\n")
     sys.stdout.flush()
 
 

@@ -11,11 +11,11 @@ from __future__ import annotations
 
 import html
 import json
-import math
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from agentmath.jsonl import finite
 from agentmath.report._viewer_assets import PAGE
 from agentmath.report.tables import Run
 
@@ -109,20 +109,9 @@ def run_payload(run: Run, max_chars: int = DEFAULT_MAX_CHARS) -> dict[str, Any]:
             "problems": list(problems.values())}
 
 
-def _finite(value: Any) -> Any:
-    """The value with NaN and infinities replaced by None (JSON has neither)."""
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    if isinstance(value, dict):
-        return {str(k): _finite(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [_finite(v) for v in value]
-    return value
-
-
 def embed_json(data: Any) -> str:
     """JSON safe to place inside a ``<script>`` element: ``<``, ``>``, ``&`` are escaped."""
-    text = json.dumps(_finite(data), ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+    text = json.dumps(finite(data), ensure_ascii=False, separators=(",", ":"), allow_nan=False)
     return (text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
             .replace("\u2028", "\\u2028").replace("\u2029", "\\u2029"))
 
