@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any, TypeVar
 
 from agentmath._lazy import require
@@ -37,6 +38,19 @@ def _batch_key(req: Request) -> tuple[Any, ...]:
     return req.stop, s.temperature, s.top_p, s.top_k, s.logprobs
 
 
+def _check_model_dir(model: str) -> None:
+    """A model named by a local path (absolute, ``./``, ``../``, ``~``, or one that exists)
+    must be a model directory: say which it is not, instead of transformers' hub-id errors."""
+    path = Path(model).expanduser()
+    if not (path.is_absolute() or model.startswith((".", "~")) or path.exists()):
+        return  # a hub id ("org/name"): transformers says what it says
+    if not path.is_dir():
+        what = "a file, not a model directory" if path.exists() else "no such model directory"
+        raise BackendError(f"{model}: {what}")
+    if not (path / "config.json").is_file():
+        raise BackendError(f"{model}: not a model directory (no config.json in it)")
+
+
 class HFBackend:
     """Generate with ``transformers`` from a model directory or loaded objects.
 
@@ -53,6 +67,7 @@ class HFBackend:
         self.torch = require("torch", "train")
         transformers = require("transformers", "train")
         if isinstance(model, str):
+            _check_model_dir(model)
             try:
                 tokenizer = tokenizer or transformers.AutoTokenizer.from_pretrained(model)
                 model = transformers.AutoModelForCausalLM.from_pretrained(model)
