@@ -18,7 +18,6 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 from collections.abc import Callable, Sequence
-from pathlib import Path
 from typing import Any, TypeVar
 
 from agentmath._lazy import require
@@ -26,6 +25,7 @@ from agentmath.backends.base import Generation, SamplingParams, chat_prompt_ids
 from agentmath.backends.hf_continuous import ContinuousBatcher
 from agentmath.backends.hf_decode import Request
 from agentmath.errors import BackendError
+from agentmath.models.local import model_dir_problem
 
 T = TypeVar("T")
 
@@ -36,19 +36,6 @@ def _batch_key(req: Request) -> tuple[Any, ...]:
     reproducible for the same schedule but not per request (greedy decoding is unaffected)."""
     s = req.sampling
     return req.stop, s.temperature, s.top_p, s.top_k, s.logprobs
-
-
-def _check_model_dir(model: str) -> None:
-    """A model named by a local path (absolute, ``./``, ``../``, ``~``, or one that exists)
-    must be a model directory: say which it is not, instead of transformers' hub-id errors."""
-    path = Path(model).expanduser()
-    if not (path.is_absolute() or model.startswith((".", "~")) or path.exists()):
-        return  # a hub id ("org/name"): transformers says what it says
-    if not path.is_dir():
-        what = "a file, not a model directory" if path.exists() else "no such model directory"
-        raise BackendError(f"{model}: {what}")
-    if not (path / "config.json").is_file():
-        raise BackendError(f"{model}: not a model directory (no config.json in it)")
 
 
 class HFBackend:
@@ -67,7 +54,9 @@ class HFBackend:
         self.torch = require("torch", "train")
         transformers = require("transformers", "train")
         if isinstance(model, str):
-            _check_model_dir(model)
+            problem = model_dir_problem(model, hub_ids=True)
+            if problem is not None:
+                raise BackendError(f"{model}: {problem}")
             try:
                 tokenizer = tokenizer or transformers.AutoTokenizer.from_pretrained(model)
                 model = transformers.AutoModelForCausalLM.from_pretrained(model)

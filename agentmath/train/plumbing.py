@@ -16,6 +16,7 @@ from typing import Any
 
 from agentmath._lazy import require
 from agentmath.errors import ConfigError
+from agentmath.models.local import model_dir_problem
 
 STATE_FILE = "trainer_state.pt"
 IGNORE_INDEX = -100  # label of a token that carries no loss (prompt, tool output, padding)
@@ -38,10 +39,11 @@ def load_for_training(model: Any, tokenizer: Any, *, seed: int, lora: bool, lora
     transformers = require("transformers", "train")
     if isinstance(model, str | Path):
         path = Path(model)
-        if not (path / "config.json").exists():
-            raise ConfigError(f"{what}: model {str(model)!r} is not a local model directory "
-                              "(no config.json there); this machine cannot download models, "
-                              "so give the path of one saved with save_pretrained")
+        problem = model_dir_problem(path)
+        if problem is not None:
+            raise ConfigError(f"{what}: model {str(model)!r}: {problem}; this machine cannot "
+                              "download models, so give the path of one saved with "
+                              "save_pretrained")
         if tokenizer is None:
             tokenizer = transformers.AutoTokenizer.from_pretrained(str(path))
         model = transformers.AutoModelForCausalLM.from_pretrained(str(path), dtype=torch.float32)

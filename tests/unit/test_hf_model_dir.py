@@ -29,3 +29,13 @@ def test_a_file_is_no_model_directory(tmp_path: Path) -> None:
     weights.write_bytes(b"")
     with pytest.raises(BackendError, match="a file, not a model directory"):
         HFBackend(str(weights))
+
+
+def test_one_check_for_trainers_and_the_backend(tmp_path: Path) -> None:
+    from agentmath.models.local import model_dir_problem
+
+    assert model_dir_problem(tmp_path / "absent") == "no such model directory"
+    assert model_dir_problem("org/name") == "no such model directory"  # trainers: local only
+    assert model_dir_problem("org/name", hub_ids=True) is None  # the backend: a hub id
+    (tmp_path / "config.json").write_text("{}")
+    assert model_dir_problem(tmp_path) is None
