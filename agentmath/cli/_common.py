@@ -11,13 +11,15 @@ import json
 import sys
 from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
 import typer
 from rich.console import Console
 
 if TYPE_CHECKING:
     from agentmath.config import SandboxConfig
+
+C = TypeVar("C")  # a run config (EvalConfig, RLConfig): pydantic, with model, format, loop
 
 #: Shared CLI options, declared once so every command spells and documents them the same way.
 CONFIG_OPTION = typer.Option(
@@ -109,6 +111,19 @@ def trained_system_prompt(model: str, fmt: str) -> str | None:
                             f"({FILE}; --system-prompt to use another)", highlight=False,
                             soft_wrap=True)
     return prompt
+
+
+def with_trained_prompt(config: C) -> C:
+    """``config`` (a run config with ``model``, ``format`` and ``loop``) with
+    ``loop.system_prompt`` set to the prompt its local model was trained with
+    (:func:`trained_system_prompt`) when it names none; as it is otherwise."""
+    if config.loop.system_prompt is not None:
+        return config
+    stored = trained_system_prompt(config.model, config.format)
+    if stored is None:
+        return config
+    return config.model_copy(update={
+        "loop": config.loop.model_copy(update={"system_prompt": stored})})
 
 
 def _merge(base: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:

@@ -23,8 +23,8 @@ from agentmath.cli._common import (
     print_json,
     ray_section,
     stdout_for_json,
-    trained_system_prompt,
     usage_error,
+    with_trained_prompt,
 )
 
 
@@ -94,11 +94,8 @@ def eval_command(
         "loop": {"max_tool_calls": max_tool_calls, "max_model_tokens": max_model_tokens,
                  "system_prompt": system_prompt},
         "ray": ray_section(ray, ray_workers)})
-    if config.loop.system_prompt is None and config.backend in ("hf", "vllm"):
-        stored = trained_system_prompt(config.model, config.format)
-        if stored is not None:
-            config = config.model_copy(update={
-                "loop": config.loop.model_copy(update={"system_prompt": stored})})
+    if config.backend in ("hf", "vllm"):  # a local model directory (a served name has none)
+        config = with_trained_prompt(config)
     try:  # with --ray the workers build their own clients (an hf model is not loaded here)
         engine = None if config.ray is not None else build_backend(
             config.backend, backend_settings(config))

@@ -18,8 +18,8 @@ from agentmath.cli._common import (
     print_json,
     ray_section,
     stdout_for_json,
-    trained_system_prompt,
     training_errors,
+    with_trained_prompt,
 )
 
 CONFIG_OPTION = typer.Option(..., "--config", "-c", metavar="FILE", help=(
@@ -77,11 +77,7 @@ def rl(
                                    "sandbox_token_file": (str(sandbox_token_file)
                                                           if sandbox_token_file else None),
                                    "ray": ray_section(ray, ray_workers)})
-    if config.loop.system_prompt is None:
-        stored = trained_system_prompt(config.model, config.format)
-        if stored is not None:
-            config = config.model_copy(update={
-                "loop": config.loop.model_copy(update={"system_prompt": stored})})
+    config = with_trained_prompt(config)
     modules = ["torch", "transformers", "accelerate"] + (["peft"] if config.optim.lora else [])
     with training_errors("rl", modules), stdout_for_json(json_out):
         from agentmath.rl.trainer import train_rl
