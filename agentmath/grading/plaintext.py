@@ -99,7 +99,7 @@ def _root_argument(text: str, start: int) -> tuple[int | None, str]:
     if start < len(text) and text[start] == "(":
         depth = 0
         for i in range(start, len(text)):
-            depth += {"(": 1, ")": -1}.get(text[i], 0)
+            depth += (text[i] == "(") - (text[i] == ")")
             if depth == 0:
                 return i + 1, text[start + 1:i]
         return None, ""
