@@ -7,7 +7,9 @@ detector's threshold, best first, each with a score in [0, 1]:
 - :class:`NGramDetector`: shared word N-grams (13 by default, as in the GPT-3 and Llama 2
   contamination studies) of the :func:`~agentmath.synth.normalize.fingerprint` token stream.
   Score: the *overlap coefficient*, shared N-grams / N-grams of the shorter text, so a
-  benchmark problem pasted inside a longer row scores 1.0 like a verbatim copy;
+  benchmark problem pasted inside a longer row scores 1.0 like a verbatim copy; a problem
+  shorter than N tokens is found inside a longer row by its whole token stream
+  (:mod:`agentmath.synth.containment`), also 1.0;
 - :class:`MinHashDetector`: MinHash sketches of word-shingle sets, candidates from datasketch's
   LSH index. Score: the estimated Jaccard similarity of the two shingle sets;
 - :class:`SemanticDetector`: all-MiniLM-L6-v2 sentence embeddings (loaded offline from the
@@ -31,9 +33,16 @@ from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
+from agentmath.synth.containment import ShortTextIndex
 from agentmath.synth.embedder import OnnxEmbedder, Prefetch, load_embedder
 from agentmath.synth.embedder import bundled_model_path as bundled_model_path  # re-exported
-from agentmath.synth.normalize import fingerprint, model_text, number_agreement, numbers
+from agentmath.synth.normalize import (
+    fingerprint,
+    keeps_numbers,
+    model_text,
+    number_agreement,
+    numbers,
+)
 
 # --------------------------------------------------------------------------- the protocol
 
@@ -94,17 +103,22 @@ class NGramDetector:
 
     Score = shared N-grams / N-grams of the shorter text (overlap coefficient, 0..1). An N-gram
     found in more than ``max_df`` distinct references is boilerplate and is ignored. A text
-    shorter than N words is one N-gram (it matches only a text with the same fingerprint).
+    shorter than N words is one N-gram (it matches a text with the same fingerprint). A
+    reference that short, or one whose fingerprint keeps its numbers (too few words to mask
+    them: a longer row quoting it masks them, so their N-grams differ), of ``min_contained``
+    tokens or more, also matches with score 1.0 a text holding its whole token stream
+    (:class:`ShortTextIndex`).
     References with equal fingerprints are indexed once: a match names the first of them.
     """
 
     name = "ngram"
 
     def __init__(self, n: int = 13, threshold: float = 0.5, max_df: int = 100,
-                 max_matches: int = 64) -> None:
+                 max_matches: int = 64, min_contained: int = 4) -> None:
         if n < 1 or not 0.0 < threshold <= 1.0:
             raise ValueError(f"ngram: need n >= 1 and 0 < threshold <= 1, got {n}, {threshold}")
         self.n, self.threshold, self.max_df, self.max_matches = n, threshold, max_df, max_matches
+        self._short = ShortTextIndex(min_contained)
         self._hashes = np.empty(0, np.int64)
         self._docs = np.empty(0, np.int64)
         self._sizes = np.empty(0, np.int64)
@@ -127,12 +141,14 @@ class NGramDetector:
         # a text with the same fingerprint as an earlier one is indexed once (as the earlier
         # one), so that 1,000 copies of a problem do not make its N-grams look like boilerplate
         seen: set[tuple[str, ...]] = set()
-        repeat = []
+        repeat, short = [], []
         for text in texts:
             fp = fingerprint(text)
             repeat.append(fp in seen)
+            short.append((len(fp) < self.n or keeps_numbers(fp)) and fp not in seen)
             seen.add(fp)
         self._hashes, self._docs, self._sizes = self._grams(texts, repeat)
+        self._short.index(texts, short)
 
     def query(self, texts: Sequence[str], *, earlier_only: bool = False) -> list[list[Match]]:
         q_hashes, q_docs, q_sizes = self._grams(texts)
@@ -154,6 +170,8 @@ class NGramDetector:
         for q, r, s in zip(queries.tolist(), refs.tolist(), scores.tolist(), strict=True):
             if s >= self.threshold:
                 hits[q][r] = s
+        for q, inside in enumerate(self._short.query(texts, earlier_only=earlier_only)):
+            hits[q].update(dict.fromkeys(inside, 1.0))
         return [_ranked(h, self.max_matches) for h in hits]
 
 

@@ -274,15 +274,14 @@ def model_text(text: str) -> str:
     return " ".join(w for w in canonical_text(text).split() if w not in _MODEL_STOPWORDS)
 
 
-def _tokens(text: str, mask: bool) -> list[str]:
-    """The fingerprint tokens of ``text``, numbers masked as ``#`` or kept as written."""
+def _tokens(text: str) -> list[str]:
+    """The fingerprint tokens of ``text``, each number one token as written (``1/2``)."""
     canon = canonical_text(text).replace("'", "")
-    canon = _NUMBER.sub((lambda m: " # ") if mask else
-                        (lambda m: " " + m.group().replace(" ", "") + " "), canon)
+    canon = _NUMBER.sub(lambda m: " " + m.group().replace(" ", "") + " ", canon)
     tokens: list[str] = []
     for word in _apply_phrases(_TOKEN.findall(canon)):
         if word in _NUMBER_WORDS:
-            tokens.append("#" if mask else _NUMBER_WORDS[word])
+            tokens.append(_NUMBER_WORDS[word])
             continue
         if word in _STOPWORDS:
             continue
@@ -293,6 +292,11 @@ def _tokens(text: str, mask: bool) -> list[str]:
     return tokens
 
 
+def _masked(tokens: Sequence[str]) -> tuple[str, ...]:
+    """``tokens`` with every number (a token starting with a digit, or ``.5``) as ``#``."""
+    return tuple("#" if t[0].isdigit() or (t[0] == "." and len(t) > 1) else t for t in tokens)
+
+
 @functools.lru_cache(maxsize=1 << 17)
 def fingerprint(text: str) -> tuple[str, ...]:
     """The token stream the N-gram and MinHash detectors compare: :func:`canonical_text`,
@@ -300,10 +304,23 @@ def fingerprint(text: str) -> tuple[str, ...]:
     punctuation dropped (they differ between equal formattings), and every number (digits,
     fractions, decimals, number words) masked as ``#`` -- unless the text has fewer than
     :data:`MIN_WORDS_TO_MASK` words, then numbers are kept."""
-    tokens = _tokens(text, mask=True)
-    if sum(1 for t in tokens if len(t) > 1 and t.isalpha()) < MIN_WORDS_TO_MASK:
-        tokens = _tokens(text, mask=False)
-    return tuple(tokens)
+    tokens = number_tokens(text)
+    return tokens if keeps_numbers(tokens) else _masked(tokens)
+
+
+def keeps_numbers(tokens: Sequence[str]) -> bool:
+    """Whether a text of these fingerprint tokens is too short in words to mask its numbers
+    (fewer than :data:`MIN_WORDS_TO_MASK`): its fingerprint is then :func:`number_tokens`, and
+    its N-grams differ from those of a longer row quoting it, which masks them."""
+    return sum(1 for t in tokens if len(t) > 1 and t.isalpha()) < MIN_WORDS_TO_MASK
+
+
+@functools.lru_cache(maxsize=1 << 17)
+def number_tokens(text: str) -> tuple[str, ...]:
+    """The fingerprint's tokens of ``text`` with its numbers kept as written, however long the
+    text: the fingerprint masks them from these, and a short problem is found inside a longer
+    row by them (:mod:`agentmath.synth.containment`)."""
+    return tuple(_tokens(text))
 
 
 @functools.lru_cache(maxsize=1 << 14)
@@ -312,7 +329,7 @@ def masked_wording(text: str) -> tuple[str, ...]:
     the text: two texts with equal masked wording differ at most in their numbers (a copy,
     or a renumbered copy). The same-story rule (:mod:`agentmath.synth.questions`) uses it;
     cached, as one benchmark item may be matched by many rows."""
-    return tuple(_tokens(text, mask=True))
+    return _masked(number_tokens(text))
 
 
 @functools.lru_cache(maxsize=1 << 17)
