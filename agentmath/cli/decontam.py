@@ -38,7 +38,9 @@ DEVICE_OPTION = typer.Option("auto", "--device", help="Embedding device: auto, c
 BACKEND_OPTION = typer.Option("auto", "--semantic-backend", help=(
     "Embedding runtime: onnx (int8 ONNX Runtime, CPU), torch, or auto (onnx on a CPU when "
     "onnxruntime is installed)."))
-PROBLEM_FIELD = typer.Option("problem", "--problem-field", help="Field holding the text.")
+PROBLEM_FIELD = typer.Option("problem", "--problem-field", help=(
+    "Field holding the text: a string, or chat messages whose user turns are the text "
+    "(`--problem-field messages`, as in SFT records)."))
 ID_FIELD = typer.Option("id", "--id-field", help="Field holding the id (default: row index).")
 ANSWER_FIELD = typer.Option("answer", "--answer-field", help=(
     "Field holding a row's reference answer (optional per row). A match between two rows "

@@ -69,12 +69,50 @@ def _row_answer(obj: dict[str, Any], path: Path, where: str, field_name: str | N
                     f"{type(value).__name__}")
 
 
+def _user_turns(messages: list[Any], path: Path, where: str, field_name: str) -> str:
+    """The user turns' text of a chat-format field (``[{"role", "content"}, ...]``, as SFT
+    records and agentmath's own sft.jsonl keep their prompts), joined by blank lines."""
+    texts = []
+    for n, message in enumerate(messages):
+        if not isinstance(message, dict) or not isinstance(message.get("role"), str):
+            raise row_error(path, where, f"{field_name}[{n}]", "must be an object with a role")
+        if message["role"] == "user":
+            content = message.get("content")
+            if not isinstance(content, str):
+                raise row_error(path, where, f"{field_name}[{n}].content",
+                                "must be a string in a user message")
+            texts.append(content)
+    if not texts:
+        raise row_error(path, where, field_name, "has no user message")
+    return "\n\n".join(texts)
+
+
+def _row_text(obj: dict[str, Any], path: Path, where: str, field_name: str) -> str:
+    """The row's text: a string field, or the user turns of a chat-format ``messages`` list."""
+    if field_name not in obj:
+        hint = (" (the row holds chat messages: --problem-field messages)"
+                if field_name == "problem" and isinstance(obj.get("messages"), list) else "")
+        raise row_error(path, where, field_name, f"is missing{hint}")
+    text = obj[field_name]
+    if isinstance(text, list):
+        text = _user_turns(text, path, where, field_name)
+    elif not isinstance(text, str):
+        kind = "null" if text is None else type(text).__name__
+        raise row_error(path, where, field_name, f"must be a string or a list of chat "
+                        f"messages, got {kind}")
+    if not text.strip():
+        raise row_error(path, where, field_name, "is empty")
+    return text
+
+
 def read_rows(path: str | Path, problem_field: str = "problem", id_field: str = "id",
               source: str | None = None, answer_field: str | None = "answer") -> list[Row]:
     """Every row of a JSONL/JSON/Parquet file, validated: the first malformed row raises a
-    DataError naming the file, the line and the field. Duplicate ids are allowed (dedup
-    exists to remove copied rows); a row without ``id_field`` gets its 0-based index. A row's
-    ``answer_field`` (optional) is its reference answer, for the same-story rule."""
+    DataError naming the file, the line and the field. ``problem_field`` is a string, or a
+    list of chat messages whose user turns are the text (``--problem-field messages``).
+    Duplicate ids are allowed (dedup exists to remove copied rows); a row without ``id_field``
+    gets its 0-based index. A row's ``answer_field`` (optional) is its reference answer, for
+    the same-story rule."""
     path = Path(path)
     if not path.is_file():
         raise no_file(path)
@@ -84,14 +122,7 @@ def read_rows(path: str | Path, problem_field: str = "problem", id_field: str = 
         if not isinstance(obj, dict):
             raise row_error(path, where, None, f"row must be a JSON object, got "
                             f"{type(obj).__name__}")
-        if problem_field not in obj:
-            raise row_error(path, where, problem_field, "is missing")
-        text = obj[problem_field]
-        if not isinstance(text, str):
-            kind = "null" if text is None else type(text).__name__
-            raise row_error(path, where, problem_field, f"must be a string, got {kind}")
-        if not text.strip():
-            raise row_error(path, where, problem_field, "is empty")
+        text = _row_text(obj, path, where, problem_field)
         item = Item(_row_id(obj, index, path, where, id_field), text, source or str(path),
                     _row_answer(obj, path, where, answer_field))
         rows.append(Row(item, where, obj, file_row.raw))

@@ -5,6 +5,7 @@ N-gram and MinHash detectors, planted benchmark contamination, and ``agentmath d
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -217,7 +218,10 @@ def test_read_rows_names_file_line_and_field(tmp_path: Path) -> None:
     cases = [
         ('{"id": 1, "problem": "ok"}\n{"id": 2, "problem": "x"\n', "line 2: invalid JSON"),
         ('{"id": 1, "problem": "ok"}\n\n{"id": 3}\n', "line 3: field 'problem': is missing"),
-        ('{"id": 1, "problem": 42}\n', "line 1: field 'problem': must be a string, got int"),
+        ('{"id": 1, "problem": 42}\n',
+         "line 1: field 'problem': must be a string or a list of chat messages, got int"),
+        ('{"id": 1, "messages": []}\n', "line 1: field 'problem': is missing (the row holds "
+         "chat messages: --problem-field messages)"),
         ('{"id": 1, "problem": "  "}\n', "line 1: field 'problem': is empty"),
         ('{"id": [1], "problem": "ok"}\n', "line 1: field 'id': must be a non-empty string"),
         ('["problem"]\n', "line 1: row must be a JSON object, got list"),
@@ -228,6 +232,36 @@ def test_read_rows_names_file_line_and_field(tmp_path: Path) -> None:
         with pytest.raises(DataError) as info:
             read_rows(path)
         assert str(info.value).startswith(f"{path}: {message}"), str(info.value)
+
+
+def test_chat_records_are_read_by_their_user_turns(tmp_path: Path) -> None:
+    """SFT records (agentmath synth's sft.jsonl, or any chat data) keep the problem in the
+    user turn: ``--problem-field messages`` reads it, and the rows are written back as read."""
+    bill = _benchmarks()[("math500", "test/prealgebra/1558.json")]
+
+    def record(i: str, problem: str) -> dict[str, Any]:
+        return {"id": i, "messages": [{"role": "system", "content": "Use Python."},
+                                      {"role": "user", "content": problem},
+                                      {"role": "assistant", "content": "\\boxed{1}"}]}
+
+    src = _write_jsonl(tmp_path / "sft.jsonl", [record("copy", bill),
+                                                record("own", DISTINCT[0])])
+    out = tmp_path / "clean.jsonl"
+    code, data, _ = _invoke("decontam", str(src), "--against", "math500", "--detectors",
+                            "ngram", "--problem-field", "messages", "--out", str(out), "--json")
+    assert code == 0 and data is not None
+    assert [r["id"] for r in data["removed"]] == ["copy"] and data["kept"] == 1
+    assert out.read_text(encoding="utf-8") == src.read_text(encoding="utf-8").splitlines(
+        keepends=True)[1]
+    for bad, message in (
+            ([{"role": "system", "content": "x"}], "field 'messages': has no user message"),
+            ([{"role": "user", "content": "x"}, "hi"], "field 'messages[1]': must be an object "
+             "with a role"),
+            ([{"role": "user", "content": None}], "field 'messages[0].content': must be a "
+             "string in a user message")):
+        path = _write_jsonl(tmp_path / "bad.jsonl", [{"id": 1, "messages": bad}])
+        with pytest.raises(DataError, match=re.escape(f"line 1: {message}")):
+            read_rows(path, problem_field="messages")
 
 
 def test_read_rows_json_parquet_fields_and_ids(tmp_path: Path) -> None:
