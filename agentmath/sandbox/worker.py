@@ -21,6 +21,7 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from agentmath.sandbox import isolation
+from agentmath.sandbox.notebook import display, parse_cell, skipped_note
 from agentmath.sandbox.protocol import read_message, send_message
 
 _MAX_ERROR_CHARS = 2000
@@ -110,19 +111,22 @@ class Executor:
                  max_value_chars: int) -> None:
         safe_builtins = dict(vars(builtins))
         safe_builtins["__import__"] = make_import_guard(allowed_modules)
+        safe_builtins["display"] = display  # a notebook's builtin, in notebook-trained code
         self.namespace: dict[str, Any] = {"__name__": "__main__", "__builtins__": safe_builtins}
         self.max_output_chars = max_output_chars
         self.max_value_chars = max_value_chars
         self.cells: list[str] = []  # sources, for error messages that quote a line
 
-    def _compile(self, code: str, filename: str) -> tuple[Any, Any]:
-        tree = ast.parse(code, filename, "exec")
+    def _compile(self, code: str, filename: str) -> tuple[Any, Any, list[str]]:
+        """The cell's statements and its final expression (shown, as in a notebook), compiled,
+        and the notebook command lines set aside to parse it (``agentmath.sandbox.notebook``)."""
+        tree, skipped = parse_cell(code, filename)
         last = None
         if tree.body and isinstance(tree.body[-1], ast.Expr):
             last = ast.Expression(tree.body.pop().value)
         body = compile(tree, filename, "exec") if tree.body else None
         expr = compile(last, filename, "eval") if last is not None else None
-        return body, expr
+        return body, expr, skipped
 
     def _describe_error(self, exc: BaseException, cell: int) -> tuple[str, int | None]:
         """'Type: message (line N: source)' with N the innermost line of the current cell."""
@@ -163,7 +167,9 @@ class Executor:
         sys.stdout, sys.stderr, sys.stdin = out, err, io.StringIO("")
         start = time.perf_counter()
         try:
-            body, expr = self._compile(code, filename)
+            body, expr, skipped = self._compile(code, filename)
+            if skipped:
+                err.write(skipped_note(skipped))
             if body is not None:
                 exec(body, self.namespace)  # noqa: S102 - the sandbox's purpose
             if expr is not None:

@@ -59,3 +59,43 @@ def test_plotting_runs_and_writes_nothing(sandbox: Sandbox) -> None:
         r = s.run("plt.savefig('figure.png')")
         assert r.error_type in ("PermissionError", "OSError"), r  # nothing is written
         assert s.run("plt.close('all')\n1").value == "1"
+
+
+# Notebook habits (agentmath/sandbox/notebook.py): a shell or magic line used to fail the whole
+# cell with a SyntaxError, losing every line that would have run.
+NOTEBOOK_CELLS = {
+    "pip_then_code": ("!pip install sympy\nimport sympy\nprint(sympy.isprime(97))", "True\n",
+                      ["!pip install sympy"]),
+    "magics_in_a_block": ("%matplotlib inline\nfor i in range(2):\n    %time x = i\n"
+                          "    print(i)", "0\n1\n", ["%matplotlib inline", "%time x = i"]),
+    "cell_magic": ("%%time\ns = sum(range(10))\nprint(s)", "45\n", ["%%time"]),
+}
+
+
+@pytest.mark.parametrize("code, stdout, skipped", list(NOTEBOOK_CELLS.values()),
+                         ids=list(NOTEBOOK_CELLS))
+def test_notebook_command_lines_are_skipped_and_the_rest_runs(
+        sandbox: Sandbox, code: str, stdout: str, skipped: list[str]) -> None:
+    r = sandbox.run(code)
+    assert r.ok and r.stdout == stdout, r
+    assert r.stderr.startswith(f"[sandbox] skipped {len(skipped)} notebook command line(s): "
+                               + "; ".join(skipped)), r.stderr
+
+
+def test_a_cell_that_parses_is_never_changed_and_real_syntax_errors_stay(
+        sandbox: Sandbox) -> None:
+    # '%' and '!' inside valid Python keep their meaning
+    r = sandbox.run("x = (10\n% 3)\ns = '''\n!not a command\n'''\nx, s.strip()")
+    assert r.ok and r.value == "(1, '!not a command')" and r.stderr == "", r
+    # a cell with a real syntax error reports it (line 2), not the command line
+    r = sandbox.run("!pip install numpy\nprint(1 +)")
+    assert r.error_type == "SyntaxError" and r.error_line == 2, r
+
+
+def test_display_prints_each_object(sandbox: Sandbox) -> None:
+    with sandbox.session() as s:
+        r = s.run("import sympy as sp\nx = sp.Symbol('x')\ndisplay(sp.expand((x + 1)**2), "
+                  "'done')")
+        assert r.ok and r.stdout == "x**2 + 2*x + 1\n'done'\n" and r.value is None, r
+        r = s.run("import pandas as pd\ndisplay(pd.DataFrame({'n': [1, 2]}))")
+        assert r.ok and r.stdout == "   n\n0  1\n1  2\n", r
