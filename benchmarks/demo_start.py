@@ -9,14 +9,15 @@ GRPO in the demo only has to teach the mixed tool model to choose code, which wo
 sampling already sometimes copies the problem's numbers into the code right. A tiny model learns
 that copy skill abruptly (its SFT loss drops from ~0.85 to ~0.3 within ~100 steps, somewhere
 between 450 and 750 steps for the nano model at lr 3e-3-4e-3 on most seeds, later or never
-on some), and the start's pass@k keeps rising for several hundred steps after. This benchmark
+on some, without copy warm-up), and the start's pass@k keeps rising for several hundred
+steps after. This benchmark
 grows the demo's first start of the tool model (its data, tokenizer and SFT:
 ``agentmath.recipes.demo.prepare_data`` and ``sft_job``) for every combination of ``--size``,
-``--lr``, ``--steps``, ``--train-problems`` and ``--seeds``, and measures the start's
-headroom as the demo does (pass@8 at temperature 1.0 on 100 held-out problems). Per row: SFT
-seconds, the final SFT loss, the step at which the loss (mean of 50 steps) first fell below
-0.5 (the copy edge), and the headroom. ``--parallel`` runs that many rows at once, one core
-each (default 2: the demo's own arrangement of two SFTs side by side).
+``--lr``, ``--steps``, ``--train-problems``, ``--copy-steps`` and ``--seeds``, and measures
+the start's headroom as the demo does (pass@8 at temperature 1.0 on 100 held-out problems).
+Per row: SFT seconds, the final SFT loss, the step at which the loss (mean of 50 steps) first
+fell below 0.5 (the copy edge), and the headroom. ``--parallel`` runs that many rows at once,
+one core each (default 2: the demo's own arrangement of two SFTs side by side).
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import print_table  # noqa: E402
 
 EDGE_LOSS, EDGE_WINDOW = 0.5, 50
-QUICK = {"steps": 3, "train_problems": 20, "test_problems": 5, "vocab_size": 400,
+QUICK = {"steps": 3, "copy_steps": 2, "train_problems": 20, "test_problems": 5, "vocab_size": 400,
          "batch_size": 4, "eval_max_tokens": 48, "headroom_problems": 2, "headroom_k": 2}
 
 
@@ -93,6 +94,8 @@ def main() -> None:
     p.add_argument("--lr", type=float, nargs="+", default=[default.learning_rate])
     p.add_argument("--steps", type=int, nargs="+", default=[default.steps])
     p.add_argument("--train-problems", type=int, nargs="+", default=[default.train_problems])
+    p.add_argument("--copy-steps", type=int, nargs="+", default=[default.copy_steps], help=(
+        "copy warm-up steps before SFT (0: none, the demo before 2026-11-28)"))
     p.add_argument("--attempts", type=int, nargs="+", default=[1], help=(
         "which of the demo's starts to grow: 1 the first (the run's seed), 2.. the starts "
         "the demo grows again from derived seeds when the first has no headroom"))
@@ -103,17 +106,19 @@ def main() -> None:
     args = p.parse_args()
     if args.quick:
         args.steps, args.train_problems = [QUICK["steps"]], [QUICK["train_problems"]]
-        extra = {k: v for k, v in QUICK.items() if k not in ("steps", "train_problems")}
+        args.copy_steps = [QUICK["copy_steps"]]
+        extra = {k: v for k, v in QUICK.items()
+                 if k not in ("steps", "train_problems", "copy_steps")}
         default = DemoConfig(**QUICK)
     else:
         extra = {}
     combos = list(itertools.product(args.size, args.lr, args.steps, args.train_problems,
-                                    args.seeds, args.attempts))
+                                    args.copy_steps, args.seeds, args.attempts))
     jobs = [({"model_size": size, "learning_rate": lr, "steps": steps,
-              "train_problems": train, "seed": seed, **extra},
-             str(args.out / (f"{size}-lr{lr:g}-{steps}-train{train}-seed{seed}"
+              "train_problems": train, "copy_steps": copy, "seed": seed, **extra},
+             str(args.out / (f"{size}-lr{lr:g}-{steps}-train{train}-copy{copy}-seed{seed}"
                              + (f"-start{attempt}" if attempt > 1 else ""))), attempt)
-            for size, lr, steps, train, seed, attempt in combos]
+            for size, lr, steps, train, copy, seed, attempt in combos]
     try:  # every combination checked before any row starts
         for settings, _, attempt in jobs:
             if attempt < 1:
@@ -128,10 +133,11 @@ def main() -> None:
     k = f"pass@{default.headroom_k}"
     print_table(f"the demo's start ({k} at temperature {default.rl_temperature} on "
                 f"{default.headroom_problems} held-out problems)",
-                ["size", "lr", "SFT steps", "train problems", "seed", "start", "SFT s",
-                 "final loss", "copy edge (step)", k, "sampled pass@1"],
+                ["size", "lr", "SFT steps", "train problems", "copy steps", "seed", "start",
+                 "SFT s", "final loss", "copy edge (step)", k, "sampled pass@1"],
                 [[r["model_size"], f"{r['learning_rate']:g}", str(r["steps"]),
-                  str(r["train_problems"]), str(r["seed"]), str(r["attempt"]),
+                  str(r["train_problems"]), str(r["copy_steps"]), str(r["seed"]),
+                  str(r["attempt"]),
                   f"{r['sft_s']:.0f}", f"{r['final_loss']:.3f}", str(r["copy_edge_step"] or "-"),
                   f"{r[k]:.0%}", f"{r['sampled_pass@1']:.1%}"] for r in rows])
 

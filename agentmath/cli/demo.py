@@ -62,6 +62,9 @@ def demo(
                                        help="Training problems (default 1500)."),
     test_problems: int = typer.Option(None, "--test-problems", min=5,
                                       help="Held-out problems (default 300)."),
+    copy_steps: int = typer.Option(None, "--copy-steps", min=0, help=(
+        "Copy warm-up steps before each SFT (default 300; 0: none): the fresh model learns "
+        "to copy before it learns the task (docs/demo.md).")),
     start_attempts: int = typer.Option(None, "--start-attempts", min=1, help=(
         "Starts the tool model may be grown from (default 3): a start that never learned "
         "to copy numbers into code (headroom pass@8 below 20%) is grown again from other "
@@ -84,7 +87,8 @@ def demo(
 
     overrides = {"seed": seed, "steps": steps, "model_size": model_size,
                  "train_problems": train_problems, "test_problems": test_problems,
-                 "start_attempts": start_attempts, "device": device, "bf16": bf16}
+                 "start_attempts": start_attempts, "copy_steps": copy_steps, "device": device,
+                 "bf16": bf16}
     try:
         cfg = DemoConfig(**{k: v for k, v in overrides.items() if v is not None})
     except ValueError as exc:  # pydantic's ValidationError: names the field and the value

@@ -28,6 +28,11 @@ class DemoConfig(StrictModel):
         "SFT steps for each model (same); the default sits 700-860 steps past the point at "
         "which the nano model learns to copy numbers on seeds 0-2 and 4 (seed 3's first "
         "start never learns it, and is grown again: start_attempts, docs/demo.md)."))
+    copy_steps: int = Field(300, ge=0, le=100_000, description=(
+        "Steps of copy warm-up before each SFT (random token spans shown twice; "
+        "agentmath/train/copy_warmup.py): the fresh model learns to copy, as a pretrained one "
+        "can, and SFT no longer waits for it (the copy edge of seeds 0-9 came at 536 SFT "
+        "steps to never without it; docs/demo.md). 0 turns it off."))
     text_share: float = Field(0.7, ge=0, le=1, description=(
         "Share of the tool model's SFT trajectories that do the arithmetic in text instead of "
         "code (seeded per problem): the decision GRPO learns to make."))

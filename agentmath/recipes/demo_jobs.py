@@ -101,7 +101,8 @@ def sft_job(cfg_data: dict[str, Any], examples: list[dict], tokenizer_dir: str, 
                          batch_size=cfg.batch_size, learning_rate=cfg.learning_rate,
                          max_length=cfg.max_length,
                          seed=cfg.seed if seed is None else seed, progress=False,
-                         device=cfg.device, bf16=cfg.bf16, system_prompts={FORMAT: system})
+                         device=cfg.device, bf16=cfg.bf16, system_prompts={FORMAT: system},
+                         copy_steps=cfg.copy_steps)
     metrics = None
     if evaluate is not None:
         data, run_dir = evaluate

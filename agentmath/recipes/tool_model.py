@@ -52,6 +52,10 @@ class ToolModelConfig(StrictModel):
         "between formats for one model to learn several."))
     model_size: str = Field("micro", description="A size from agentmath.models.tiny.SIZES.")
     steps: int = Field(300, ge=1, le=10**7, description="SFT steps.")
+    copy_steps: int = Field(0, ge=0, le=100_000, description=(
+        "Steps of copy warm-up before SFT (random token spans shown twice: the fresh model "
+        "learns to copy, as a pretrained one can; agentmath/train/copy_warmup.py). The demo "
+        "uses 300; 0 (the default) keeps the models grown before it existed."))
     batch_size: int = Field(16, ge=1, le=4096, description="SFT batch size.")
     learning_rate: float = Field(3e-3, gt=0, le=1, description="SFT peak learning rate.")
     max_length: int = Field(512, ge=64, le=8192, description="Tokens per training example.")
@@ -267,16 +271,20 @@ def corpus_texts(records: Sequence[dict]) -> list[str]:
 def train_model(records: list[dict], tokenizer: Any, out: Path, *, size: str, steps: int,
                 batch_size: int, learning_rate: float, max_length: int, seed: int,
                 progress: bool = True, group_by_length: int = 0, device: str = "auto",
-                bf16: bool = False, system_prompts: Mapping[str, str] | None = None) -> Any:
+                bf16: bool = False, system_prompts: Mapping[str, str] | None = None,
+                copy_steps: int = 0) -> Any:
     """A fresh tiny model of ``size`` fine-tuned on ``records`` (on ``device``, bfloat16
-    autocast with ``bf16``); returns the SFTResult (the model + tokenizer are in its
-    ``final_dir``, with ``system_prompts``, the records' prompt per format, stored beside
+    autocast with ``bf16``), after ``copy_steps`` steps of copy warm-up
+    (:mod:`agentmath.train.copy_warmup`); returns the SFTResult (the model + tokenizer are in
+    its ``final_dir``, with ``system_prompts``, the records' prompt per format, stored beside
     them: :mod:`agentmath.models.prompts`)."""
     from agentmath.models.prompts import TrainedPrompts
     from agentmath.models.tiny import build_model
+    from agentmath.train.copy_warmup import copy_warmup
     from agentmath.train.sft import SFTConfig, train_sft
 
     model = build_model(tokenizer, size, seed=seed)
+    copy_warmup(model, tokenizer, copy_steps, seed=seed, device=device, bf16=bf16)
     sft = SFTConfig(learning_rate=learning_rate, max_steps=steps, batch_size=batch_size,
                     max_length=max_length, warmup_steps=min(50, steps // 10), seed=seed,
                     checkpoint_every=0, group_by_length=group_by_length, device=device,
@@ -314,7 +322,7 @@ def build_tool_model(cfg: ToolModelConfig, out: Path, stage: Stage = print,
     result = train_model(records, tokenizer, out, size=cfg.model_size, steps=cfg.steps,
                          batch_size=cfg.batch_size, learning_rate=cfg.learning_rate,
                          max_length=cfg.max_length, seed=cfg.seed, progress=progress,
-                         system_prompts=cfg.system_prompts)
+                         system_prompts=cfg.system_prompts, copy_steps=cfg.copy_steps)
     summary = GrownModel(model_dir=str(result.final_dir), test=str(out / "test.jsonl"),
                          conversion=conversion, final_loss=result.final_loss,
                          examples=dict(result.examples), config=cfg,
@@ -324,9 +332,11 @@ def build_tool_model(cfg: ToolModelConfig, out: Path, stage: Stage = print,
 
 
 def config_key_data(cfg: ToolModelConfig) -> dict[str, Any]:
-    """What the cache key hashes: the config, less ``text_share`` when it is 0 (so every
-    model grown before the field existed keeps its key)."""
-    return cfg.model_dump(mode="json", exclude={"text_share"} if not cfg.text_share else None)
+    """What the cache key hashes: the config, less ``text_share`` and ``copy_steps`` when they
+    are 0 (so every model grown before those fields existed keeps its key)."""
+    unset = {name for name, value in (("text_share", cfg.text_share),
+                                      ("copy_steps", cfg.copy_steps)) if not value}
+    return cfg.model_dump(mode="json", exclude=unset or None)
 
 
 def cached_tool_model(cfg: ToolModelConfig, root: Path, stage: Stage = print) -> Path:

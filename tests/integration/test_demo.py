@@ -19,7 +19,7 @@ def toy_config(seed: int = 0):
     # (its second attempt) and runs GRPO from the last one. sandbox_preload: the cells still
     # run in the real sandbox, whose start (numpy, sympy, scipy imported up front: ~2 s of
     # each toy evaluation's ~2.5 s) is the one thing a toy demo's nine per run do not need.
-    return DemoConfig(seed=seed, steps=3, train_problems=20, test_problems=5,
+    return DemoConfig(seed=seed, steps=3, copy_steps=2, train_problems=20, test_problems=5,
                       eval_max_tokens=48, vocab_size=400, batch_size=4, rl_steps=2,
                       rl_group_size=2, rl_prompts=2, headroom_k=2, start_attempts=2,
                       min_start_pass_at_k=1.0, sandbox_preload=("math",))

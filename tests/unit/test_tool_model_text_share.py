@@ -105,22 +105,27 @@ def test_tool_records_deal_text_records_in_each_formats_protocol(
 
 
 def _old_key(cfg: ToolModelConfig) -> str:
-    """The cache key as computed before ``text_share`` existed (the whole dump)."""
+    """The cache key as computed before ``text_share`` and ``copy_steps`` existed (the whole
+    dump)."""
     data = cfg.model_dump(mode="json")
     data.pop("text_share")
+    data.pop("copy_steps")
     return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:12]
 
 
 def test_default_keeps_the_cache_key() -> None:
-    assert ToolModelConfig().text_share == 0.0
+    assert ToolModelConfig().text_share == 0.0 and ToolModelConfig().copy_steps == 0
     for cfg in (ToolModelConfig(), TEST_MODEL):
         assert "text_share" not in config_key_data(cfg)
+        assert "copy_steps" not in config_key_data(cfg)
         key = hashlib.sha256(json.dumps(config_key_data(cfg), sort_keys=True)
                              .encode()).hexdigest()[:12]
         assert key == _old_key(cfg)
     assert _old_key(TEST_MODEL) == "70a71e21f839"  # the key before the field existed
     mixed = TEST_MODEL.model_copy(update={"text_share": 0.7})
     assert config_key_data(mixed)["text_share"] == 0.7
+    warmed = TEST_MODEL.model_copy(update={"copy_steps": 300})
+    assert config_key_data(warmed)["copy_steps"] == 300
 
 
 @pytest.mark.parametrize("share", [-0.1, 1.5])
