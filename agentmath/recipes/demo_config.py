@@ -25,9 +25,9 @@ class DemoConfig(StrictModel):
     max_digits: int = Field(3, ge=3, le=6, description=(
         "Largest operand size in digits (3-digit numbers and up defeat mental arithmetic)."))
     steps: int = Field(1400, ge=1, le=10**7, description=(
-        "SFT steps for each model (same); the default sits 700-860 steps past the point at "
-        "which the nano model learns to copy numbers on seeds 0-2 and 4 (seed 3's first "
-        "start never learns it, and is grown again: start_attempts, docs/demo.md)."))
+        "SFT steps for each model (same); after the copy warm-up the default sits 1,100-1,200 "
+        "steps past the point at which the nano model learns to copy numbers into code "
+        "(206-295 SFT steps on seeds 0-9; docs/demo.md)."))
     copy_steps: int = Field(300, ge=0, le=100_000, description=(
         "Steps of copy warm-up before each SFT (random token spans shown twice; "
         "agentmath/train/copy_warmup.py): the fresh model learns to copy, as a pretrained one "
@@ -53,10 +53,10 @@ class DemoConfig(StrictModel):
         "Truncation rate (over one step's samples) that moves GRPO to its next stage."))
     start_attempts: int = Field(3, ge=1, le=8, description=(
         "Starts the tool model may be grown from, at most: when a start's pass@k is below "
-        "min_start_pass_at_k (it never learned to copy the problem's numbers into code, "
-        "which a tiny model learns at a step that varies widely with its initialisation and "
-        "data order: docs/demo.md), the tool model is grown again from other seeds, the "
-        "remaining attempts side by side, and GRPO starts from the first that passes."))
+        "min_start_pass_at_k (without the copy warm-up, half the first starts of seeds 0-9 "
+        "never learned to copy the problem's numbers into code: docs/demo.md), the tool "
+        "model is grown again from other seeds, the remaining attempts side by side, and "
+        "GRPO starts from the first that passes."))
     min_start_pass_at_k: float = Field(0.2, ge=0, le=1, description=(
         "The headroom pass@k a start needs for GRPO to start from it (a start below it has "
         "little for the accuracy reward to find; the default's starts reach 0.8-0.95)."))
