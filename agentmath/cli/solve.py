@@ -25,10 +25,10 @@ def default_model_dir() -> Path:
 # any other text it rambles to its token budget, which a new user should not take for a bug.
 DEMO_MODEL_HINT = (
     "note: the default model is the one `agentmath demo` trained, a tiny model that "
-    "knows only the demo's story problems, e.g. \"A factory has 733 machines. Each machine "
-    "makes 395 parts a week. Then 365 more parts are made by hand. How many parts does the "
-    "factory have now?\"; for other problems pass --model (a model directory) or --backend "
-    "openai with --base-url.")
+    "knows only the demo's story problems, e.g. \"A pump runs for 836 minutes. It moves 969 "
+    "liters each minute. The water is poured equally into 627 tanks. How many liters go in "
+    "each tank?\"; for other problems pass --model (a model directory) or --backend openai "
+    "with --base-url.")
 
 
 def solve(
