@@ -89,10 +89,14 @@ def demo(
                  "train_problems": train_problems, "test_problems": test_problems,
                  "start_attempts": start_attempts, "copy_steps": copy_steps, "device": device,
                  "bf16": bf16}
+    from pydantic import ValidationError
+
+    from agentmath.config import field_problems
+
     try:
         cfg = DemoConfig(**{k: v for k, v in overrides.items() if v is not None})
-    except ValueError as exc:  # pydantic's ValidationError: names the field and the value
-        usage_error(f"bad demo setting: {exc}")
+    except ValidationError as exc:  # one line per field, as every config error says it
+        usage_error(f"bad demo setting: {field_problems(exc)}")
     console = err_console()
     try:
         with console.status("starting") as status:

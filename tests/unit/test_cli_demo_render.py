@@ -155,3 +155,17 @@ def test_start_attempts_out_of_bounds_is_a_usage_error(tmp_path: Path) -> None:
                                           str(tmp_path / "demo")])
         assert result.exit_code == 2, result.output
         assert "start" in result.output and not (tmp_path / "demo").exists()
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--copy-steps", "200000"], "copy_steps: Input should be less than or equal to 100000"),
+    (["--model-size", "huge"], "model_size: Value error, unknown model size 'huge'"),
+])
+def test_bad_demo_settings_are_one_line_per_field(tmp_path: Path, args: list[str],
+                                                  message: str) -> None:
+    from agentmath.cli.main import app
+
+    result = CliRunner().invoke(app, ["demo", *args, "--no-save-model", "--out",
+                                      str(tmp_path / "demo")])
+    assert result.exit_code == 2 and f"bad demo setting: {message}" in result.output
+    assert "errors.pydantic.dev" not in result.output and not (tmp_path / "demo").exists()
