@@ -8,7 +8,14 @@ from typing import TYPE_CHECKING
 
 import typer
 
-from agentmath.cli._common import JSON_OPTION, err_console, out_console, print_json, usage_error
+from agentmath.cli._common import (
+    JSON_OPTION,
+    build_config,
+    err_console,
+    out_console,
+    print_json,
+    usage_error,
+)
 
 if TYPE_CHECKING:
     from agentmath.recipes.summary import DemoSummary
@@ -85,18 +92,12 @@ def demo(
     from agentmath.errors import AgentMathError, MissingExtraError
     from agentmath.recipes.demo import DemoConfig, run_demo
 
-    overrides = {"seed": seed, "steps": steps, "model_size": model_size,
-                 "train_problems": train_problems, "test_problems": test_problems,
-                 "start_attempts": start_attempts, "copy_steps": copy_steps, "device": device,
-                 "bf16": bf16}
-    from pydantic import ValidationError
-
-    from agentmath.config import field_problems
-
-    try:
-        cfg = DemoConfig(**{k: v for k, v in overrides.items() if v is not None})
-    except ValidationError as exc:  # one line per field, as every config error says it
-        usage_error(f"bad demo setting: {field_problems(exc)}")
+    # options left out (None) keep the recipe's defaults; a bad value exits 2 naming the field
+    cfg = build_config(DemoConfig, "demo", None, None, {
+        "seed": seed, "steps": steps, "model_size": model_size,
+        "train_problems": train_problems, "test_problems": test_problems,
+        "start_attempts": start_attempts, "copy_steps": copy_steps, "device": device,
+        "bf16": bf16})
     console = err_console()
     try:
         with console.status("starting") as status:

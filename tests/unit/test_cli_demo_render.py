@@ -167,5 +167,5 @@ def test_bad_demo_settings_are_one_line_per_field(tmp_path: Path, args: list[str
 
     result = CliRunner().invoke(app, ["demo", *args, "--no-save-model", "--out",
                                       str(tmp_path / "demo")])
-    assert result.exit_code == 2 and f"bad demo setting: {message}" in result.output
+    assert result.exit_code == 2 and f"invalid demo settings: {message}" in result.output
     assert "errors.pydantic.dev" not in result.output and not (tmp_path / "demo").exists()
