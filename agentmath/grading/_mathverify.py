@@ -12,8 +12,12 @@ import re
 from typing import Any
 
 from math_verify import ExprExtractionConfig, LatexExtractionConfig, parse, verify
+from sympy import And, FiniteSet, Union
+from sympy.core.relational import Relational
 
+from agentmath.grading.fastpath import choice_letters
 from agentmath.grading.plaintext import latex_spelling
+from agentmath.grading.words import number_from_words
 
 # Once per process math-verify warns that its timeout is off; that is on purpose here.
 logging.getLogger("math_verify").setLevel(logging.CRITICAL)
@@ -24,6 +28,32 @@ _NUMERIC_TEXT_RE = re.compile(
     r"([-+]?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?)\s*\)?\s*\}"
 )
 _CONFIG = (LatexExtractionConfig(boxed_match_priority=0), ExprExtractionConfig())
+# An interval, or a union of them, that cannot be read as a point: a square bracket, an infinite
+# end or a union. ``(1, 2)`` alone may be a coordinate pair, so it does not count.
+_SPACING_RE = re.compile(r"\\left(?![A-Za-z])|\\right(?![A-Za-z])|\s+")
+_PIECE_RE = re.compile(r"[\[(][^,]+,[^,]+[\])]")
+
+
+def is_interval(answer: str) -> bool:
+    """True when ``answer`` is certainly an interval or a union of intervals (see above)."""
+    pieces = _SPACING_RE.sub("", answer).split("\\cup")
+    if not all(_PIECE_RE.fullmatch(piece) for piece in pieces):
+        return False
+    return len(pieces) > 1 or "\\infty" in answer or "[" in answer or "]" in answer
+
+
+def _as_union(candidates: list[Any]) -> list[Any]:
+    """Add the union reading of ``x < 2 \\text{ or } x > 3``, which math-verify parses as a
+    set of two inequalities, to its candidates (only when every element is an inequality)."""
+    extra = []
+    for candidate in candidates:
+        if isinstance(candidate, FiniteSet) and candidate.args and all(
+                isinstance(element, (Relational, And)) for element in candidate.args):
+            try:
+                extra.append(Union(*(element.as_set() for element in candidate.args)))
+            except (NotImplementedError, TypeError, ValueError):  # not one variable's set
+                continue
+    return extra + candidates
 
 
 def parse_answer(answer: str) -> list[Any]:
@@ -31,9 +61,12 @@ def parse_answer(answer: str) -> list[Any]:
 
     The answer is wrapped in ``\\boxed{}`` so that math-verify treats all of it as the target
     instead of hunting for a sub-expression; plain-text and Unicode math (``pi/4``, ``√2``,
-    ``x**2``) is spelled in LaTeX first (:mod:`.plaintext`). An empty list means it could not
-    be parsed.
+    ``x**2``) is spelled in LaTeX first (:mod:`.plaintext`), and number words (``three``) as
+    digits (:mod:`.words`). An empty list means it could not be parsed.
     """
+    value = number_from_words(answer)
+    if value is not None:
+        answer = str(value)
     answer = latex_spelling(_NUMERIC_TEXT_RE.sub(r"\1", answer))
     return parse("\\boxed{" + answer + "}", extraction_config=_CONFIG, parsing_timeout=None)
 
@@ -41,14 +74,23 @@ def parse_answer(answer: str) -> list[Any]:
 def verify_answers(gold: str, predicted: str) -> bool | None:
     """Compare two bare answers.
 
-    None if the gold does not parse (ungradable), False if the prediction does not.
+    None if the gold does not parse (ungradable), False if the prediction does not. Two
+    multiple-choice answers are compared as sets of letters (``\\text{(A), (C)}`` and ``C, A``).
     """
+    gold_letters, predicted_letters = choice_letters(gold), choice_letters(predicted)
+    if gold_letters and predicted_letters:
+        return gold_letters == predicted_letters
     gold_parsed = parse_answer(gold)
     if not gold_parsed:
         return None
     predicted_parsed = parse_answer(predicted)
     if not predicted_parsed:
         return False
+    if is_interval(gold):
+        # An interval may be answered as the inequality it stands for (``x \le 3`` for
+        # ``(-\infty, 3]``): math-verify compares the two when told to.
+        return bool(verify(gold_parsed, _as_union(predicted_parsed), timeout_seconds=None,
+                           allow_set_relation_comp=True))
     return bool(verify(gold_parsed, predicted_parsed, timeout_seconds=None))
 
 
@@ -57,6 +99,7 @@ _WARM_UP_PAIRS = (
     (r"\frac{1}{2}", "0.5"), (r"2\sqrt{2}", r"\sqrt{8}"), ("(0, 1]", "(0,1]"),
     (r"\{1,2\}", r"\{2,1\}"), ("x=3", "3"), ("x^2+2x+1", "(x+1)^2"), ("(1, 2)", "(1,2)"),
     (r"50\%", "0.5"), (r"\text{(B)}", "B"), (r"\begin{pmatrix}1\\2\end{pmatrix}", "(1,2)"),
+    (r"(-\infty, 2) \cup (3, \infty)", r"x < 2 \text{ or } x > 3"),
 )  # fmt: skip
 
 

@@ -3,7 +3,8 @@
 Most graded pairs are easy (``"18"`` vs ``"18"``, ``"025"`` vs ``"25"``, ``"(B)"`` vs ``"B"``);
 deciding them here skips a round trip to a worker process. The rule is one-sided: this module
 answers True only when the two answers are certainly equal, and False only for two plain
-integers or two multiple-choice letters that differ. Everything else is left to math-verify
+integers (digits or number words: ``three``, :mod:`.words`) or two sets of multiple-choice
+letters (``(B)``, ``\\text{(A), (C)}``) that differ. Everything else is left to math-verify
 (``None`` = undecided).
 """
 
@@ -11,6 +12,8 @@ from __future__ import annotations
 
 import re
 from decimal import Decimal, InvalidOperation
+
+from agentmath.grading.words import number_from_words
 
 _WRAPPER_RE = re.compile(r"\\(?:text|textbf|textrm|textit|mathrm|mathbf|mbox)\s*\{([^{}]*)\}")
 _REMOVE_RE = re.compile(
@@ -69,6 +72,23 @@ def _number(text: str) -> Decimal | None:
         return None
 
 
+def choice_letters(answer: str) -> frozenset[str] | None:
+    """The letters of a multiple-choice answer (``B``, ``(B)``, ``\\text{(A), (C)}``), else
+    None; the order of a list does not matter."""
+    return _choices(normalize(answer))
+
+
+def _choices(text: str) -> frozenset[str] | None:
+    """:func:`choice_letters` of :func:`normalize`'s output."""
+    letters = []
+    for part in text.split(","):
+        match = _CHOICE_RE.match(part)
+        if match is None:
+            return None
+        letters.append(match.group(1))
+    return frozenset(letters)
+
+
 def quick_compare(gold: str, predicted: str) -> bool | None:
     """True/False when the answer is certain from the strings alone, else None (ask math-verify)."""
     g, p = normalize(gold), normalize(predicted)
@@ -76,10 +96,15 @@ def quick_compare(gold: str, predicted: str) -> bool | None:
         return None  # the gold may be unparsable: math-verify decides (and says None)
     if g == p:
         return True
-    g_choice, p_choice = _CHOICE_RE.match(g), _CHOICE_RE.match(p)
-    if g_choice and p_choice:
-        return g_choice.group(1) == p_choice.group(1)
+    g_choices, p_choices = _choices(g), _choices(p)
+    if g_choices and p_choices:
+        return g_choices == p_choices
     g_num, p_num = _number(g), _number(p)
+    if (g_num is None) != (p_num is None):  # a numeral against a phrase: number words?
+        if g_num is None:
+            g_num = number_from_words(gold)
+        else:
+            p_num = number_from_words(predicted)
     if g_num is None or p_num is None:
         return None
     if g_num == p_num:

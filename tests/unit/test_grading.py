@@ -69,6 +69,17 @@ REGRESSION: list[tuple[str, str, bool]] = [
     ("(0, 1]", "(0,1]", True),
     (r"(-\infty, 3)", r"(-\infty,3)", True),
     ("(0, 1]", "[0, 1]", False),
+    # an interval answered as the inequality it stands for (gold certainly an interval)
+    (r"(-\infty, 3]", r"x \le 3", True),
+    (r"(2,\infty)", "x>2", True),
+    (r"[2,5)", r"2 \le x < 5", True),
+    (r"(-\infty, 2) \cup (3, \infty)", r"x<2 \text{ or } x>3", True),
+    (r"(0,9) \cup (9,36)", r"0<x<9 \text{ or } 9<x<36", True),
+    (r"(-\infty, 3]", "x<3", False),
+    (r"(2,\infty)", r"x \geq 2", False),
+    (r"(-\infty, 2) \cup (3, \infty)", r"x<2 \text{ or } x>4", False),
+    (r"(0,9) \cup (9,36)", "0<x<36", False),
+    ("(1,2)", "1<x<2", False),  # (1, 2) may be a point: not compared with an inequality
     # sets and unordered lists of values
     (r"\{1,2\}", r"\{2,1\}", True),
     ("3, 5, 7", "7, 5, 3", True),
@@ -88,6 +99,19 @@ REGRESSION: list[tuple[str, str, bool]] = [
     (r"\text{(B)}", "B", True),
     ("C", r"\textbf{(C)}", True),
     ("(B)", "C", False),
+    (r"\text{(A), (C)}", "A, C", True),
+    (r"\text{(A), (C)}", "(C), (A)", True),
+    (r"\text{(A), (C)}", "(A)", False),
+    ("(B)", r"\text{(B), (D)}", False),
+    # number words (cardinals only)
+    ("3", "three", True),
+    ("25", "Twenty-five", True),
+    ("120", "one hundred and twenty", True),
+    ("0", r"\text{zero}", True),
+    (r"\text{six}", "6", True),
+    ("3", "four", False),
+    ("3", "three apples", False),
+    ("4", "fourth", False),
     # AIME zero padding
     ("025", "25", True),
     ("073", r"\textbf{(073)}", True),
