@@ -156,6 +156,8 @@ def test_rl_waits_out_a_vllm_server_killed_mid_step(killable: VllmPair, tiny_mod
             with httpx.Client(base_url=url, timeout=120) as client:
                 client.post("/collective_rpc", json={"method": "reload_weights", "kwargs": {
                     "weights_path": str(tiny_model_dir)}}).raise_for_status()
+                client.post("/collective_rpc", json={  # what VLLMWeightSync does next
+                    "method": "agentmath_refresh_cpu_gemms"}).raise_for_status()
                 client.post("/reset_prefix_cache").raise_for_status()
     assert got.returncode == 0, got.stderr[-3000:]
     rows = [json.loads(line) for line in metrics.read_text().splitlines()]
@@ -163,7 +165,8 @@ def test_rl_waits_out_a_vllm_server_killed_mid_step(killable: VllmPair, tiny_mod
     assert [r["reward_terms"]["errored"] for r in rows] == [0.0, 0.0, 0.0]
     held, resumed = outage_lines(got.stderr)
     assert len(held) == 1 and len(resumed) == 1, got.stderr[-3000:]
-    assert after[:2] == ["/collective_rpc", "/reset_prefix_cache"], after[:6]
+    # the restored weights (reload, the GEMM refresh), then the cache reset
+    assert after[:3] == ["/collective_rpc", "/collective_rpc", "/reset_prefix_cache"], after[:6]
     assert "/v1/completions" in after  # then the held requests, and the next step's
     print(f"\nrl, vLLM killed with request(s) held in its frozen engine once step "
           f"1 was logged ({got.killed_s:.1f} s into the run), restarted "
