@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from agentmath.rl.sync_vllm import VLLMWeightSync, WeightSyncError
-from tests.fixtures.outage_server import StandIn, free_port, start_process
+from tests.fixtures.outage_server import WEIGHT_LOAD, StandIn, free_port, start_process
 from tests.fixtures.restart import run_through_a_restart
 from tests.unit.test_weight_sync_unit import FakeModel, FakeTokenizer
 
@@ -58,7 +58,7 @@ def test_a_push_waits_out_a_server_killed_just_before_it(
             proc.kill()
             proc.wait()
     assert name == "m" and DOWN_S <= took < DOWN_S + 6
-    assert log.read_text().splitlines()[:2] == ["/collective_rpc", "/reset_prefix_cache"]
+    assert log.read_text().splitlines()[:3] == WEIGHT_LOAD
     messages = [r.getMessage() for r in caplog.records if r.name == "agentmath.backends.outage"]
     held = [m for m in messages if "(weight push) is unreachable" in m]
     resumed = [m for m in messages if "answers again after" in m]
@@ -96,7 +96,7 @@ def test_a_push_waits_out_a_server_frozen_just_before_it(tmp_path: Path) -> None
         server.kill()
         server.wait()
     assert 3.0 <= took < 10.0
-    assert log.read_text().splitlines()[-2:] == ["/collective_rpc", "/reset_prefix_cache"]
+    assert log.read_text().splitlines()[-3:] == WEIGHT_LOAD
 
 
 async def test_a_reload_that_times_out_on_a_server_whose_health_answers_is_not_resent(
@@ -183,6 +183,6 @@ def test_rl_waits_out_a_server_that_dies_at_a_weight_push(tiny_model_dir: Path,
     resumed = [line for line in stderr.splitlines()
                if "(weight push) answers again after" in line]
     assert len(held) == 1 and len(resumed) == 1, stderr[-3000:]
-    assert posts(after)[:2] == ["/collective_rpc", "/reset_prefix_cache"]  # the push first
+    assert posts(after)[:3] == WEIGHT_LOAD  # the push first
     assert completions_seen(posts(after))  # then the next steps' rollouts
     print(f"\nrl, server dead at a push: 3 steps; {resumed[0].split('] ')[-1]}")
