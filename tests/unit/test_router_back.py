@@ -23,6 +23,7 @@ from tests.unit.test_weight_sync_unit import A, B, FakeModel, make, vllm
 
 RESET = "/reset_prefix_cache?reset_running_requests=true"
 HOSTS = ("a", "b")
+LOAD = ("/collective_rpc", "/collective_rpc", RESET)  # reload, GEMM refresh, cache reset
 
 
 def router(servers: Servers, **kwargs: Any) -> Router:
@@ -117,7 +118,7 @@ async def test_restore_of_one_server_reloads_only_that_server(tmp_path: Path) ->
     await sync.push(FakeModel(), None, 1)
     log.clear()
     await sync.restore(B + "/v1")  # a URL with /v1 names the same server
-    assert [(u, p) for u, p, _ in log] == [(B, "/collective_rpc"), (B, RESET)]
+    assert [(u, p) for u, p, _ in log] == [(B, path) for path in LOAD]
     log.clear()
     await sync.restore("http://elsewhere:9")  # not a server of this sync: left alone
     assert log == []
@@ -142,7 +143,7 @@ async def test_rl_wiring_restores_the_server_that_came_back(
     servers.down.discard("b")
     await until(lambda: r.stats().servers[1].up)
     await spread(r, "after")
-    assert [(u, p) for u, p, _ in log] == [(B, "/collective_rpc"), (B, RESET)]
+    assert [(u, p) for u, p, _ in log] == [(B, path) for path in LOAD]
     await r.aclose()
 
     restorer = pickle.loads(pickle.dumps(sync.restorer()))
@@ -152,4 +153,4 @@ async def test_rl_wiring_restores_the_server_that_came_back(
         **{**kw, "transport": httpx.MockTransport(vllm(log))}))
     log.clear()
     await restorer(1, A)
-    assert [(u, p) for u, p, _ in log] == [(A, "/collective_rpc"), (A, RESET)]
+    assert [(u, p) for u, p, _ in log] == [(A, path) for path in LOAD]
