@@ -8,7 +8,11 @@ with a SyntaxError or a NameError, and the model loses every line that would hav
   are set aside, runs without them, and its stderr says which were skipped (a shell, pip and
   IPython's magics do not exist in the sandbox). A cell that parses is never changed, so a
   ``%`` or ``!`` inside a string or an expression keeps its meaning;
-- ``display(obj, ...)`` prints each object's repr, as IPython's plain-text display does.
+- ``display(obj, ...)`` prints each object's repr, as IPython's plain-text display does;
+- ``from IPython.display import display, Math, Latex, Markdown, HTML`` (or ``import IPython``)
+  gets a small stand-in module: ``display`` as above, and the rich objects print their source
+  text (``Math(r"\\frac12")`` shows ``$\\frac12$``), which is what a text-only reader can use,
+  where IPython's plain-text repr would be ``<IPython.core.display.Math object>``.
 
 Written by hand: IPython's own transformer would need IPython inside every worker (and it
 would then try to run the commands); these are a dozen lines.
@@ -18,6 +22,7 @@ from __future__ import annotations
 
 import ast
 import sys
+import types
 from typing import Any
 
 _NOTEBOOK_PREFIXES = ("!", "%")
@@ -63,3 +68,52 @@ def display(*objs: Any, **_options: Any) -> None:
     """IPython's ``display()`` as plain text: each object's repr on its own line of stdout."""
     for obj in objs:
         sys.stdout.write(repr(obj) + "\n")
+
+
+class _RichText:
+    """A rich display object of IPython's, shown as its source text."""
+
+    def __init__(self, data: Any = None, *_args: Any, **_kwargs: Any) -> None:
+        self.data = "" if data is None else str(data)
+
+    def __repr__(self) -> str:
+        return self.data
+
+
+class Math(_RichText):
+    """``IPython.display.Math``: LaTeX math, shown between dollar signs."""
+
+    def __repr__(self) -> str:
+        return f"${self.data.strip().strip('$')}$"
+
+
+class Latex(_RichText):
+    """``IPython.display.Latex``."""
+
+
+class Markdown(_RichText):
+    """``IPython.display.Markdown``."""
+
+
+class HTML(_RichText):
+    """``IPython.display.HTML``."""
+
+
+class Pretty(_RichText):
+    """``IPython.display.Pretty``."""
+
+
+def clear_output(*_args: Any, **_kwargs: Any) -> None:
+    """``IPython.display.clear_output``: nothing to clear in a text transcript."""
+
+
+def ipython_stand_ins() -> dict[str, types.ModuleType]:
+    """Modules named ``IPython`` and ``IPython.display`` holding the stand-ins above, for the
+    sandbox's import guard to hand out (fresh per worker: a cell may change them)."""
+    display_module = types.ModuleType("IPython.display", "agentmath's stand-in (text only)")
+    for obj in (display, Math, Latex, Markdown, HTML, Pretty, clear_output):
+        setattr(display_module, obj.__name__, obj)
+    display_module.__all__ = [name for name in vars(display_module) if not name.startswith("_")]
+    package = types.ModuleType("IPython", "agentmath's stand-in: only IPython.display")
+    package.display = display_module  # type: ignore[attr-defined]
+    return {"IPython": package, "IPython.display": display_module}

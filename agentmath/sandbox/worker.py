@@ -21,7 +21,7 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from agentmath.sandbox import isolation
-from agentmath.sandbox.notebook import display, parse_cell, skipped_note
+from agentmath.sandbox.notebook import display, ipython_stand_ins, parse_cell, skipped_note
 from agentmath.sandbox.protocol import read_message, send_message
 
 _MAX_ERROR_CHARS = 2000
@@ -90,10 +90,13 @@ def make_import_guard(allowed: Iterable[str]) -> Callable[..., Any]:
     # Imported by C code on behalf of a snippet (datetime.strptime), so through this guard.
     allowed_set = frozenset(allowed) | _IMPLICIT_IMPORTS
     real_import = builtins.__import__
+    stand_ins = ipython_stand_ins()  # IPython.display for notebook-trained code (notebook.py)
 
     def guarded_import(name, globals=None, locals=None, fromlist=(), level=0):  # noqa: A002
         if level != 0:
             raise ImportError("relative imports are not available in the sandbox")
+        if name in stand_ins and name.partition(".")[0] not in allowed_set:
+            return stand_ins[name] if fromlist else stand_ins[name.partition(".")[0]]
         if name.partition(".")[0] not in allowed_set:
             raise ImportError(
                 f"module {name!r} is not available in the sandbox "

@@ -99,3 +99,16 @@ def test_display_prints_each_object(sandbox: Sandbox) -> None:
         assert r.ok and r.stdout == "x**2 + 2*x + 1\n'done'\n" and r.value is None, r
         r = s.run("import pandas as pd\ndisplay(pd.DataFrame({'n': [1, 2]}))")
         assert r.ok and r.stdout == "   n\n0  1\n1  2\n", r
+
+
+def test_ipython_display_imports_get_a_text_stand_in(sandbox: Sandbox) -> None:
+    with sandbox.session() as s:
+        r = s.run("from IPython.display import display, Math, Latex\nimport sympy as sp\n"
+                  "x = sp.Symbol('x')\ndisplay(Math(sp.latex(sp.integrate(x**2, x))))\n"
+                  "Latex(r'\\frac{1}{2}')")
+        assert r.ok and r.stdout == "$\\frac{x^{3}}{3}$\n" and r.value == "\\frac{1}{2}", r
+        r = s.run("import IPython\nIPython.display.display(IPython.display.Markdown('**a**'))\n"
+                  "from IPython.display import *\nclear_output()\nHTML('<b>b</b>')")
+        assert r.ok and r.stdout == "**a**\n" and r.value == "<b>b</b>", r
+        r = s.run("import IPython.core")  # only the display module stands in
+        assert r.error_type == "ImportError" and "IPython.core" in r.error, r

@@ -6,7 +6,12 @@ import ast
 
 import pytest
 
-from agentmath.sandbox.notebook import parse_cell, set_aside_commands, skipped_note
+from agentmath.sandbox.notebook import (
+    ipython_stand_ins,
+    parse_cell,
+    set_aside_commands,
+    skipped_note,
+)
 
 
 def test_command_lines_become_pass_at_their_indentation() -> None:
@@ -33,3 +38,14 @@ def test_the_note_names_what_was_skipped_and_stays_short() -> None:
     note = skipped_note([f"!cmd {i} " + "x" * 100 for i in range(5)])
     assert note.startswith("[sandbox] skipped 5 notebook command line(s): !cmd 0 ")
     assert "and 2 more" in note and len(note) < 400 and note.endswith("ran)\n")
+
+
+def test_ipython_stand_ins_print_their_source_text() -> None:
+    modules = ipython_stand_ins()
+    display_module = modules["IPython.display"]
+    assert modules["IPython"].display is display_module  # type: ignore[attr-defined]
+    assert repr(display_module.Math("$x^2$")) == "$x^2$" == repr(display_module.Math("x^2"))
+    assert repr(display_module.Markdown("**a**")) == "**a**"
+    assert repr(display_module.Latex()) == ""
+    assert "display" in display_module.__all__ and ipython_stand_ins()["IPython"] is not \
+        modules["IPython"]  # a new pair per call: one worker's changes stay its own
