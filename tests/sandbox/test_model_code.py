@@ -101,14 +101,20 @@ def test_display_prints_each_object(sandbox: Sandbox) -> None:
         assert r.ok and r.stdout == "   n\n0  1\n1  2\n", r
 
 
+IPYTHON_CELLS = [  # (cell, stdout, value), run in turn in one session
+    ("from IPython.display import display, Math, Latex\nimport sympy as sp\n"
+     "x = sp.Symbol('x')\ndisplay(Math(sp.latex(sp.integrate(x**2, x))))\nLatex(r'\\frac{1}{2}')",
+     "$\\frac{x^{3}}{3}$\n", "\\frac{1}{2}"),
+    ("import IPython\nIPython.display.display(IPython.display.Markdown('**a**'))",
+     "**a**\n", None),
+    ("from IPython.display import *\nclear_output()\nHTML('<b>b</b>')", "", "<b>b</b>"),
+]
+
+
 def test_ipython_display_imports_get_a_text_stand_in(sandbox: Sandbox) -> None:
     with sandbox.session() as s:
-        r = s.run("from IPython.display import display, Math, Latex\nimport sympy as sp\n"
-                  "x = sp.Symbol('x')\ndisplay(Math(sp.latex(sp.integrate(x**2, x))))\n"
-                  "Latex(r'\\frac{1}{2}')")
-        assert r.ok and r.stdout == "$\\frac{x^{3}}{3}$\n" and r.value == "\\frac{1}{2}", r
-        r = s.run("import IPython\nIPython.display.display(IPython.display.Markdown('**a**'))\n"
-                  "from IPython.display import *\nclear_output()\nHTML('<b>b</b>')")
-        assert r.ok and r.stdout == "**a**\n" and r.value == "<b>b</b>", r
+        for code, stdout, value in IPYTHON_CELLS:
+            r = s.run(code)
+            assert (r.ok, r.stdout, r.value) == (True, stdout, value), r
         r = s.run("import IPython.core")  # only the display module stands in
         assert r.error_type == "ImportError" and "IPython.core" in r.error, r
