@@ -98,6 +98,10 @@ def _prepare(setup: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
             missing = True
         if missing:
             preload_errors[name] = "ModuleNotFoundError: not installed"
+    # Math code prints big integers (3000! has 9,131 digits), and Python refuses to convert one
+    # of more than 4,300 digits to text, a guard against a request that makes a server spend
+    # quadratic time: here the cell's timeout already bounds that time, and output is capped.
+    sys.set_int_max_str_digits(0)
     # plt.show() on Agg only says it cannot show; a model reading that would be misled.
     warnings.filterwarnings("ignore", message=".*non-interactive.*cannot be shown")
     devnull = os.open("/dev/null", os.O_RDWR)  # opened before Landlock forbids it

@@ -33,6 +33,9 @@ CELLS = {
     "exit_after_output": ("print(7)\nimport sys\nsys.exit(0)", None),
     "int_digits_limit": ("import sys\nsys.set_int_max_str_digits(0)\nlen(str(3 ** 20000))",
                          "9543"),
+    # Python's 4,300-digit limit is lifted: the timeout bounds the conversion's cost
+    "big_int_to_text": ("import math\nlen(str(math.factorial(3000)))", "9131"),
+    "big_int_printed": ("print(2 ** 20000 % 10 ** 6, len(str(2 ** 20000)))\nNone", None),
     "hashlib_struct": ("import hashlib, struct\n"
                        "hashlib.md5(struct.pack('>I', 7)).hexdigest()[:6]",
                        "'" + __import__("hashlib").md5(b"\0\0\0\x07").hexdigest()[:6] + "'"),
