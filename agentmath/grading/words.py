@@ -14,7 +14,9 @@ import re
 from decimal import Decimal
 
 _WRAPPER_RE = re.compile(r"\\(?:text|textbf|textrm|textit|mathrm|mbox)\s*\{([^{}]*)\}")
-_WORDS_RE = re.compile(r"[a-z]+(?:[ -]+[a-z]+)*")
+# Words of three letters or more: every English cardinal word is ("one", "six", "ten"), and
+# text2num reads a lone "o" as 0, which as an answer is a point's name, not a number.
+_WORDS_RE = re.compile(r"[a-z]{3,}(?:[ -]+[a-z]{3,})*")
 #: Longer phrases are not answers but sentences; they are not parsed.
 MAX_WORDS_CHARS = 80
 

@@ -112,6 +112,7 @@ REGRESSION: list[tuple[str, str, bool]] = [
     ("3", "four", False),
     ("3", "three apples", False),
     ("4", "fourth", False),
+    ("0", "O", False),  # a point's name
     # AIME zero padding
     ("025", "25", True),
     ("073", r"\textbf{(073)}", True),

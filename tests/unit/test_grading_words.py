@@ -21,6 +21,7 @@ def test_cardinals_are_read(answer: str, value: int) -> None:
 
 @pytest.mark.parametrize("answer", [
     "odd", "fourth", "three apples", "minus four", "a half", "3", r"\frac{1}{2}", "",
+    "o", "O", r"\text{O}", "zero o",  # a point named O is not 0
     "one " * (MAX_WORDS_CHARS // 4 + 1),
 ])  # fmt: skip
 def test_other_answers_are_not_numbers(answer: str) -> None:
