@@ -15,7 +15,7 @@ with a SyntaxError or a NameError, and the model loses every line that would hav
   where IPython's plain-text repr would be ``<IPython.core.display.Math object>``.
 
 Written by hand: IPython's own transformer would need IPython inside every worker (and it
-would then try to run the commands); these are a dozen lines.
+would then try to run the commands); these are a few dozen lines.
 """
 
 from __future__ import annotations

@@ -95,9 +95,10 @@ def make_import_guard(allowed: Iterable[str]) -> Callable[..., Any]:
     def guarded_import(name, globals=None, locals=None, fromlist=(), level=0):  # noqa: A002
         if level != 0:
             raise ImportError("relative imports are not available in the sandbox")
-        if name in stand_ins and name.partition(".")[0] not in allowed_set:
-            return stand_ins[name] if fromlist else stand_ins[name.partition(".")[0]]
-        if name.partition(".")[0] not in allowed_set:
+        top = name.partition(".")[0]
+        if top not in allowed_set:
+            if name in stand_ins:  # IPython.display, when IPython itself is not allowed
+                return stand_ins[name] if fromlist else stand_ins[top]
             raise ImportError(
                 f"module {name!r} is not available in the sandbox "
                 f"(allowed: {', '.join(sorted(allowed_set))})"
