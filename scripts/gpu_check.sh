@@ -2,7 +2,8 @@
 # The checks that need a CUDA GPU, in priority order, within one time budget:
 #   1. pytest -m gpu (tests/integration/test_cuda.py), the generator's tests and the precision
 #      tests on the GPU, in one process (a cuda bf16 run followed by cpu and fp32 ones);
-#   2. agentmath demo --device cuda (the whole demo on the GPU, fp32: bf16 weakens its start);
+#   2. the whole demo on the GPU (fp32: bf16 weakens its start): benchmarks/demo_seeds.py over
+#      seeds 0-2 at once where the machine shows >= 6 CPUs, else `agentmath demo` for seed 0;
 #   3. benchmarks/generator.py --device cuda: the continuous generator beside model.generate;
 #   4. benchmarks/device_steps.py: the demo's SFT and GRPO steps on cuda bf16 / cuda fp32 / cpu,
 #      from the demo's tool model of step 2 (START_MODEL to name another).
@@ -31,14 +32,20 @@ step() {  # step NAME MAX_SECONDS COMMAND...: run with min(MAX, what is left), l
 
 { nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader; nproc
   "$py" -c "import torch, transformers; print(torch.__version__, transformers.__version__)"; } \
-    | tee "$out/gpu.txt"
+    | tee -a "$out/steps.log"
 step pytest_gpu 170 "$py" -m pytest -q -p no:cacheprovider tests/integration/test_cuda.py \
     tests/integration/test_hf_continuous.py tests/integration/test_rl_precision.py
-step demo_cuda 300 "$py" -m agentmath.cli demo --device cuda --out /tmp/demo-cuda \
-    --no-save-model --json
-cp /tmp/demo-cuda/summary.json "$out/demo_cuda_summary.json" 2>/dev/null || true
+if (( $(nproc) >= 6 )); then  # each seed its own demo process (two threads each), one GPU
+    step demo_cuda 300 bash -c "'$py' benchmarks/demo_seeds.py --seeds 0 1 2 --device cuda \
+        --parallel 3 --out /tmp/demo-seeds --json > '$out/demo_seeds.json'"
+    tool_model=/tmp/demo-seeds/seed-0/model-tool/final
+else
+    step demo_cuda 300 "$py" -m agentmath.cli demo --device cuda --out /tmp/demo-cuda \
+        --no-save-model --json
+    tool_model=/tmp/demo-cuda/model-tool/final
+fi
 step generator_cuda 60 "$py" benchmarks/generator.py --device cuda --repeats 1
 step device_steps 230 "$py" benchmarks/device_steps.py --sft-steps 40 --rl-steps 4 \
-    --model "${START_MODEL:-/tmp/demo-cuda/model-tool/final}" --out /tmp/bench-device-steps \
+    --model "${START_MODEL:-$tool_model}" --out /tmp/bench-device-steps \
     --json-out "$out/device_steps.json"
 cat "$out/steps.log"
