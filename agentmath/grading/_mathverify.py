@@ -12,10 +12,10 @@ import re
 from typing import Any
 
 from math_verify import ExprExtractionConfig, LatexExtractionConfig, parse, verify
-from sympy import And, FiniteSet, Union
+from sympy import And, FiniteSet, MatrixBase, Union
 from sympy.core.relational import Relational
 
-from agentmath.grading.fastpath import choice_letters
+from agentmath.grading.fastpath import choice_letters, choice_with_value, same_word
 from agentmath.grading.plaintext import latex_spelling
 from agentmath.grading.words import number_from_words
 
@@ -56,6 +56,45 @@ def _as_union(candidates: list[Any]) -> list[Any]:
     return extra + candidates
 
 
+def _vector(parsed: list[Any]) -> MatrixBase | None:
+    """The vector a parsed answer is, when it is a matrix of one column or one row."""
+    if parsed and isinstance(parsed[0], MatrixBase) and 1 in parsed[0].shape and len(parsed[0]) > 1:
+        return parsed[0]
+    return None
+
+
+def _entries(answer: str) -> list[str] | None:
+    """The entries of a tuple or list written as one (``(1, 2, 3)``, ``[1,2,3]``), split at
+    its top-level commas; None for anything else."""
+    text = _SPACING_RE.sub(" ", answer).strip().strip("$").strip()
+    if len(text) < 2 or (text[0], text[-1]) not in (("(", ")"), ("[", "]")):
+        return None
+    entries, depth, start = [], 0, 1
+    for i, char in enumerate(text[1:-1], start=1):
+        if char in "({[":
+            depth += 1
+        elif char in ")}]":
+            depth -= 1
+        elif char == "," and depth == 0:
+            entries.append(text[start:i])
+            start = i + 1
+    entries.append(text[start:-1])
+    return entries if len(entries) > 1 and all(e.strip() for e in entries) else None
+
+
+def _same_vector(vector: MatrixBase, answer: str) -> bool | None:
+    """Whether ``answer``, a tuple written in text, has ``vector``'s entries in order; None when
+    it is no tuple. A model writes the column vector ``\\begin{pmatrix} 1 \\\\ 2 \\end{pmatrix}``
+    as ``(1, 2)``, which math-verify reads as an interval and never equates with a matrix."""
+    entries = _entries(answer)
+    if entries is None:
+        return None
+    if len(entries) != len(vector):
+        return False
+    return all(verify([element], parse_answer(entry), timeout_seconds=None)
+               for element, entry in zip(vector, entries, strict=True))
+
+
 def parse_answer(answer: str) -> list[Any]:
     """Parse one bare answer (no surrounding prose) into math-verify's candidate list.
 
@@ -75,17 +114,31 @@ def verify_answers(gold: str, predicted: str) -> bool | None:
     """Compare two bare answers.
 
     None if the gold does not parse (ungradable), False if the prediction does not. Two
-    multiple-choice answers are compared as sets of letters (``\\text{(A), (C)}`` and ``C, A``).
+    multiple-choice answers are compared as sets of letters (``\\text{(A), (C)}`` and ``C, A``),
+    a letter written with its value (``(B) 42``) by the letter, or by the value against a
+    gold that is no letter; one word against another ignoring case (``\\text{True}``,
+    ``true``); a vector against a tuple entry by entry.
     """
+    if same_word(gold, predicted):
+        return True
     gold_letters, predicted_letters = choice_letters(gold), choice_letters(predicted)
     if gold_letters and predicted_letters:
         return gold_letters == predicted_letters
+    split = choice_with_value(predicted)
+    if split is not None:  # "(B) 42": the letter against a letter, else the value
+        if gold_letters:
+            return gold_letters == frozenset(split[0])
+        predicted = split[1]
     gold_parsed = parse_answer(gold)
     if not gold_parsed:
         return None
     predicted_parsed = parse_answer(predicted)
     if not predicted_parsed:
         return False
+    for vector, text in ((_vector(gold_parsed), predicted), (_vector(predicted_parsed), gold)):
+        same = None if vector is None else _same_vector(vector, text)
+        if same is not None:
+            return same
     if is_interval(gold):
         # An interval may be answered as the inequality it stands for (``x \le 3`` for
         # ``(-\infty, 3]``): math-verify compares the two when told to.

@@ -11,7 +11,8 @@ same-story rule, which compares answers, takes a reworded benchmark problem file
 
 A number with a plain unit after it (``42 in.``, ``12 cm^2``) is spelled as math-verify's unit
 stripping expects (``42 \\text{ in}``, ``12 \\text{ cm}^2``), and scientific notation (``1e3``,
-``2.5E-4``) as a power of ten. A repeating decimal (``0.\\overline{3}``,
+``2.5E-4``) as a power of ten; Unicode's vulgar fractions (``½``, ``2½``) as fractions and
+superscript digits (``x²``, ``10⁻³``) as powers. A repeating decimal (``0.\\overline{3}``,
 ``1.2\\overline{45}``) is read as its digits: it is rewritten as the exact fraction it is.
 
 No option of math-verify's normalisation covers these spellings, so this module rewrites them
@@ -24,12 +25,17 @@ letter), so LaTeX answers pass through unchanged (``\\pi``, ``\\sqrt{2}``, ``\\l
 from __future__ import annotations
 
 import re
+import unicodedata
 from fractions import Fraction
 
 __all__ = ["latex_spelling"]
 
 _UNICODE = {"π": r"\pi ", "∞": r"\infty ", "°": r"^\circ ", "−": "-", "×": r"\times ",
             "·": r"\cdot ", "≤": r"\le ", "≥": r"\ge ", "≠": r"\ne ", "÷": "/"}
+# Unicode's vulgar fractions (decomposed "1⁄2") and superscript digits ("x²", "10¹⁰").
+_VULGAR_RE = re.compile(r"(\d*)\s*([\u00bc-\u00be\u2150-\u215e\u2189])")
+_SUPERSCRIPTS = "⁰¹²³⁴⁵⁶⁷⁸⁹"
+_SUPERSCRIPT_RE = re.compile(f"⁻?[{_SUPERSCRIPTS}]+")
 _BARE = r"(?<![A-Za-z\\])"  # not inside a longer word, not a LaTeX command already
 _PI_RE = re.compile(_BARE + r"pi(?![A-Za-z])")
 _FUNCTION_RE = re.compile(
@@ -54,6 +60,9 @@ def latex_spelling(answer: str) -> str:
         if char in answer:
             answer = answer.replace(char, latex)
     answer = answer.replace("**", "^")
+    if _VULGAR_RE.search(answer):
+        answer = _VULGAR_RE.sub(_vulgar_fraction, answer)
+    answer = _SUPERSCRIPT_RE.sub(_superscript, answer)
     if "sqrt" in answer or "√" in answer:
         answer = _roots(answer)
     answer = _PI_RE.sub(r"\\pi ", answer)
@@ -65,6 +74,23 @@ def latex_spelling(answer: str) -> str:
     if "overline" in answer:
         answer = _REPEATING_RE.sub(_repeating_fraction, answer)
     return _FUNCTION_RE.sub(r"\\\1", answer).strip()
+
+
+def _vulgar_fraction(match: re.Match[str]) -> str:
+    """``½`` -> ``\\frac{1}{2}``; ``2½`` -> ``\\frac{5}{2}`` (a mixed number)."""
+    # unicodedata spells each as "<fraction> 0031 2044 0032": numerator, slash, denominator
+    parts = unicodedata.decomposition(match.group(2)).split()[1:]
+    slash = parts.index("2044")
+    numerator = int("".join(chr(int(code, 16)) for code in parts[:slash]))
+    denominator = int("".join(chr(int(code, 16)) for code in parts[slash + 1:]))
+    value = Fraction(numerator, denominator) + int(match.group(1) or 0)
+    return rf"\frac{{{value.numerator}}}{{{value.denominator}}}"
+
+
+def _superscript(match: re.Match[str]) -> str:
+    """``²`` -> ``^{2}``, ``⁻¹`` -> ``^{-1}``."""
+    digits = "".join(str(_SUPERSCRIPTS.index(char)) for char in match.group(0).lstrip("⁻"))
+    return "^{" + ("-" if match.group(0).startswith("⁻") else "") + digits + "}"
 
 
 def _repeating_fraction(match: re.Match[str]) -> str:

@@ -13,7 +13,7 @@ from __future__ import annotations
 import re
 from decimal import Decimal
 
-_WRAPPER_RE = re.compile(r"\\(?:text|textbf|textrm|textit|mathrm|mbox)\s*\{([^{}]*)\}")
+_WRAPPER_RE = re.compile(r"\\(?:text|textbf|textrm|textit|mathrm|mathbf|mbox)\s*\{([^{}]*)\}")
 # Words of three letters or more: every English cardinal word is ("one", "six", "ten"), and
 # text2num reads a lone "o" as 0, which as an answer is a point's name, not a number.
 _WORDS_RE = re.compile(r"[a-z]{3,}(?:[ -]+[a-z]{3,})*")
@@ -21,15 +21,21 @@ _WORDS_RE = re.compile(r"[a-z]{3,}(?:[ -]+[a-z]{3,})*")
 MAX_WORDS_CHARS = 80
 
 
+def unwrap_text(answer: str) -> str:
+    """``answer`` without its LaTeX text wrappers (``\\text{...}``, ``\\textbf{...}``,
+    ``\\mathrm{...}``, ...), nested ones too; the one unwrapping grading uses."""
+    previous = None
+    while answer != previous:
+        previous = answer
+        answer = _WRAPPER_RE.sub(r"\1", answer)
+    return answer
+
+
 def number_from_words(answer: str) -> Decimal | None:
     """The value of an answer that is nothing but an English cardinal (``"Twenty-five"`` ->
     25, ``"\\text{zero}"`` -> 0), else None. Negative words (``minus four``) and fractions
     (``a half``) are not read: they are left to math-verify, which grades them wrong."""
-    text = answer.strip().strip("$").strip()
-    previous = None
-    while text != previous:
-        previous = text
-        text = _WRAPPER_RE.sub(r"\1", text).strip()
+    text = unwrap_text(answer.strip().strip("$")).strip()
     text = text.rstrip(".").strip().lower()
     if len(text) > MAX_WORDS_CHARS or not _WORDS_RE.fullmatch(text):
         return None

@@ -103,6 +103,17 @@ REGRESSION: list[tuple[str, str, bool]] = [
     (r"\text{(A), (C)}", "(C), (A)", True),
     (r"\text{(A), (C)}", "(A)", False),
     ("(B)", r"\text{(B), (D)}", False),
+    ("B", "(B) 42", True),  # a letter with its value after it
+    ("B", r"\textbf{(B) }42", True),
+    (r"\text{(C)}", r"\textbf{(C)} 17", True),
+    ("42", "(B) 42", True),  # ... against a gold that is the value
+    ("B", "(C) 42", False),
+    ("41", "(B) 42", False),
+    # words, whatever their case
+    (r"\text{True}", "true", True),
+    ("False", r"\text{false}", True),
+    (r"\text{Monday}", "monday", True),
+    (r"\text{True}", "false", False),
     # number words (cardinals only)
     ("3", "three", True),
     ("25", "Twenty-five", True),
@@ -143,6 +154,15 @@ REGRESSION: list[tuple[str, str, bool]] = [
     ("x^2+7x+10", "(x+5)(x+2)", True),
     (r"2^{25} \cdot 26!", r"26! \cdot 2^{25}", True),
     (r"\begin{pmatrix} 1 \\ 2 \end{pmatrix}", r"\begin{pmatrix}1\\2\end{pmatrix}", True),
+    # a vector written as a tuple, either way round; its entries compared in order
+    (r"\begin{pmatrix} -1/3 \\ 2/3 \\ 5/3 \end{pmatrix}",
+     r"\left(-\frac{1}{3}, \frac{2}{3}, \frac{5}{3}\right)", True),
+    (r"\begin{pmatrix} 1/5 \\ -18/5 \end{pmatrix}", "(0.2, -3.6)", True),
+    ("(1, 2)", r"\begin{pmatrix} 1 \\ 2 \end{pmatrix}", True),
+    (r"\begin{pmatrix} 1 & 2 \end{pmatrix}", "[1, 2]", True),
+    (r"\begin{pmatrix} -2 \\ -14 \\ -7 \end{pmatrix}", "(-2, -7, -14)", False),
+    (r"\begin{pmatrix} 1 \\ 2 \end{pmatrix}", "(1, 2, 3)", False),
+    (r"\begin{pmatrix} -1 & 0 \\ 0 & -1 \end{pmatrix}", "(-1, 0, 0, -1)", False),
     (r"\pi", "3", False),
     ("18", "18", True),
     ("2", "3", False),

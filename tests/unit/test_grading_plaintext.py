@@ -33,6 +33,13 @@ SAME = [
     ("3.5", "3.5kg"),
     ("1000", "1e3"),  # scientific notation
     ("0.00025", "2.5E-4"),
+    (r"\frac{1}{2}", "½"),  # Unicode's vulgar fractions, a mixed number too
+    (r"\frac{5}{2}", "2½"),
+    (r"\frac{3}{4}", "¾"),
+    (r"\frac{31}{8}", "3⅞"),
+    ("x^2+1", "x²+1"),  # superscript digits
+    ("10^{-3}", "10⁻³"),
+    ("1024", "2¹⁰"),
 ]
 DIFFERENT = [
     (r"\frac{\pi}{4}", "pi/3"),
@@ -46,6 +53,9 @@ DIFFERENT = [
     ("42", "43 in."),
     ("1000", "1e4"),
     ("12", "12 x^2"),  # a variable is no unit
+    (r"\frac{1}{2}", "⅓"),
+    (r"\frac{5}{2}", "2¼"),
+    ("x^2+1", "x³+1"),
 ]
 
 
