@@ -29,6 +29,7 @@ from agentmath.backends.hf_kv import (
 from agentmath.backends.hf_prefix import KV, PrefixStash
 from agentmath.backends.hf_sampling import BatchSampling, RowRandom, sample
 from agentmath.errors import BackendError
+from agentmath.models.kv import cache_argument
 
 log = logging.getLogger(__name__)
 
@@ -72,15 +73,11 @@ class DecodeBatch:
     def __init__(self, model: Any, tokenizer: Any, eos_ids: Sequence[int], pad_id: int,
                  device: Any, prefixes: PrefixStash) -> None:
         self.torch = require("torch", "train")
-        transformers = require("transformers", "train")
         self.model, self.tokenizer, self.device = model, tokenizer, device
         self.prefixes = prefixes  # the batcher's, kept when a failure replaces this batch
         self.eos = frozenset(eos_ids)
         self.pad_id = pad_id
-        # transformers renamed the forward's cache argument (``past_key_values`` is deprecated
-        # from 5.2x, removed in 5.40); this version has the new name.
-        new_name = _version(transformers.__version__) >= (5, 24)
-        self.cache_arg = "cache" if new_name else "past_key_values"
+        self.cache_arg = cache_argument()  # the forward's cache keyword, per version
         self.rows: list[Row] = []
         self.cache: Any = None
         self.mask: Any = None
@@ -329,8 +326,3 @@ def _trim(cache: Any, mask: Any) -> Any:
         drop_front(cache, first)
     return mask[:, first:]
 
-
-def _version(text: str) -> tuple[int, int]:
-    """``(major, minor)`` of a version string such as ``5.24.0`` or ``5.3.0.dev0``."""
-    major, minor = (text.split(".") + ["0"])[:2]
-    return int(major), int("".join(c for c in minor if c.isdigit()) or 0)

@@ -10,6 +10,7 @@ tokens only; the unmasked ablation (DeepMath's trainer) also puts 1 on tool-outp
 from __future__ import annotations
 
 import math
+import os
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -110,29 +111,74 @@ class TensorBatch:
     sampler_logp: Any
     advantages: Any
     temperature: Any
+    #: [1, P]: ids every row starts with and none trains on (a group's prompt), run once, its
+    #: KV cache repeated for each row; ``input_ids`` and the rest are then the rows after them.
+    #: None: the rows are whole.
+    prefix_ids: Any = None
 
     def to(self, device: Any) -> TensorBatch:
         return TensorBatch(*(t.to(device) for t in (
             self.input_ids, self.mask, self.sampler_logp,
-            self.advantages, self.temperature)))
+            self.advantages, self.temperature)),
+            prefix_ids=None if self.prefix_ids is None else self.prefix_ids.to(device))
 
 
-def collate_samples(samples: list[TrainSample], pad_id: int) -> TensorBatch:
-    """Right-pad ``samples`` into one :class:`TensorBatch`."""
+def collate_samples(samples: list[TrainSample], pad_id: int, prefix: int = 0) -> TensorBatch:
+    """Right-pad ``samples`` into one :class:`TensorBatch`; with ``prefix`` (see
+    :func:`shared_prefix`) their first ``prefix`` ids become its ``prefix_ids``."""
     torch = require("torch", "train")
-    width = max(len(s.ids) for s in samples)
+    width = max(len(s.ids) for s in samples) - prefix
     n = len(samples)
     ids = torch.full((n, width), pad_id, dtype=torch.long)
     mask = torch.zeros((n, width), dtype=torch.bool)
     logp = torch.full((n, width), math.nan, dtype=torch.float32)
     for row, s in enumerate(samples):
-        k = len(s.ids)
-        ids[row, :k] = torch.tensor(s.ids)
-        mask[row, :k] = torch.tensor(s.mask, dtype=torch.bool)
-        logp[row, :k] = torch.tensor(s.sampler_logp, dtype=torch.float32)
+        k = len(s.ids) - prefix
+        ids[row, :k] = torch.tensor(s.ids[prefix:])
+        mask[row, :k] = torch.tensor(s.mask[prefix:], dtype=torch.bool)
+        logp[row, :k] = torch.tensor(s.sampler_logp[prefix:], dtype=torch.float32)
+    prefix_ids = torch.tensor([samples[0].ids[:prefix]], dtype=torch.long) if prefix else None
     return TensorBatch(ids, mask[:, 1:], logp[:, 1:],
                        torch.tensor([s.advantage for s in samples], dtype=torch.float32),
-                       torch.tensor([s.temperature for s in samples], dtype=torch.float32))
+                       torch.tensor([s.temperature for s in samples], dtype=torch.float32),
+                       prefix_ids=prefix_ids)
+
+
+def _loss_start(sample: TrainSample) -> int:
+    """Index of the first id that carries loss (the length when none does)."""
+    return sample.mask.index(1) if 1 in sample.mask else len(sample.mask)
+
+
+def shared_prefix(samples: list[TrainSample]) -> int:
+    """How many leading ids ``samples`` can share in one forward: the ids they all begin with,
+    stopping before the id whose logit predicts their first trained token (that logit must
+    come from the row's own forward). 0 when there is nothing to share."""
+    common = len(os.path.commonprefix([s.ids for s in samples]))
+    return max(0, min(common, min(_loss_start(s) for s in samples) - 1))
+
+
+def prefix_micro_batches(samples: list[TrainSample], size: int,
+                         min_prefix: int) -> list[tuple[list[TrainSample], int]]:
+    """Micro-batches whose rows share their prompt, each with the prefix length to run once.
+
+    Samples are bucketed by the ids before their first trained token (a GRPO group's samples
+    share their prompt; Prefix Grouper, arXiv 2506.05433, shares it the same way), each bucket
+    cut into slices of ``size`` by length. A slice that shares fewer than ``min_prefix`` ids,
+    or has one row, is pooled with the rest and micro-batched whole (:func:`micro_batches`).
+    """
+    buckets: dict[tuple[int, ...], list[TrainSample]] = {}
+    for s in samples:
+        buckets.setdefault(tuple(s.ids[:_loss_start(s)]), []).append(s)
+    planned: list[tuple[list[TrainSample], int]] = []
+    whole: list[TrainSample] = []
+    for bucket in buckets.values():
+        for chunk in micro_batches(bucket, size):
+            prefix = shared_prefix(chunk) if len(chunk) > 1 else 0
+            if prefix >= min_prefix and prefix > 0:
+                planned.append((chunk, prefix))
+            else:
+                whole += chunk
+    return planned + [(chunk, 0) for chunk in micro_batches(whole, size)]
 
 
 def micro_batches(samples: list[TrainSample], size: int) -> list[list[TrainSample]]:

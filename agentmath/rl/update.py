@@ -6,8 +6,10 @@ are split into ``mini_batches`` optimizer steps, each accumulated over micro-bat
 loss normalised by the mini-batch's total (token or sequence) count, so that the gradient does
 not depend on the micro-batch size. With one mini-batch the update is on-policy (the "old"
 policy is the current one, detached); with more, the old log-probabilities are computed once
-before the first update, as PPO does. Backward goes through ``accelerate`` so that
-``accelerate launch`` gives data parallelism and bf16 without code changes.
+before the first update, as PPO does. Micro-batches are cut per prompt, and a prompt the rows
+share runs once (``loss.share_prompt``; the rows attend to its KV cache). Backward goes
+through ``accelerate`` so that ``accelerate launch`` gives data parallelism and bf16 without
+code changes.
 """
 
 from __future__ import annotations
@@ -17,12 +19,15 @@ from dataclasses import dataclass
 from typing import Any
 
 from agentmath._lazy import require
+from agentmath.errors import ConfigError
+from agentmath.models.kv import cache_argument
 from agentmath.rl.batch import (
     ScoredGroup,
     TensorBatch,
     TrainSample,
     collate_samples,
     micro_batches,
+    prefix_micro_batches,
     to_train_sample,
 )
 from agentmath.rl.config import RLConfig
@@ -62,7 +67,21 @@ class UpdateStats:
 
 
 def _forward_logp(model: Any, batch: TensorBatch) -> tuple[Any, Any]:
-    logits = model(input_ids=batch.input_ids).logits  # right-padded: no mask (TensorBatch)
+    """Logits [B, T, V] of the batch's rows and the log-probabilities [B, T-1] of their ids.
+    Right-padded rows need no attention mask (TensorBatch); a shared prefix runs once, and its
+    KV cache, repeated for each row, is what the rows attend to before their own ids (the
+    gradient flows back through it into the prefix's one forward)."""
+    if batch.prefix_ids is None:
+        logits = model(input_ids=batch.input_ids).logits
+    else:
+        cache = model(input_ids=batch.prefix_ids, use_cache=True,
+                      logits_to_keep=1).past_key_values
+        if cache is None:
+            raise ConfigError("the model returned no KV cache for the shared prompt: set "
+                                "loss.share_prompt=0 to train it on whole rows")
+        cache.batch_repeat_interleave(batch.input_ids.shape[0])
+        logits = model(input_ids=batch.input_ids, use_cache=True,
+                       **{cache_argument(): cache}).logits
     return logits, token_logprobs(logits, batch.input_ids, batch.temperature)
 
 
@@ -132,6 +151,13 @@ class PolicyUpdater:
         self.scheduler.step()
         self.optimizer.zero_grad(set_to_none=True)
 
+    def _plan(self, samples: list[TrainSample]) -> list[tuple[list[TrainSample], int]]:
+        """The micro-batches of one mini-batch, each with its shared prefix's length."""
+        cfg = self.config.loss
+        if cfg.share_prompt == 0:
+            return [(mb, 0) for mb in micro_batches(samples, cfg.micro_batch_size)]
+        return prefix_micro_batches(samples, cfg.micro_batch_size, cfg.share_prompt)
+
     def update(self, groups: list[ScoredGroup]) -> UpdateStats:
         """Advantages, then ``mini_batches`` optimizer steps over the groups' samples."""
         cfg = self.config.loss
@@ -144,8 +170,8 @@ class PolicyUpdater:
         self.model.train()
         n_mini = min(cfg.mini_batches, len(samples))
         minis = [samples[i::n_mini] for i in range(n_mini)]
-        tensor_minis = [[collate_samples(mb, self.pad_id)
-                         for mb in micro_batches(mini, cfg.micro_batch_size)] for mini in minis]
+        tensor_minis = [[collate_samples(mb, self.pad_id, prefix)
+                         for mb, prefix in self._plan(mini)] for mini in minis]
         olds = ([self._old_logps(b) for b in tensor_minis] if n_mini > 1
                 else [None] * n_mini)
         for batches, old in zip(tensor_minis, olds, strict=True):
