@@ -107,3 +107,26 @@ def test_a_cpu_run_on_a_gpu_machine_keeps_its_generator_on_the_cpu(tmp_path: Pat
                                             "weight": 1.0}])
     result = train_rl(cfg, tmp_path / "run", progress=False)
     assert result.steps == 1 and len(read_steps(result.metrics)) == 1
+
+
+@pytest.mark.parametrize("bf16", [False, True], ids=["fp32", "bf16"])
+def test_a_shared_prompt_on_cuda_gives_the_rows_logprobs(bf16: bool) -> None:
+    """The update's shared-prompt forward (loss.share_prompt) on the GPU: the trained tokens'
+    log-probabilities are those of the whole rows (fp32 to 1e-4; bf16 autocast to 0.05)."""
+    from agentmath.rl.batch import TrainSample, collate_samples, shared_prefix
+    from agentmath.rl.update import _forward_logp
+
+    tok = build_tokenizer(synthetic_conversations(40), vocab_size=300)
+    model = build_model(tok, "nano", seed=0).to("cuda")
+    g = torch.Generator().manual_seed(0)
+    prompt = torch.randint(3, 290, (37,), generator=g).tolist()
+    samples = []
+    for n in (12, 30, 5, 21):
+        ids = prompt + torch.randint(3, 290, (n,), generator=g).tolist()
+        samples.append(TrainSample(ids, [0] * 37 + [1] * n, [-0.5] * len(ids), 1.0, 1.0))
+    whole = collate_samples(samples, pad_id=0).to("cuda")
+    split = collate_samples(samples, pad_id=0, prefix=shared_prefix(samples)).to("cuda")
+    with torch.no_grad(), torch.autocast("cuda", dtype=torch.bfloat16, enabled=bf16):
+        whole_logp = _forward_logp(model, whole)[1][whole.mask]
+        split_logp = _forward_logp(model, split)[1][split.mask]
+    assert torch.allclose(whole_logp, split_logp, atol=0.05 if bf16 else 1e-4)
