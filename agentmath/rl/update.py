@@ -74,11 +74,13 @@ def _forward_logp(model: Any, batch: TensorBatch) -> tuple[Any, Any]:
     if batch.prefix_ids is None:
         logits = model(input_ids=batch.input_ids).logits
     else:
-        cache = model(input_ids=batch.prefix_ids, use_cache=True,
-                      logits_to_keep=1).past_key_values
-        if cache is None:
-            raise ConfigError("the model returned no KV cache for the shared prompt: set "
-                                "loss.share_prompt=0 to train it on whole rows")
+        # the forward fills the cache it is given, in place (the generator's way too)
+        cache = require("transformers", "train").DynamicCache(config=model.config)
+        model(input_ids=batch.prefix_ids, use_cache=True, logits_to_keep=1,
+              **{cache_argument(): cache})
+        if cache.get_seq_length() != batch.prefix_ids.shape[1]:
+            raise ConfigError("the model kept no KV cache for the shared prompt: set "
+                              "loss.share_prompt=0 to train it on whole rows")
         cache.batch_repeat_interleave(batch.input_ids.shape[0])
         logits = model(input_ids=batch.input_ids, use_cache=True,
                        **{cache_argument(): cache}).logits
