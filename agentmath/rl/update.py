@@ -74,8 +74,9 @@ def _forward_logp(model: Any, batch: TensorBatch) -> tuple[Any, Any]:
     if batch.prefix_ids is None:
         logits = model(input_ids=batch.input_ids).logits
     else:
-        # the forward fills the cache it is given, in place (the generator's way too)
-        cache = require("transformers", "train").DynamicCache(config=model.config)
+        # the forward fills the cache it is given, in place (the generator's way too); no
+        # config: the model may be wrapped for data parallelism, and full layers suit a prompt
+        cache = require("transformers", "train").DynamicCache()
         model(input_ids=batch.prefix_ids, use_cache=True, logits_to_keep=1,
               **{cache_argument(): cache})
         if cache.get_seq_length() != batch.prefix_ids.shape[1]:
