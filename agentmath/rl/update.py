@@ -66,7 +66,7 @@ class UpdateStats:
     lr: float = 0.0
 
 
-def _forward_logp(model: Any, batch: TensorBatch) -> tuple[Any, Any]:
+def forward_logprobs(model: Any, batch: TensorBatch) -> tuple[Any, Any]:
     """Logits [B, T, V] of the batch's rows and the log-probabilities [B, T-1] of their ids.
     Right-padded rows need no attention mask (TensorBatch); a shared prefix runs once, and its
     KV cache, repeated for each row, is what the rows attend to before their own ids (the
@@ -104,7 +104,7 @@ class PolicyUpdater:
     def _old_logps(self, batches: list[TensorBatch]) -> list[Any]:
         torch = require("torch", "train")
         with torch.no_grad(), self.accelerator.autocast():
-            return [_forward_logp(self.model, b.to(self.accelerator.device))[1]
+            return [forward_logprobs(self.model, b.to(self.accelerator.device))[1]
                     for b in batches]
 
     def _ref_logps(self, batch: TensorBatch) -> Any:
@@ -112,7 +112,7 @@ class PolicyUpdater:
         if self.ref_model is None:
             return None
         with torch.no_grad(), self.accelerator.autocast():
-            return _forward_logp(self.ref_model, batch)[1]
+            return forward_logprobs(self.ref_model, batch)[1]
 
     def _denominator(self, batches: list[TensorBatch]) -> float:
         if self.config.loss.aggregation == "token":
@@ -127,7 +127,7 @@ class PolicyUpdater:
         for i, batch in enumerate(batches):
             batch = batch.to(device)
             with self.accelerator.autocast():
-                logits, logp = _forward_logp(self.model, batch)
+                logits, logp = forward_logprobs(self.model, batch)
             old_logp = old[i].to(device) if old is not None else logp.detach()
             loss, st = policy_loss(
                 logp, old_logp, batch.advantages, batch.mask, clip_low=loss_cfg.clip_low,

@@ -19,6 +19,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.slow]
     ("eval_overhead.py", "harness overhead per sample"),
     ("generator.py", "multi-turn x3, continuous + prefix cache"),
     ("demo_start.py", "the demo's start"),
+    ("shared_prompt.py", "shared prompt s"),
 ])
 def test_benchmark_runs_and_prints_its_table(script: str, expect: str,
                                              request: pytest.FixtureRequest) -> None:

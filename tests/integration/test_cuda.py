@@ -114,7 +114,7 @@ def test_a_shared_prompt_on_cuda_gives_the_rows_logprobs(bf16: bool) -> None:
     """The update's shared-prompt forward (loss.share_prompt) on the GPU: the trained tokens'
     log-probabilities are those of the whole rows (fp32 to 1e-4; bf16 autocast to 0.05)."""
     from agentmath.rl.batch import TrainSample, collate_samples, shared_prefix
-    from agentmath.rl.update import _forward_logp
+    from agentmath.rl.update import forward_logprobs
 
     tok = build_tokenizer(synthetic_conversations(40), vocab_size=300)
     model = build_model(tok, "nano", seed=0).to("cuda")
@@ -127,6 +127,6 @@ def test_a_shared_prompt_on_cuda_gives_the_rows_logprobs(bf16: bool) -> None:
     whole = collate_samples(samples, pad_id=0).to("cuda")
     split = collate_samples(samples, pad_id=0, prefix=shared_prefix(samples)).to("cuda")
     with torch.no_grad(), torch.autocast("cuda", dtype=torch.bfloat16, enabled=bf16):
-        whole_logp = _forward_logp(model, whole)[1][whole.mask]
-        split_logp = _forward_logp(model, split)[1][split.mask]
+        whole_logp = forward_logprobs(model, whole)[1][whole.mask]
+        split_logp = forward_logprobs(model, split)[1][split.mask]
     assert torch.allclose(whole_logp, split_logp, atol=0.05 if bf16 else 1e-4)

@@ -1,6 +1,6 @@
 """A GRPO group's samples share their prompt: the update runs it once per micro-batch and the
 rows attend to its KV cache (agentmath/rl/batch.py prefix_micro_batches, agentmath/rl/update.py
-_forward_logp; ``loss.share_prompt``). The log-probabilities and gradients are those of the
+forward_logprobs; ``loss.share_prompt``). The log-probabilities and gradients are those of the
 whole rows, to float rounding."""
 
 from __future__ import annotations
@@ -57,10 +57,10 @@ pytest.importorskip("transformers")
 
 
 def _trained_logp_and_grads(model: Any, batch: Any) -> tuple[Any, list[Any]]:
-    from agentmath.rl.update import _forward_logp
+    from agentmath.rl.update import forward_logprobs
 
     model.zero_grad(set_to_none=True)
-    _, logp = _forward_logp(model, batch)
+    _, logp = forward_logprobs(model, batch)
     weights = batch.advantages[:, None].expand_as(logp)
     (logp[batch.mask] * weights[batch.mask]).sum().backward()
     return logp.detach()[batch.mask], [p.grad.clone() for p in model.parameters()]
