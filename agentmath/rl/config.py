@@ -53,12 +53,13 @@ class LossConfig(StrictModel):
         "a step; the ratio and clip then matter)."))
     micro_batch_size: int = Field(16, ge=1, le=4096, description=(
         "Sequences per forward/backward pass (gradient accumulation inside a mini-batch)."))
-    share_prompt: int = Field(32, ge=0, le=10**6, description=(
+    share_prompt: int = Field(64, ge=0, le=10**6, description=(
         "Run the prompt a micro-batch's rows share once, its KV cache repeated for each row, "
         "when it is at least this many tokens (0: never): a GRPO group's samples share their "
         "prompt, so micro-batches are cut per prompt. The same log-probabilities and gradients "
         "to float rounding (Prefix Grouper, arXiv 2506.05433), less compute where prompts are "
-        "long (a system prompt with a tools schema)."))
+        "long (a system prompt with a tools schema); below ~64-96 tokens cutting per prompt "
+        "costs about what it saves (benchmarks/shared_prompt.py)."))
 
 
 class OptimConfig(StrictModel):

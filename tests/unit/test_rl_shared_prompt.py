@@ -46,7 +46,7 @@ def test_micro_batches_are_cut_per_prompt() -> None:
 
 
 def test_share_prompt_is_a_bounded_setting() -> None:
-    assert LossConfig().share_prompt == 32
+    assert LossConfig().share_prompt == 64
     assert LossConfig(share_prompt=0).share_prompt == 0
     with pytest.raises(ValueError, match="share_prompt"):
         LossConfig(share_prompt=-1)
