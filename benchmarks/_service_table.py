@@ -85,8 +85,6 @@ SERVICE_NOTE = ("the client (httpx or raw HTTP/1.1 on asyncio, this process) run
 def _one_core_rows(r: dict[str, Any]) -> list[tuple[str, str, str, str, str]]:
     """The same run pinned to one CPU (benchmarks/_floor.one_core), against ``python -c`` on
     that CPU: the client, the sandbox's workers and the baseline's interpreters on one core."""
-    if "one_core_base" not in r:  # --quick: not measured
-        return []
     base = pct(r["one_core_base"], 0.5)
     rt = pct(r["one_core_rt_uvloop"], 0.5)
     ratio = r["one_core_tput_uvloop"] / r["one_core_base_tput"]

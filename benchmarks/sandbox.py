@@ -320,14 +320,10 @@ async def trivial_in_process(quick: bool) -> tuple[list[float], float]:
 def machine_share(quick: bool) -> dict[str, Any]:
     """The floors under the in-process figures and the in-process figures again on uvloop
     (:func:`_floor.floors`), then all of it and the baseline pinned to one CPU
-    (:func:`_floor.one_core`): the machine's share of the round trip. ``--quick`` leaves the
-    pinned rows out: a smoke run shares the machine with other jobs, and pinned to a CPU one
-    of them saturates, the sandbox's start waited past its 60 s bound (seen once in the test
-    suite beside the Ray and vLLM tests)."""
+    (:func:`_floor.one_core`): the machine's share of the round trip."""
     out = floors(quick, lambda: trivial_in_process(quick))
-    if not quick:
-        out.update(one_core(quick, lambda: trivial_in_process(quick),
-                            lambda: baseline(TRIVIAL, 40)))
+    out.update(one_core(quick, lambda: trivial_in_process(quick),
+                        lambda: baseline(TRIVIAL, 4 if quick else 40)))
     return out
 
 
