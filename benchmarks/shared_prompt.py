@@ -56,11 +56,10 @@ def one_update(model: Any, samples: list[Any], micro: int, share: int) -> tuple[
     sample order."""
     import torch
 
-    from agentmath.rl.batch import collate_samples, micro_batches, prefix_micro_batches
+    from agentmath.rl.batch import collate_samples, prefix_micro_batches
     from agentmath.rl.update import forward_logprobs
 
-    plan = (prefix_micro_batches(samples, micro, share) if share
-            else [(mb, 0) for mb in micro_batches(samples, micro)])
+    plan = prefix_micro_batches(samples, micro, share)  # as the updater plans (0: whole rows)
     model.zero_grad(set_to_none=True)
     found: dict[int, Any] = {}
     start = time.perf_counter()

@@ -164,8 +164,11 @@ def prefix_micro_batches(samples: list[TrainSample], size: int,
     Samples are bucketed by the ids before their first trained token (a GRPO group's samples
     share their prompt; Prefix Grouper, arXiv 2506.05433, shares it the same way), each bucket
     cut into slices of ``size`` by length. A slice that shares fewer than ``min_prefix`` ids,
-    or has one row, is pooled with the rest and micro-batched whole (:func:`micro_batches`).
+    or has one row, is pooled with the rest and micro-batched whole (:func:`micro_batches`);
+    ``min_prefix`` 0 shares nothing (``loss.share_prompt = 0``).
     """
+    if min_prefix == 0:
+        return [(chunk, 0) for chunk in micro_batches(samples, size)]
     buckets: dict[tuple[int, ...], list[TrainSample]] = {}
     for s in samples:
         buckets.setdefault(tuple(s.ids[:_loss_start(s)]), []).append(s)
@@ -174,7 +177,7 @@ def prefix_micro_batches(samples: list[TrainSample], size: int,
     for bucket in buckets.values():
         for chunk in micro_batches(bucket, size):
             prefix = shared_prefix(chunk) if len(chunk) > 1 else 0
-            if prefix >= min_prefix and prefix > 0:
+            if prefix >= min_prefix:
                 planned.append((chunk, prefix))
             else:
                 whole += chunk

@@ -26,7 +26,6 @@ from agentmath.rl.batch import (
     TensorBatch,
     TrainSample,
     collate_samples,
-    micro_batches,
     prefix_micro_batches,
     to_train_sample,
 )
@@ -154,13 +153,6 @@ class PolicyUpdater:
         self.scheduler.step()
         self.optimizer.zero_grad(set_to_none=True)
 
-    def _plan(self, samples: list[TrainSample]) -> list[tuple[list[TrainSample], int]]:
-        """The micro-batches of one mini-batch, each with its shared prefix's length."""
-        cfg = self.config.loss
-        if cfg.share_prompt == 0:
-            return [(mb, 0) for mb in micro_batches(samples, cfg.micro_batch_size)]
-        return prefix_micro_batches(samples, cfg.micro_batch_size, cfg.share_prompt)
-
     def update(self, groups: list[ScoredGroup]) -> UpdateStats:
         """Advantages, then ``mini_batches`` optimizer steps over the groups' samples."""
         cfg = self.config.loss
@@ -173,8 +165,9 @@ class PolicyUpdater:
         self.model.train()
         n_mini = min(cfg.mini_batches, len(samples))
         minis = [samples[i::n_mini] for i in range(n_mini)]
-        tensor_minis = [[collate_samples(mb, self.pad_id, prefix)
-                         for mb, prefix in self._plan(mini)] for mini in minis]
+        tensor_minis = [[collate_samples(mb, self.pad_id, prefix) for mb, prefix in
+                         prefix_micro_batches(mini, cfg.micro_batch_size, cfg.share_prompt)]
+                        for mini in minis]
         olds = ([self._old_logps(b) for b in tensor_minis] if n_mini > 1
                 else [None] * n_mini)
         for batches, old in zip(tensor_minis, olds, strict=True):

@@ -43,6 +43,10 @@ def test_micro_batches_are_cut_per_prompt() -> None:
     assert sorted(len(s.ids) for s in whole) == [7, 8, 12, 45]
     assert sum(len(mb) for mb, _ in plan) == 8
     assert all(len(mb) <= 2 for mb, _ in plan)
+    # 0 shares nothing: the whole rows, micro-batched by length as before
+    unshared = prefix_micro_batches(group_a + group_b, size=2, min_prefix=0)
+    assert [p for _, p in unshared] == [0, 0, 0]
+    assert [sorted(len(s.ids) for s in mb) for mb, _ in unshared] == [[43, 44], [45, 52], [56]]
 
 
 def test_share_prompt_is_a_bounded_setting() -> None:
