@@ -81,8 +81,12 @@ Deviations from the issue's sketch, forced by the facts:
   graded by the same grader on the same problems, so the two should agree up to the parsers'
   edge cases (a malformed call).
 * The demo's GRPO uses void-turn filtering and a tool-call budget that grows in stages; here
-  neither (TRL has no equivalent): one budget (6 tool calls) and no filters for both. Dynamic
-  sampling is off for agentmath (TRL has none); ``--dynamic-sampling`` turns it on.
+  neither (TRL has no equivalent): one budget (6 tool calls) and no filters for both.
+  agentmath runs with dynamic sampling, its default (``RLConfig.dynamic_sampling``, DAPO: a
+  group whose rewards are all equal carries no gradient, so the step draws more groups from
+  the same prompt stream until 8 with signal are found; the extra generation is in its wall
+  time). TRL has none; ``--no-dynamic-sampling`` turns it off for a step-for-step identical
+  objective (the comparison's runs before 2026-11-28 10:00 were made that way).
 * Budgets cannot be made identical: TRL's ``max_completion_length`` counts model AND tool tokens
   after the prompt; agentmath counts model tokens (``max_model_tokens`` = the same number) and a
   context budget (``max_total_tokens`` = the longest training prompt + the same number).
@@ -581,8 +585,9 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
                    help="agentmath's rollout mode")
     p.add_argument("--goal-protocol", choices=["own", "text", "native"], default="own",
                    help="protocol the goal's accuracies are read in (own: each trainer's)")
-    p.add_argument("--dynamic-sampling", action="store_true",
-                   help="agentmath's dynamic sampling on (TRL has none)")
+    p.add_argument("--dynamic-sampling", action=argparse.BooleanOptionalAction, default=True,
+                   help="agentmath's dynamic sampling, its default (TRL has none); "
+                        "--no-dynamic-sampling for the identical objective")
     p.add_argument("--threads", type=int, default=None,
                    help="OMP_NUM_THREADS for the whole run (default: torch's own choice)")
     p.add_argument("--no-native-eval", action="store_true",

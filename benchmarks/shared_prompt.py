@@ -4,6 +4,7 @@
     python benchmarks/shared_prompt.py --json
     python benchmarks/shared_prompt.py --quick    # a smoke run: one short prompt, 2 x 4 rows
     python benchmarks/shared_prompt.py --prompts 240 --groups 8 --group-size 8
+    python benchmarks/shared_prompt.py --device cuda --size small   # on a GPU
 
 A GRPO step's samples come in groups that share their prompt. The update either forwards
 every row whole (``share_prompt = 0``) or runs each group's prompt once and the rows' own
@@ -11,8 +12,9 @@ tokens against its KV cache (``agentmath/rl/update.py``, ``forward_logprobs``). 
 length, the same synthetic samples (``--groups`` x ``--group-size`` rows, each row's own
 tokens uniform in 100-320, the demo's budget; random ids, loss on the row's own tokens) go
 through the forward and backward of the whole update both ways, micro-batched as the updater
-does (``--micro-batch`` rows; per prompt when shared), on a fresh ``micro`` model, one CPU
-thread unless ``--threads``. Printed: seconds per update (median of ``--repeats``), the speed-up,
+does (``--micro-batch`` rows; per prompt when shared), on a fresh ``--size`` model (``micro``),
+on ``--device`` (the CPU, one thread unless ``--threads``; on CUDA the clock waits for the
+device). Printed: seconds per update (median of ``--repeats``), the speed-up,
 and the largest difference of a trained token's log-probability between the two (float
 rounding: the two are the same computation reordered).
 """
@@ -51,27 +53,33 @@ def samples_for(prompt_len: int, groups: int, group_size: int, vocab: int,
     return out
 
 
-def one_update(model: Any, samples: list[Any], micro: int, share: int) -> tuple[float, Any]:
+def one_update(model: Any, samples: list[Any], micro: int, share: int,
+               device: str = "cpu") -> tuple[float, Any]:
     """Seconds of one update's forwards and backwards; the trained log-probabilities, in
-    sample order."""
+    sample order (on the CPU)."""
     import torch
 
     from agentmath.rl.batch import collate_samples, prefix_micro_batches
     from agentmath.rl.update import forward_logprobs
 
     plan = prefix_micro_batches(samples, micro, share)  # as the updater plans (0: whole rows)
+    cuda = device.startswith("cuda")
     model.zero_grad(set_to_none=True)
     found: dict[int, Any] = {}
+    if cuda:
+        torch.cuda.synchronize()
     start = time.perf_counter()
     for rows, prefix in plan:
-        batch = collate_samples(rows, pad_id=0, prefix=prefix)
+        batch = collate_samples(rows, pad_id=0, prefix=prefix).to(device)
         _, logp = forward_logprobs(model, batch)
         weights = batch.advantages[:, None].expand_as(logp)
         (logp[batch.mask] * weights[batch.mask]).sum().backward()
         for i, row in enumerate(rows):
             found[id(row)] = logp.detach()[i][batch.mask[i]]
+    if cuda:
+        torch.cuda.synchronize()
     seconds = time.perf_counter() - start
-    return seconds, torch.cat([found[id(s)] for s in samples])
+    return seconds, torch.cat([found[id(s)].cpu() for s in samples])
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -83,6 +91,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--micro-batch", type=int, default=16)
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--device", default="cpu", help="cpu, or cuda where there is a GPU")
+    ap.add_argument("--size", default="micro", help="tiny model size (agentmath.models.tiny)")
     ap.add_argument("--json", action="store_true", help="print one JSON object")
     ap.add_argument("--quick", action="store_true", help="a smoke run (seconds)")
     ns = ap.parse_args(argv)
@@ -95,7 +105,7 @@ def main(argv: list[str] | None = None) -> int:
 
     torch.set_num_threads(ns.threads)
     tokenizer = build_tokenizer(["1 + 1 = 2. The answer is \\boxed{2}."] * 20, vocab_size=300)
-    model = build_model(tokenizer, "micro", seed=0)
+    model = build_model(tokenizer, ns.size, seed=0).to(ns.device)
     model.train()
     vocab = len(tokenizer)
     rows = []
@@ -105,20 +115,22 @@ def main(argv: list[str] | None = None) -> int:
         logps: dict[str, Any] = {}
         for _ in range(ns.repeats):
             for name, share in (("whole", 0), ("shared", 1)):
-                seconds, logps[name] = one_update(model, samples, ns.micro_batch, share)
+                seconds, logps[name] = one_update(model, samples, ns.micro_batch, share,
+                                                  ns.device)
                 times[name].append(seconds)
         whole, shared = statistics.median(times["whole"]), statistics.median(times["shared"])
         rows.append({"prompt_tokens": prompt_len, "rows": len(samples),
                      "row_tokens_mean": statistics.mean(len(s.ids) for s in samples),
                      "whole_s": whole, "shared_s": shared, "speedup": whole / shared,
                      "max_logp_diff": float((logps["whole"] - logps["shared"]).abs().max())})
-    result = {"model": "micro", "threads": ns.threads, "micro_batch": ns.micro_batch,
-              "repeats": ns.repeats, "torch": torch.__version__, "rows": rows}
+    result = {"model": ns.size, "device": ns.device, "threads": ns.threads,
+              "micro_batch": ns.micro_batch, "repeats": ns.repeats,
+              "torch": torch.__version__, "rows": rows}
     if ns.json:
         print(json.dumps(result))
         return 0
     print_table(f"The update's forwards and backwards, {ns.groups} x {ns.group_size} rows, "
-                f"micro model, {ns.threads} thread(s), median of {ns.repeats}",
+                f"{ns.size} model on {ns.device}, {ns.threads} thread(s), median of {ns.repeats}",
                 ["prompt tokens", "row tokens (mean)", "whole rows s", "shared prompt s",
                  "speed-up", "max |logp diff|"],
                 [[str(r["prompt_tokens"]), f"{r['row_tokens_mean']:.0f}", f"{r['whole_s']:.2f}",

@@ -130,3 +130,23 @@ def test_a_shared_prompt_on_cuda_gives_the_rows_logprobs(bf16: bool) -> None:
         whole_logp = forward_logprobs(model, whole)[1][whole.mask]
         split_logp = forward_logprobs(model, split)[1][split.mask]
     assert torch.allclose(whole_logp, split_logp, atol=0.05 if bf16 else 1e-4)
+
+
+def test_lora_grpo_on_cuda_with_bf16_and_a_shared_prompt(tiny_model_dir: Path,
+                                                         tmp_path: Path) -> None:
+    """DeepMath's recipe shape on the GPU: a LoRA adapter trained by GRPO under bf16 autocast,
+    every group's prompt run once (share_prompt 1: whatever the tiny prompts' length); the
+    merged model differs from the base in linear layers only."""
+    pytest.importorskip("peft")
+    from safetensors.torch import load_file
+
+    cfg = rl_config(tiny_model_dir, steps=2, device="cuda", optim__bf16=True,
+                    optim__lora=True, optim__lora_r=4, optim__learning_rate=1e-2,
+                    loss__share_prompt=1)
+    result = train_rl(cfg, tmp_path / "lora", progress=False)
+    rows = read_steps(result.metrics)
+    assert result.policy_version >= 1 and all(r.grad_norm == r.grad_norm for r in rows)
+    base = load_file(str(tiny_model_dir / "model.safetensors"))
+    tuned = load_file(str(Path(result.final_dir, "model.safetensors")))
+    changed = [k for k in base if not torch.equal(base[k], tuned[k])]
+    assert changed and not any("norm" in k for k in changed)

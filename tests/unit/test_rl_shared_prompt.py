@@ -67,16 +67,27 @@ def _trained_logp_and_grads(model: Any, batch: Any) -> tuple[Any, list[Any]]:
     _, logp = forward_logprobs(model, batch)
     weights = batch.advantages[:, None].expand_as(logp)
     (logp[batch.mask] * weights[batch.mask]).sum().backward()
-    return logp.detach()[batch.mask], [p.grad.clone() for p in model.parameters()]
+    return logp.detach()[batch.mask], [None if p.grad is None else p.grad.clone()
+                                       for p in model.parameters()]
 
 
-def test_a_shared_prompt_gives_the_rows_logprobs_and_gradients() -> None:
+@pytest.mark.parametrize("lora", [False, True], ids=["full", "lora"])
+def test_a_shared_prompt_gives_the_rows_logprobs_and_gradients(lora: bool) -> None:
     from agentmath.models.tiny import build_model, build_tokenizer
     from agentmath.rl.batch import collate_samples
+    from agentmath.train.plumbing import load_for_training
     from tests.fixtures.corpus import synthetic_conversations
 
     tok = build_tokenizer(synthetic_conversations(40), vocab_size=300)
     model = build_model(tok, "nano", seed=0)
+    if lora:  # PEFT's wrapper passes the cache through to the base model
+        pytest.importorskip("peft")
+        model, _ = load_for_training(model, tok, seed=0, lora=True, lora_r=4)
+        with torch.no_grad():  # LoRA's B starts at zero: give the adapters an effect
+            for name, p in model.named_parameters():
+                if "lora_B" in name:
+                    p.normal_(0.0, 0.05)
+        assert any(p.requires_grad for p in model.parameters())
     g = torch.Generator().manual_seed(0)
     prompt = torch.randint(3, 290, (37,), generator=g).tolist()
     samples = [_sample(prompt + torch.randint(3, 290, (n,), generator=g).tolist(), 37,
