@@ -28,6 +28,13 @@ model and problems once per row, each row in a process of its own
 * today's demo settings (``agentmath.recipes.demo.rl_config``: a first budget stage of 2 tool
   calls, void-turn filtering), which change what a step generates, not only how fast.
 
+After the rows, the floor under them (``benchmarks/_rl_step_floor.py``, one thread, a process
+of its own): transformers' forward of the same start model decoding the default row's tokens
+per step with every sequence always in one full decode batch of 64 (no sampling, tools, idle
+rows or uneven lengths), plus the default row's measured update. No generator that runs the
+model through transformers can roll out faster, so that sum bounds the speed-up any step of
+this configuration can reach over the first row here; printed beside the 5x target.
+
 Reported per row: mean seconds per step over the steps after the first (the first also
 warms caches), its rollout and update parts, model tokens generated per step and per second
 of rollout, groups trained per step, and the speed-up of the step over the first row's.
@@ -59,6 +66,8 @@ from _common import print_table, worktree  # noqa: E402
 
 BASELINE_REV = "b333b8a"  # main when the 18-46 s step was measured (issue 20 was filed)
 DRIVER = Path(__file__).resolve().parent / "_rl_step_driver.py"
+FLOOR = Path(__file__).resolve().parent / "_rl_step_floor.py"
+DEFAULT_ROW = "today, continuous + prefix cache (default)"
 
 
 @dataclass
@@ -80,7 +89,7 @@ def rows(rev: str) -> list[Row]:
         Row("today, gathered generator", None, "frozen", {"continuous": False}),
         Row("today, continuous batching", None, "frozen",
             {"continuous": True, "prefix_cache_rows": 0}),
-        Row("today, continuous + prefix cache (default)", None, "frozen"),
+        Row(DEFAULT_ROW, None, "frozen"),
         Row("today, continuous + prefix cache, generation batch 2x", None, "frozen",
             overrides={"generation_batch_factor": 2.0}),
         Row("today, the demo's own GRPO settings (stages, filters)", None, "demo"),
@@ -158,6 +167,28 @@ def run_row(row: Row, model: Path, data: Path, args: argparse.Namespace) -> dict
             "step_s_each": [round(r["step_s"], 2) for r in steps]}
 
 
+def floor(model: Path, data: Path, results: list[dict[str, Any]], quick: bool) -> dict[str, Any]:
+    """The rollout floor for the default row's tokens per step, and with that row's update:
+    the fastest step this configuration can take here (see the module docstring)."""
+    default = next(r for r in results if r["row"] == DEFAULT_ROW)
+    spec = {"model": str(model.resolve()), "data": str(data.resolve()),
+            "tokens": max(1, round(default["model_tokens_per_step"])),
+            "batch": 2 if quick else 64, "repeats": 1 if quick else 3}
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    done = subprocess.run([sys.executable, str(FLOOR), json.dumps(spec)], env=env,
+                          stdout=subprocess.PIPE, text=True, check=False)
+    found = [line[6:] for line in done.stdout.splitlines() if line.startswith("FLOOR ")]
+    if done.returncode != 0 or not found:
+        raise SystemExit(f"the floor measurement failed (exit {done.returncode})")
+    out = json.loads(found[-1])
+    out["update_s"] = default["train_s"]
+    out["step_floor_s"] = out["rollout_floor_s"] + default["train_s"]
+    base = results[0]["step_s"]
+    out["max_speedup"] = base / out["step_floor_s"] if out["step_floor_s"] else 0.0
+    out["target_5x_s"] = base / 5
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--model", type=Path, default=None, help="start model directory")
@@ -181,7 +212,9 @@ def main() -> None:
     base = results[0]["step_s"]
     for r in results:
         r["speedup"] = base / r["step_s"] if r["step_s"] else 0.0
-    out = {"model": str(model), "load_avg": os.getloadavg()[0], "results": results}
+    bound = floor(model, data, results, args.quick)
+    out = {"model": str(model), "load_avg": os.getloadavg()[0], "results": results,
+           "floor": bound}
     if args.json:
         print(json.dumps(out, indent=2))
         return
@@ -194,6 +227,12 @@ def main() -> None:
                   f"{r['rollout_tokens_per_s']:.0f}", f"{r['speedup']:.2f}x",
                   f"{r['reward_mean']:.2f}", f"{r['groups_trained']:.1f}",
                   " ".join(map(str, r["step_s_each"]))] for r in results])
+    print(f"floor: {bound['tokens']} tokens decoded in full batches of {bound['batch']} by "
+          f"transformers' forward take {bound['rollout_floor_s']:.2f} s "
+          f"({bound['decode_ms_per_step']:.1f} ms a decode step); with the default row's "
+          f"update ({bound['update_s']:.2f} s) a step takes at least "
+          f"{bound['step_floor_s']:.2f} s: at most {bound['max_speedup']:.2f}x over the first "
+          f"row (5x would be {bound['target_5x_s']:.2f} s a step)")
 
 
 if __name__ == "__main__":

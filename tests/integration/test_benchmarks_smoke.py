@@ -75,3 +75,8 @@ def test_rl_step_benchmark_json(tiny_model_dir: Path, tmp_path: Path) -> None:
     for r in out["results"]:
         assert r["steps"] == 2 and r["step_s"] > 0 and r["model_tokens_per_step"] > 0
     assert out["results"][0]["speedup"] == 1.0
+    # the floor: the default row's tokens decoded in full batches, plus its update
+    bound, default = out["floor"], out["results"][2]
+    assert bound["tokens"] >= default["model_tokens_per_step"] and bound["decode_steps"] >= 1
+    assert bound["step_floor_s"] == bound["rollout_floor_s"] + default["train_s"] > 0
+    assert bound["max_speedup"] > 0 and bound["target_5x_s"] == out["results"][0]["step_s"] / 5
