@@ -68,6 +68,10 @@ class SandboxConfig(StrictModel):
         "for short snippets, few enough that CPU-bound ones are not starved into timeouts."))
     spare_workers: int = Field(2, ge=0, le=64, description=(
         "Workers forked ahead of need so that a new session starts without waiting for fork."))
+    start_timeout_s: float = Field(60.0, gt=0, le=3600, description=(
+        "How long the zygote may take to start (it imports the preload modules) and a new "
+        "worker to report ready; past it the start fails with a SandboxError. Raise it on "
+        "a machine so loaded that importing numpy, sympy and scipy takes minutes."))
     allowed_modules: tuple[str, ...] = Field(DEFAULT_ALLOWED_MODULES, description=(
         "Top-level modules a snippet may import (usability layer; not the security boundary)."))
     preload: tuple[str, ...] = Field(DEFAULT_PRELOAD, description=(

@@ -39,7 +39,6 @@ _ZYGOTE_ENV = {
     # single-threaded (user namespaces require it, Landlock and seccomp bind one thread).
     "JE_ARROW_MALLOC_CONF": "background_thread:false",
 }
-_START_TIMEOUT_S = 60.0
 
 
 @functools.cache
@@ -234,13 +233,19 @@ class _Zygote:
         host.setblocking(False)
         self.dead = loop.create_future()
         try:
-            data = await asyncio.wait_for(loop.sock_recv(host, 1 << 20), _START_TIMEOUT_S)
+            data = await asyncio.wait_for(loop.sock_recv(host, 1 << 20),
+                                          self.config.start_timeout_s)
         except TimeoutError as exc:
             self.close_control()
             if self.proc is not None:
                 self.proc.kill()
+                self.proc.wait()
+            tail = self._stderr_tail()  # before wait() closes the file
             self.wait()
-            raise SandboxError("sandbox zygote did not start within 60 s") from exc
+            raise SandboxError(
+                f"sandbox zygote did not start within {self.config.start_timeout_s:g} s "
+                "(sandbox.start_timeout_s; it imports the preload modules first, so a loaded "
+                f"machine can take longer); its stderr: {tail}") from exc
         if not data:
             raise SandboxError(f"sandbox zygote failed to start: {self._stderr_tail()}")
         self.report = json.loads(data)
@@ -350,8 +355,12 @@ class _Zygote:
         self._workers[pid] = worker
         channel.on_lost = lambda: self.kill_worker(worker)
         try:
-            hello = await asyncio.wait_for(hello_fut, _START_TIMEOUT_S)
-        except (ConnectionResetError, TimeoutError) as exc:
+            hello = await asyncio.wait_for(hello_fut, cfg.start_timeout_s)
+        except TimeoutError as exc:
+            self.kill_worker(worker)
+            raise SandboxError(f"a sandbox worker did not report ready within "
+                               f"{cfg.start_timeout_s:g} s (sandbox.start_timeout_s)") from exc
+        except ConnectionResetError as exc:
             self.kill_worker(worker)
             raise SandboxError("a sandbox worker died while starting") from exc
         if "error" in hello:

@@ -439,3 +439,25 @@ def test_a_host_started_under_nice_10_still_runs_snippets() -> None:
                           timeout=120)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert '"stdout": "42\\n"' in proc.stdout
+
+
+def test_a_start_past_its_bound_is_a_sandbox_error_naming_the_setting() -> None:
+    """A zygote that has not reported ready within ``start_timeout_s`` (here far too short for
+    its imports) fails the pool's start with a SandboxError that names the setting to raise,
+    and leaves no process behind."""
+
+    async def start() -> None:
+        async with SandboxPool(SandboxConfig(start_timeout_s=0.001)):
+            raise AssertionError("the pool started within 1 ms")
+
+    def children() -> set[str]:
+        tasks = "/proc/self/task"
+        return {pid for tid in os.listdir(tasks)
+                for pid in open(f"{tasks}/{tid}/children").read().split()}
+
+    before = children()
+    with pytest.raises(SandboxError, match=r"within 0.001 s \(sandbox.start_timeout_s"):
+        asyncio.run(start())
+    assert children() <= before  # the zygote was killed and reaped
+    with pytest.raises(ValueError, match="start_timeout_s"):
+        SandboxConfig(start_timeout_s=0)
