@@ -85,6 +85,12 @@ class SandboxConfig(StrictModel):
         "Never for real use: a disabled protection is reported inactive in `protections` and "
         "fails require_isolation."))
 
+    #: Fields that change how many snippets run at once or how the pool starts, never what a
+    #: snippet returns: a resumed evaluation may change them (not its identity).
+    RESUMABLE_FIELDS: ClassVar[frozenset[str]] = frozenset(
+        {"max_sessions", "max_concurrency", "spare_workers", "start_timeout_s", "base_uid",
+         "require_isolation"})
+
 
 TrackerName = Literal["jsonl", "tensorboard", "wandb"]
 TRACKERS: tuple[str, ...] = ("jsonl", "tensorboard", "wandb")

@@ -31,7 +31,7 @@ from agentmath import __version__
 from agentmath.agent.trajectory import Trajectory
 from agentmath.backends.base import Backend, SamplingParams
 from agentmath.backends.registry import BackendSettings
-from agentmath.config import EvalConfig, RolloutConfig
+from agentmath.config import EvalConfig, RolloutConfig, SandboxConfig
 from agentmath.datasets import Task
 from agentmath.eval.records import SampleRecord, read_samples
 from agentmath.eval.results import EvalProgress, EvalResult, RunMetrics
@@ -66,7 +66,10 @@ log = logging.getLogger(__name__)
 def identity(config: EvalConfig) -> dict[str, Any]:
     """The config fields that determine results (what a resumed run must not change)."""
     data = config.model_dump(mode="json")
-    return {k: v for k, v in data.items() if k not in EvalConfig.RESUMABLE_FIELDS}
+    out = {k: v for k, v in data.items() if k not in EvalConfig.RESUMABLE_FIELDS}
+    out["sandbox"] = {k: v for k, v in out["sandbox"].items()
+                      if k not in SandboxConfig.RESUMABLE_FIELDS}
+    return out
 
 
 def _versions() -> dict[str, str]:

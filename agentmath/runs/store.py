@@ -33,7 +33,8 @@ from agentmath.runs.files import (
 from agentmath.runs.fingerprint import describe_change
 
 __all__ = ["CONFIG_FILE", "DATASET_KEY", "METRICS_FILE", "RECORD_KEY", "RETRIED_FILE",
-           "SAMPLES_FILE", "SampleWriter", "check_or_write_config", "drop_errors", "is_error",
+           "SAMPLES_FILE", "SampleWriter", "check_or_write_config", "drop_errors",
+           "identity_differences", "is_error",
            "load_records", "read_json_object", "unique_records", "write_json_atomic",
            "write_jsonl_atomic"]
 
@@ -73,6 +74,24 @@ def read_json_object(path: Path) -> dict[str, Any]:
     return data
 
 
+def identity_differences(saved: dict[str, Any], now: dict[str, Any],
+                         prefix: str = "") -> list[str]:
+    """Each identity field whose saved value differs from the current one, as
+    ``field: saved X, now Y``. A group of settings (a dict on both sides, e.g. ``sandbox``) is
+    compared field by field on the fields the current code counts: one that a newer version
+    no longer counts (it moved to a config's resumable fields) is ignored, so a run saved
+    before that still resumes; one added to the identity since must match."""
+    out: list[str] = []
+    for key in sorted(set(saved) | set(now)):
+        old, new = saved.get(key), now.get(key)
+        if isinstance(old, dict) and isinstance(new, dict):
+            out += identity_differences({k: v for k, v in old.items() if k in new}, new,
+                                        f"{prefix}{key}.")
+        elif old != new:
+            out.append(f"{prefix}{key}: saved {old!r}, now {new!r}")
+    return out
+
+
 def check_or_write_config(run_dir: Path, identity: dict[str, Any], full: dict[str, Any],
                           dataset: dict[str, Any] | None = None) -> bool:
     """Save the run's config (and ``dataset``, its fingerprint), or check that a resumed run
@@ -90,8 +109,7 @@ def check_or_write_config(run_dir: Path, identity: dict[str, Any], full: dict[st
         return False
     document = read_json_object(path)
     saved = document.get("identity") if isinstance(document.get("identity"), dict) else {}
-    problems = [f"{k}: saved {saved.get(k)!r}, now {identity.get(k)!r}"
-                for k in sorted(set(saved) | set(identity)) if saved.get(k) != identity.get(k)]
+    problems = identity_differences(saved, identity)
     saved_data = document.get(DATASET_KEY)
     if dataset is not None and isinstance(saved_data, dict):
         change = describe_change(saved_data, dataset)

@@ -145,6 +145,36 @@ def test_retry_and_timeout_settings_are_bounded_and_resumable() -> None:
             _config(**bad)
 
 
+def test_the_sandbox_pool_settings_may_change_on_resume_but_not_its_limits(
+        tmp_path: Path) -> None:
+    """How many snippets run at once and how the pool starts never change what a snippet
+    returns, so a resumed run may change them; its limits (time, memory, output) may not,
+    and the refusal names the setting."""
+    first = _config(sandbox={"spare_workers": 0, "max_sessions": 8})
+    assert check_or_write_config(tmp_path, identity(first), {}) is False
+    resumed = _config(sandbox={"spare_workers": 2, "max_sessions": 64, "start_timeout_s": 300,
+                               "max_concurrency": 3})
+    assert check_or_write_config(tmp_path, identity(resumed), {}) is True
+    with pytest.raises(ConfigError, match=r"sandbox\.timeout_s: saved 10\.0, now 5\.0"):
+        check_or_write_config(tmp_path, identity(_config(sandbox={"timeout_s": 5})), {})
+
+
+def test_a_run_saved_when_every_sandbox_field_was_identity_still_resumes(
+        tmp_path: Path) -> None:
+    """Before the pool settings were resumable a run saved the whole sandbox config (and no
+    start_timeout_s, which did not exist): fields the identity no longer counts are ignored."""
+    config = _config()
+    saved = identity(config)
+    saved["sandbox"] = {**config.sandbox.model_dump(mode="json", exclude={"start_timeout_s"}),
+                        "max_sessions": 3}
+    (tmp_path / CONFIG_FILE).write_text(json.dumps({"identity": saved}))
+    assert check_or_write_config(tmp_path, identity(config), {}) is True
+    saved["sandbox"]["memory_mb"] = 512  # a limit that counts
+    (tmp_path / CONFIG_FILE).write_text(json.dumps({"identity": saved}))
+    with pytest.raises(ConfigError, match=r"sandbox\.memory_mb: saved 512, now 1024"):
+        check_or_write_config(tmp_path, identity(config), {})
+
+
 # ------------------------------------------------------------------------- errored samples
 
 
