@@ -17,7 +17,8 @@ import signal
 import socket
 import statistics
 import time
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 __all__ = ["floors", "on_loop", "one_core", "pingpong_p50_ms"]
@@ -89,6 +90,22 @@ def floors(quick: bool, in_process: Callable[[], Coroutine[Any, Any, tuple[list[
     return out
 
 
+@contextmanager
+def pinned_to_one_cpu(pin: bool = True) -> Iterator[None]:
+    """This process and every process it starts pinned to one CPU (its lowest allowed) within
+    the block, the affinity restored after. ``pin`` False (a smoke run, which shares the
+    machine with other jobs) leaves the affinity alone: pinned to a CPU that another job
+    saturated, the sandbox's start once waited past its 60 s bound in the test suite, beside
+    the Ray and vLLM tests."""
+    saved = os.sched_getaffinity(0)
+    if pin:
+        os.sched_setaffinity(0, {min(saved)})
+    try:
+        yield
+    finally:
+        os.sched_setaffinity(0, saved)
+
+
 def one_core(quick: bool,
              in_process: Callable[[], Coroutine[Any, Any, tuple[list[float], float]]],
              baseline: Callable[[], tuple[list[float], float]]) -> dict[str, Any]:
@@ -97,21 +114,14 @@ def one_core(quick: bool,
     affinity restored. On a VM a message between two processes on two CPUs waits for the
     other CPU to be woken (an inter-processor interrupt through the hypervisor); on one CPU
     the kernel switches to the woken process directly. What that costs the round trip is the
-    difference between these rows and the unpinned ones of the same run. ``quick`` (a smoke run,
-    which shares the machine with other jobs) leaves the affinity alone: pinned to a CPU that
-    another job saturated, the sandbox's start once waited past its 60 s bound in the test
-    suite, beside the Ray and vLLM tests."""
-    saved = os.sched_getaffinity(0)
-    if not quick:
-        os.sched_setaffinity(0, {min(saved)})
+    difference between these rows and the unpinned ones of the same run. ``quick`` leaves the
+    affinity alone (:func:`pinned_to_one_cpu`)."""
     n = 500 if quick else 5000
-    try:
+    with pinned_to_one_cpu(not quick):
         out: dict[str, Any] = {
             "one_core_floor_uvloop": on_loop("uvloop", lambda: pingpong_p50_ms(n, freeze=False)),
             "one_core_floor_freeze_uvloop": on_loop(
                 "uvloop", lambda: pingpong_p50_ms(n, freeze=True))}
         out["one_core_rt_uvloop"], out["one_core_tput_uvloop"] = on_loop("uvloop", in_process)
         out["one_core_base"], out["one_core_base_tput"] = baseline()
-    finally:
-        os.sched_setaffinity(0, saved)
     return out

@@ -27,8 +27,9 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")  # one core per run, as in the dem
 
 def prompts(tokenizer: object, data: str, batch: int) -> list[list[int]]:
     """The first ``batch`` problems of the training file as token ids (repeated if fewer)."""
-    with open(data, encoding="utf-8") as fh:
-        problems = [json.loads(line)["problem"] for line in fh if line.strip()]
+    from agentmath.jsonl import read_jsonl
+
+    problems = [row["problem"] for row in read_jsonl(data, require=("problem",))]
     ids = [tokenizer(p)["input_ids"] for p in problems[:batch]]  # type: ignore[operator]
     return [ids[i % len(ids)] for i in range(batch)]
 

@@ -28,7 +28,7 @@ import time
 from typing import Any
 
 from _common import pct, print_table
-from _floor import floors, one_core
+from _floor import floors, one_core, pinned_to_one_cpu
 from _service import service_measure
 from _service_table import print_service_table, service_json, service_rows
 
@@ -200,20 +200,13 @@ async def protection_costs(n: int, repeats: int, shared: bool = False) -> dict[s
     median over repeats of the paired ratio, so the drift of a shared VM between pairs cancels.
     With ``shared`` (a smoke run) each repeat measures the pool with every protection on once
     and pairs it with each protection's pool (8 pool starts a repeat instead of 14), and the
-    affinity is left alone (as ``_floor.one_core`` does for a smoke run): in the test suite,
-    pinned to a CPU that the Ray and vLLM tests beside it saturated, a pool's zygote once
-    waited past its 60 s start bound. Otherwise everything runs on one CPU (the table's title
-    says so).
+    affinity is left alone (:func:`_floor.pinned_to_one_cpu`). Otherwise everything runs on
+    one CPU (the table's title says so).
     """
     # One CPU for the host, the zygote and its workers: where the kernel places a worker
     # relative to the host moves a pool's round trip by more than any protection costs.
-    saved = os.sched_getaffinity(0)
-    if not shared:
-        os.sched_setaffinity(0, {min(saved)})
-    try:
+    with pinned_to_one_cpu(not shared):
         return {**await _paired_costs(n, repeats, shared), "pinned": not shared}
-    finally:
-        os.sched_setaffinity(0, saved)
 
 
 async def _paired_costs(n: int, repeats: int, shared: bool) -> dict[str, Any]:

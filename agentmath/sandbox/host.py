@@ -239,7 +239,6 @@ class _Zygote:
             self.close_control()
             if self.proc is not None:
                 self.proc.kill()
-                self.proc.wait()
             tail = self._stderr_tail()  # before wait() closes the file
             self.wait()
             raise SandboxError(
