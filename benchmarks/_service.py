@@ -5,7 +5,8 @@ port, a token file in a temporary directory, ``--no-access-log`` unless asked: a
 request would be measured as part of the service), waits for ``/health`` and stops it with
 SIGTERM (the command's graceful shutdown). ``service_measure`` is the HTTP section of
 ``benchmarks/sandbox.py --service``: round trip, closed-loop throughput and paced latency with
-two clients (httpx, and ``RawSession``: a raw HTTP/1.1 client far cheaper in CPU).
+three clients (agentmath's ``RemoteSandbox``, plain httpx, and ``RawSession``: a raw HTTP/1.1
+client far cheaper in CPU).
 """
 
 from __future__ import annotations
@@ -263,21 +264,42 @@ class HttpxSession:
         assert (await self.http.delete(f"/v1/sessions/{self.sid}")).status_code == 204
 
 
+class RemoteSandboxSession:
+    """A session of agentmath's own client (``RemoteSandbox``: httpx's API on aiohttp's pool)."""
+
+    def __init__(self, client: Any) -> None:
+        self.session = client.session()
+
+    async def open(self) -> RemoteSandboxSession:
+        return self  # opened by its first cell, as in a rollout
+
+    async def run(self, code: str = "pass") -> None:
+        result = await self.session.run(code)
+        assert result.ok, result.error
+
+    async def close(self) -> None:
+        await self.session.close()
+
+
 async def service_measure(quick: bool) -> dict[str, Any]:
-    """Trivial cells over HTTP against the service in a subprocess, with two clients (httpx,
-    and a hand-written raw HTTP/1.1 one): round trip, closed-loop throughput at several
+    """Trivial cells over HTTP against the service in a subprocess, with three clients
+    (agentmath's ``RemoteSandbox``; plain httpx, its pool and transport, the client before
+    2026-11-28; a hand-written raw HTTP/1.1 one): round trip, closed-loop throughput at several
     concurrencies, open-loop paced p99 at half the best rate and at 1,500/s."""
     import httpx
+
+    from agentmath.sandbox.remote import RemoteSandbox
 
     res: dict[str, Any] = {}
     with ServiceProcess(SERVICE) as svc:
         limits = httpx.Limits(max_connections=64, max_keepalive_connections=64)
         async with httpx.AsyncClient(base_url=svc.url, limits=limits, timeout=30,
-                                     headers={"Authorization": f"Bearer {svc.token}"}) as http:
-            for kind in ("httpx", "raw"):
-                def new(kind: str = kind) -> Any:
-                    return HttpxSession(http) if kind == "httpx" else RawSession(svc.url,
-                                                                                 svc.token)
+                                     headers={"Authorization": f"Bearer {svc.token}"}) as http, \
+                RemoteSandbox([svc.url], svc.token, max_connections=64) as remote:
+            clients = {"agentmath RemoteSandbox": lambda: RemoteSandboxSession(remote),
+                       "httpx": lambda: HttpxSession(http),
+                       "raw": lambda: RawSession(svc.url, svc.token)}
+            for kind, new in clients.items():
                 res[kind] = await _client_measure(svc, new, quick)
     return res
 

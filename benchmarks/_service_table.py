@@ -73,7 +73,9 @@ def service_rows(r: dict[str, Any], s: dict[str, Any]) -> list[tuple[str, str, s
     return out
 
 
-SERVICE_NOTE = ("the client (httpx or raw HTTP/1.1 on asyncio, this process) runs on the same "
+SERVICE_NOTE = ("the client (agentmath's RemoteSandbox: httpx on aiohttp's pool; plain httpx, "
+                "its own pool, the client before 2026-11-28; or raw HTTP/1.1; on asyncio, this "
+                "process) runs on the same "
                 "CPUs as the service "
                 "and its workers; 'CPU' is cores busy (1.00 = one core) in the client, the "
                 "service's main process and its workers during that run. SandboxFusion "

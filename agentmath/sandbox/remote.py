@@ -6,7 +6,8 @@ can live on other machines, so the GPUs' host does not fork hundreds of sandbox 
 
 What:
 
-* :class:`RemoteSandbox` holds one keep-alive :class:`httpx.AsyncClient` and one or more base
+* :class:`RemoteSandbox` holds one keep-alive :class:`httpx.AsyncClient` (on aiohttp's
+  connection pool: :mod:`agentmath.sandbox.transport` says why) and one or more base
   URLs. Each new session goes to the URL with the fewest sessions this client has open there
   (ties in round-robin order) and stays pinned to it: its state lives in that server.
 * :class:`RemoteSession` opens its server session lazily on the first run and numbers its
@@ -39,7 +40,6 @@ from typing import Any
 
 import httpx
 
-from agentmath._keepalive import client_limits
 from agentmath.errors import SandboxError
 from agentmath.sandbox.result import ExecResult
 
@@ -80,7 +80,8 @@ class RemoteSandbox:
     ``token``: sent as ``Authorization: Bearer``. ``max_attempts`` and ``max_retry_s`` bound the
     retries of one request; ``backoff_s`` is the first pause, doubled per attempt up to
     ``max_backoff_s``. ``request_timeout_s`` bounds a request whose cell has no time limit of
-    its own (otherwise the cell's limit plus ``timeout_slack_s``). ``transport`` is for tests.
+    its own (otherwise the cell's limit plus ``timeout_slack_s``). ``max_connections`` bounds
+    the default transport's pool; ``transport`` replaces that transport (tests).
     """
 
     def __init__(self, urls: Sequence[str], token: str | None = None, *,
@@ -99,10 +100,14 @@ class RemoteSandbox:
         self.request_timeout_s, self.timeout_slack_s = request_timeout_s, timeout_slack_s
         self.connect_timeout_s = connect_timeout_s
         headers = {"Authorization": f"Bearer {token}"} if token else {}
+        if transport is None:
+            # imported here: aiohttp costs ~0.1 s to import, and only a remote client needs it
+            from agentmath.sandbox.transport import sandbox_transport
+
+            transport = sandbox_transport(max_connections)
         self._http = httpx.AsyncClient(
             headers=headers, transport=transport,
-            timeout=httpx.Timeout(request_timeout_s, connect=connect_timeout_s),
-            limits=client_limits(max_connections))
+            timeout=httpx.Timeout(request_timeout_s, connect=connect_timeout_s))
         self.open_sessions = dict.fromkeys(self.urls, 0)
         self._order = itertools.count()
 

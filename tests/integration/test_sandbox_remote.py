@@ -106,6 +106,62 @@ def test_retry_after_lost_response_runs_cell_once(two_services: tuple[str, str])
     asyncio.run(main())
 
 
+class ReplyDroppingProxy:
+    """A TCP proxy in front of a service that closes the client's connection instead of
+    passing on the reply to the next ``drop`` cell runs (the service has run them)."""
+
+    def __init__(self, target: str, drop: int) -> None:
+        self.host, self.port = target.removeprefix("http://").split(":")
+        self.drop, self.server, self.url = drop, None, ""
+
+    async def __aenter__(self) -> ReplyDroppingProxy:
+        self.server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
+        self.url = f"http://127.0.0.1:{self.server.sockets[0].getsockname()[1]}"
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        assert self.server is not None
+        self.server.close()
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        up_reader, up_writer = await asyncio.open_connection(self.host, int(self.port))
+        last = [b""]
+
+        async def upstream() -> None:  # requests, one chunk each on loopback
+            while chunk := await reader.read(65536):
+                last[0] = chunk
+                up_writer.write(chunk)
+        forward = asyncio.ensure_future(upstream())
+        try:
+            while chunk := await up_reader.read(65536):
+                if b"/run HTTP/1.1" in last[0] and self.drop > 0:
+                    self.drop -= 1
+                    return  # the reply is lost: the client's connection closes
+                writer.write(chunk)
+        finally:
+            forward.cancel()
+            writer.close()
+            up_writer.close()
+
+
+def test_a_reply_lost_on_aiohttps_transport_is_retried_and_runs_once(
+        two_services: tuple[str, str]) -> None:
+    """The default transport (aiohttp's pool): the connection closed before the reply is a
+    retried transport error, and the retry, with the same cell number, gets the stored result."""
+    async def main() -> None:
+        async with ReplyDroppingProxy(two_services[0], drop=0) as proxy, \
+                remote(proxy.url) as client:
+            session = client.session()
+            await session.run("calls = []")
+            proxy.drop = 1
+            assert (await session.run("calls.append(1)\nlen(calls)")).value == "1"
+            assert proxy.drop == 0  # a reply was lost
+            assert (await session.run("len(calls)")).value == "1"  # appended once
+            await session.close()
+
+    asyncio.run(main())
+
+
 def test_429_then_success_honours_retry_after(two_services: tuple[str, str]) -> None:
     async def main() -> None:
         transport = FlakyTransport(busy=2, retry_after="1")

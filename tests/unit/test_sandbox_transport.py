@@ -1,0 +1,91 @@
+"""RemoteSandbox's transport (agentmath/sandbox/transport.py) against small asyncio servers on
+loopback: every failure is an httpx error that names what happened, and RemoteSandbox turns it
+into a SandboxError naming the URL, never an aiohttp exception."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+
+import httpx
+import pytest
+
+from agentmath.errors import SandboxError
+from agentmath.sandbox.remote import RemoteSandbox
+from agentmath.sandbox.transport import SandboxTransport, sandbox_transport
+
+Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
+
+
+async def _garbage(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    await reader.read(65536)
+    writer.write(b"not http at all\r\n\r\n")
+    await writer.drain()
+    writer.close()
+
+
+async def _hang_up(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    await reader.read(65536)  # the request arrives; no reply, the connection closes
+    writer.close()
+
+
+async def _ok(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    head = await reader.readuntil(b"\r\n\r\n")
+    assert b"authorization: bearer sesame" in head.lower()
+    body = b'{"session_id": "s1"}'
+    writer.write(b"HTTP/1.1 201 Created\r\ncontent-type: application/json\r\n"
+                 b"content-length: %d\r\n\r\n%s" % (len(body), body))
+    await writer.drain()
+    writer.close()
+
+
+async def _post(handler: Handler) -> httpx.Response:
+    server = await asyncio.start_server(handler, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    try:
+        async with httpx.AsyncClient(transport=sandbox_transport(4),
+                                     headers={"Authorization": "Bearer sesame"}) as http:
+            return await http.post(f"http://127.0.0.1:{port}/v1/sessions", json={})
+    finally:
+        server.close()
+
+
+def test_a_reply_passes_through_with_its_status_headers_and_body() -> None:
+    reply = asyncio.run(_post(_ok))
+    assert reply.status_code == 201 and reply.json() == {"session_id": "s1"}
+    assert reply.headers["content-type"] == "application/json"
+
+
+@pytest.mark.parametrize(("handler", "error", "words"), [
+    (_garbage, httpx.TransportError, "Bad status line"),
+    (_hang_up, httpx.RemoteProtocolError, "disconnected"),
+])
+def test_a_broken_server_raises_an_httpx_error(handler: Handler, error: type[Exception],
+                                               words: str) -> None:
+    with pytest.raises(error, match=words):
+        asyncio.run(_post(handler))
+
+
+def test_a_refused_connection_is_a_connect_error_not_a_timeout() -> None:
+    async def main() -> None:
+        async with httpx.AsyncClient(transport=sandbox_transport(1)) as http:
+            await http.post("http://127.0.0.1:1/v1/sessions")
+
+    with pytest.raises(httpx.ConnectError):
+        asyncio.run(main())
+
+
+@pytest.mark.parametrize("handler", [_garbage, _hang_up])
+def test_remote_sandbox_retries_then_names_the_url(handler: Handler) -> None:
+    async def main() -> None:
+        server = await asyncio.start_server(handler, "127.0.0.1", 0)
+        url = f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}"
+        try:
+            async with RemoteSandbox([url], "sesame", max_attempts=2, backoff_s=0.01) as client:
+                assert isinstance(client._http._transport, SandboxTransport)  # the default
+                with pytest.raises(SandboxError, match=rf"{url}.*2 attempt"):
+                    await client.run("1")
+        finally:
+            server.close()
+
+    asyncio.run(main())
