@@ -158,7 +158,9 @@ def _engine_params(ns: argparse.Namespace) -> dict[str, Any]:
     return {"batch_groups": ns.real_batch, "iterations": ns.real_iterations,
             "warmup_iterations_partial_rows": ns.real_warmup, "max_in_flight": episodes,
             "segment_tokens": ns.real_segment_tokens, "max_staleness": 2,
-            "sandbox_workers": episodes, "cache_salt": "row name + policy version",
+            "sandbox_workers": episodes, "sandbox_max_sessions": 3 * episodes,
+            "max_parked_sessions": episodes, "max_new_groups": max(1, ns.real_groups),
+            "cache_salt": "row name + policy version",
             "interrupt_turns": bool(getattr(ns, "interrupt_turns", False))}
 
 
@@ -190,8 +192,8 @@ def _rollout(name: str, ns: argparse.Namespace, backend: ScriptedLengths, worklo
     # short-segment iteration with no group complete
     config = RolloutConfig(mode=mode, max_in_flight=params["max_in_flight"],  # type: ignore[arg-type]
                            segment_tokens=ns.real_segment_tokens if partial else None,
-                           max_parked_sessions=params["max_in_flight"],
-                           max_new_groups=max(1, len(requests)),
+                           max_parked_sessions=params["max_parked_sessions"],
+                           max_new_groups=params["max_new_groups"],
                            interrupt_turns=partial and params["interrupt_turns"])
     engine = RolloutEngine(backend, pool, FMT, config=config,
                            loop=workload.loop_config(tool_timeout_s=30.0, time_limit_s=3600.0,
@@ -294,7 +296,7 @@ async def _run(ns: argparse.Namespace, urls: list[str], log_dir: Path) -> dict[s
                                       lengths=(16, ns.calibration_tokens),
                                       logprobs=SAMPLING.logprobs)
     params = _engine_params(ns)
-    sandbox = SandboxConfig(preload=("math",), max_sessions=3 * params["max_in_flight"],
+    sandbox = SandboxConfig(preload=("math",), max_sessions=params["sandbox_max_sessions"],
                             max_concurrency=params["sandbox_workers"], timeout_s=30.0)
     rows = []
     async with SandboxPool(sandbox) as pool:

@@ -167,9 +167,13 @@ def _config(variant: Variant, workload: Workload, cost: ServerCostModel,
         return RolloutConfig(mode=variant.mode, max_in_flight=batch, max_in_flight_tokens=tokens)
     return RolloutConfig(mode="async", max_in_flight=int(batch * ns.oversample),
                          max_in_flight_tokens=tokens,
-                         segment_tokens=workload.max_episode_tokens // ns.segments,
-                         max_staleness=ns.segments, stale="regenerate",
-                         max_parked_sessions=10**6,
+                         # a replay of a real run gives its own segment and staleness
+                         segment_tokens=(getattr(ns, "segment_tokens", None)
+                                         or workload.max_episode_tokens // ns.segments),
+                         max_staleness=getattr(ns, "max_staleness", ns.segments),
+                         stale="regenerate",
+                         max_parked_sessions=getattr(ns, "max_parked_sessions", 10**6),
+                         max_new_groups=getattr(ns, "max_new_groups", None),
                          interrupt_turns=getattr(ns, "interrupt_turns", False))
 
 
@@ -178,6 +182,7 @@ def simulate(variant: Variant, workload: Workload, cost: ServerCostModel,
     """One row: the run of ``workload`` under ``variant``, in simulated time (the makespan
     counts from the end of the first ``measure_after`` iterations: a warm-up)."""
     sandbox = SandboxModel(workers=ns.sandbox_workers,
+                           max_sessions=getattr(ns, "sandbox_max_sessions", None),
                            call_overhead_s=getattr(ns, "tool_overhead_s", 0.0))
     fleet = build_fleet(workload, ns.servers, cost, sandbox,
                         stale_kv=getattr(ns, "stale_kv", False))
@@ -307,6 +312,39 @@ def run_sim(ns: argparse.Namespace) -> dict[str, Any]:
                        "servers_for_900_s_per_step": need}, "notes": notes}
 
 
+def replay_settings(cal: dict[str, Any]) -> tuple[Workload, argparse.Namespace]:
+    """The workload and the engine settings of a recorded real run (its ``calibration``), as
+    :func:`simulate` takes them: the same engine the real rows ran, not ``--simulate``'s
+    defaults (until 2026-11-28 the replay's partial row ran segments of 380 tokens where the
+    real ran 320, a staleness bound of 5 where it ran 2, no bound on parked sessions or on the
+    sandbox's live sessions, and the default draw bound; runs that did not record a setting
+    ran with the value taken here)."""
+    engine = cal["engine"]
+    wl = dict(cal["workload"])
+    for key in ("prompt_tokens", "turn_tokens", "tool_tokens", "tool_latency_s"):
+        wl[key] = LogNormal(**wl[key])
+    workload = Workload(**wl)
+    in_flight = engine["max_in_flight"]
+    ns = argparse.Namespace(batch_groups=engine["batch_groups"], servers=cal["servers"],
+                            segments=max(1, workload.max_episode_tokens
+                                         // engine["segment_tokens"]),
+                            segment_tokens=engine["segment_tokens"],
+                            max_staleness=engine["max_staleness"],
+                            oversample=in_flight / (engine["batch_groups"] * workload.group_size),
+                            sync_s=0.0, sandbox_workers=engine["sandbox_workers"],
+                            # the real pool's live sessions and the parked ones it allowed
+                            # (episodes parked beyond them replay their cells on resuming)
+                            sandbox_max_sessions=engine.get("sandbox_max_sessions",
+                                                            3 * in_flight),
+                            max_parked_sessions=engine.get("max_parked_sessions", in_flight),
+                            # an iteration may draw the whole finite workload, as the real
+                            # rows' may (since 2026-11-26 05:49, before every stored trace)
+                            max_new_groups=engine.get("max_new_groups", workload.n_groups),
+                            kv_fraction=0.0, steps=None, tool_overhead_s=0.0,
+                            interrupt_turns=bool(engine.get("interrupt_turns", False)))
+    return workload, ns
+
+
 def replay(real: dict[str, Any]) -> dict[str, Any]:
     """The real run's workload and engine settings, simulated with the cost model fitted to
     the real servers: simulated vs measured makespan per row (the calibration check)."""
@@ -324,19 +362,7 @@ def replay(real: dict[str, Any]) -> dict[str, Any]:
     # no contention at all: 0; they had added the request cost to each request in parallel)
     cost = ServerCostModel(**fitted).with_(admission_s=cal.get("request_overhead_s", 0.0),
                                            contention=cal.get("contention") or 0.0)
-    wl = dict(cal["workload"])
-    for key in ("prompt_tokens", "turn_tokens", "tool_tokens", "tool_latency_s"):
-        wl[key] = LogNormal(**wl[key])
-    workload = Workload(**wl)
-    ns = argparse.Namespace(batch_groups=engine["batch_groups"], servers=cal["servers"],
-                            segments=max(1, workload.max_episode_tokens
-                                         // engine["segment_tokens"]),
-                            oversample=engine["max_in_flight"] / (
-                                engine["batch_groups"] * workload.group_size),
-                            sync_s=0.0, sandbox_workers=engine["sandbox_workers"],
-                            kv_fraction=0.0, steps=None,
-                            tool_overhead_s=tool_overhead,
-                            interrupt_turns=bool(engine.get("interrupt_turns", False)))
+    workload, ns = replay_settings(cal)
     measured = {row["name"]: row["makespan_s"] for row in real["rows"]}
     rows = []
     for variant in VARIANTS:
@@ -350,6 +376,7 @@ def replay(real: dict[str, Any]) -> dict[str, Any]:
                      "sim_makespan_s": sim["makespan_s"],
                      "sim_vs_real": sim["makespan_s"] / measured[variant.name],
                      "sim_prefix_hit_rate": sim["prefix_hit_rate"],
+                     "sim_regenerated": sim["regenerated"],
                      "tool_overhead_s": ns.tool_overhead_s})
     return {"cost_model": asdict(cost), "tool_overhead_s": tool_overhead, "rows": rows,
             "within_25_percent": all(abs(r["sim_vs_real"] - 1) <= 0.25 for r in rows)}

@@ -3,7 +3,10 @@
 :class:`SimSandbox` is a :class:`~agentmath.sandbox.client.SandboxClient`: each episode opens a
 :class:`SimSession`, whose ``run`` waits for one of ``workers`` execution slots (a simpy
 resource: tool calls queue when the pool is busy, as on a real sandbox service), holds it for
-the snippet's latency, and returns an :class:`~agentmath.sandbox.result.ExecResult`.
+the snippet's latency, and returns an :class:`~agentmath.sandbox.result.ExecResult`. With
+``max_sessions`` a session first waits for one of that many live sessions, held until it
+closes, as in the local pool (and partial rollout then parks no more sessions than that bound
+leaves, replaying the cells of the episodes beyond it when they resume).
 
 What a snippet costs and prints comes from the snippet itself when the simulated model wrote it
 (``print("x" * N)  # sim: latency_s=T``, see :mod:`.policy`): the workload's script, so it
@@ -16,6 +19,7 @@ agent loop rebuild it by replaying its cells.
 
 from __future__ import annotations
 
+import asyncio
 import re
 import zlib
 from dataclasses import dataclass, field
@@ -23,6 +27,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import simpy
 
+from agentmath.errors import SandboxError
 from agentmath.formats.base import TIMEOUT_LINE
 from agentmath.sandbox.result import ExecResult
 from agentmath.sim.clock import current_env, wait_event
@@ -39,6 +44,11 @@ class SandboxModel:
 
     #: Snippets that can run at once (worker processes of the pool); the rest queue.
     workers: int = 256
+    #: Live sessions at once (the local pool's ``SandboxConfig.max_sessions``): a session's
+    #: first snippet waits for a free one, and partial rollout parks no more sessions than
+    #: its bound leaves (:func:`~agentmath.rollout.partial.parked_session_bound`); None: no
+    #: bound, as a fleet of sandbox services sized for the run.
+    max_sessions: int | None = None
     #: Latency of a snippet the workload did not script.
     latency: LogNormal = field(default_factory=lambda: LogNormal(0.4, 1.0, 0.01, 30.0))
     #: Extra seconds the first snippet of a session pays (interpreter start).
@@ -72,8 +82,15 @@ class SimSandbox:
         self.env = env
         self.model = model or SandboxModel()
         self.workers = simpy.Resource(env, capacity=self.model.workers)
+        self.sessions = (simpy.Resource(env, capacity=self.model.max_sessions)
+                         if self.model.max_sessions else None)
         self.stats = SandboxStats()
         self._serial = 0
+
+    @property
+    def max_sessions(self) -> int | None:
+        """The live-session bound (:class:`~agentmath.sandbox.client.SessionLimited`)."""
+        return self.model.max_sessions
 
     def session(self) -> SimSession:
         """A new session (no cost until its first run)."""
@@ -132,12 +149,34 @@ class SimSession:
         self.runs = 0
         self.lost = False
         self.closed = False
+        self._slot: simpy.resources.resource.Request | None = None  # its live-session slot
+
+    async def _hold_a_session(self) -> None:
+        """Wait for one of the sandbox's live sessions (when they are bounded), kept until
+        :meth:`close`; a wait cancelled meanwhile takes none."""
+        pool = self.sandbox.sessions
+        if pool is None or self._slot is not None:
+            return
+        request = pool.request()
+        try:
+            await wait_event(request)
+        except asyncio.CancelledError:
+            if request.triggered:
+                pool.release(request)
+            else:
+                request.cancel()
+            raise
+        self._slot = request
 
     async def run(self, code: str, timeout: float | None = None) -> ExecResult:
-        """Run ``code`` in simulated time (queueing for a worker first)."""
+        """Run ``code`` in simulated time (queueing for a live session, when they are bounded,
+        then for a worker)."""
         sandbox = self.sandbox
         if current_env() is not sandbox.env:
             raise RuntimeError("SimSandbox used from another simpy environment")
+        if self.closed:
+            raise SandboxError("the session is closed")
+        await self._hold_a_session()
         first = self.runs == 0 or self.lost
         self.runs += 1
         proc = sandbox.env.process(sandbox._job(code, timeout, first, self.serial, self.runs))
@@ -153,5 +192,8 @@ class SimSession:
         return not self.lost and not self.closed
 
     async def close(self) -> None:
-        """Release the session (idempotent)."""
+        """Release the session and its live-session slot (idempotent)."""
         self.closed = True
+        if self._slot is not None and self.sandbox.sessions is not None:
+            self.sandbox.sessions.release(self._slot)
+            self._slot = None

@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks._rollout_sim import replay
+from agentmath.sim import ServerCostModel
+from benchmarks._rollout_sim import VARIANTS, _config, replay, replay_settings
 
 TRACE = Path(__file__).parents[1] / "fixtures" / "rundirs" / "rollout_real_1server.json"
 #: The same command with the servers niced (``--server-nice 10``, the default since) and the
@@ -23,13 +24,14 @@ CONTENTION_TRACE = TRACE.with_name("rollout_real_1server_contention.json")
 
 def test_the_replay_of_the_stored_run_gives_its_recorded_figures() -> None:
     """Simulated over measured makespan per row, as docs/benchmarks.md records them: every row
-    too fast (0.50, 0.67, 0.49 with the servers' front ends taking requests one at a time;
-    0.45, 0.64, 0.42 before), none within 25%."""
+    too fast (0.50, 0.67, 0.55 since the partial row replays the real engine's settings;
+    0.50, 0.67, 0.49 before; 0.45, 0.64, 0.42 before the servers' front ends took requests
+    one at a time), none within 25%."""
     real = json.loads(TRACE.read_text())
     check = replay(real)
     assert [r["name"] for r in check["rows"]] == ["sync", "+async", "+partial"]
     assert check["tool_overhead_s"] == real["calibration"]["tool_overhead_s"]["median"]
-    assert [r["sim_vs_real"] for r in check["rows"]] == pytest.approx([0.50, 0.67, 0.49],
+    assert [r["sim_vs_real"] for r in check["rows"]] == pytest.approx([0.50, 0.67, 0.55],
                                                                       abs=0.02)
     assert check["within_25_percent"] is False
 
@@ -82,15 +84,38 @@ def test_each_row_without_barriers_takes_its_own_measured_share_of_a_call() -> N
 
 def test_the_replay_of_a_run_with_measured_contention() -> None:
     """A run whose calibration measured how much the front end slows the steps (0.67 then)
-    replays with it, slower than without it, and still too fast: 0.67, 0.57, 0.67, as
-    docs/benchmarks.md records."""
+    replays with it, slower than without it, and still too fast: 0.67, 0.57, 0.71 (0.67 for
+    the partial row before it replayed the real engine's settings), as docs/benchmarks.md
+    records."""
     real = json.loads(CONTENTION_TRACE.read_text())
     assert real["calibration"]["contention"] > 0
     check = replay(real)
     assert check["cost_model"]["contention"] == real["calibration"]["contention"]
-    assert [r["sim_vs_real"] for r in check["rows"]] == pytest.approx([0.67, 0.57, 0.67],
+    assert [r["sim_vs_real"] for r in check["rows"]] == pytest.approx([0.67, 0.57, 0.71],
                                                                       abs=0.02)
     bare = copy.deepcopy(real)
     del bare["calibration"]["contention"]  # as in runs before it was measured
     for a, b in zip(check["rows"], replay(bare)["rows"], strict=True):
         assert a["sim_makespan_s"] > b["sim_makespan_s"]
+
+
+def test_the_replay_runs_the_engine_settings_the_real_rows_ran() -> None:
+    """The partial row is replayed with the real rows' segment budget (320 tokens, not
+    ``max_episode_tokens // k``), staleness bound (2, not k), parked-session bound, draw bound
+    and the pool's live sessions: a run that did not record the last three ran with
+    ``max_in_flight``, the whole workload and 3 x ``max_in_flight``, and one that did is
+    replayed with its own."""
+    cal = json.loads(TRACE.read_text())["calibration"]
+    engine = cal["engine"]
+    workload, ns = replay_settings(cal)
+    partial = next(v for v in VARIANTS if v.name == "+partial")
+    config = _config(partial, workload, ServerCostModel(**cal["fitted"]), ns)
+    assert config.segment_tokens == engine["segment_tokens"] == 320
+    assert config.max_staleness == engine["max_staleness"] == 2
+    assert config.max_parked_sessions == engine["max_in_flight"] == 24
+    assert config.max_new_groups == workload.n_groups == 128
+    assert ns.sandbox_max_sessions == 72 and ns.sandbox_workers == 24
+    recorded = {**engine, "max_parked_sessions": 5, "sandbox_max_sessions": 40,
+                "max_new_groups": 7}
+    _, own = replay_settings({**cal, "engine": recorded})
+    assert (own.max_parked_sessions, own.sandbox_max_sessions, own.max_new_groups) == (5, 40, 7)

@@ -12,6 +12,7 @@ import simpy
 from agentmath.backends.base import RequestTag, SamplingParams, tagged
 from agentmath.errors import RequestRejected
 from agentmath.formats import get_format
+from agentmath.sandbox.client import SessionLimited
 from agentmath.sim import (
     BlockHasher,
     LogNormal,
@@ -362,6 +363,50 @@ def test_sandbox_pool_queues_times_out_and_loses_sessions() -> None:
     assert sandbox.stats.queue_s == pytest.approx(2.0)
     assert not alive  # loss_prob=1: the session died after its snippet
     assert slow.timed_out and slow.state_lost
+
+
+def test_sandbox_live_sessions_bound_waits_and_is_released_on_close() -> None:
+    """``max_sessions``: a session's first snippet waits for a live session, held until it
+    closes (as the local pool's ``SandboxConfig.max_sessions``); the client says its bound
+    (SessionLimited), which partial rollout reads to park no more sessions than it leaves."""
+    env = simpy.Environment()
+    sandbox = SimSandbox(env, SandboxModel(workers=8, max_sessions=2))
+    assert isinstance(sandbox, SessionLimited) and sandbox.max_sessions == 2
+    assert SimSandbox(env, SandboxModel()).max_sessions is None
+    code = 'print("x" * 1)  # sim: latency_s=1.0'
+    started: dict[int, float] = {}
+
+    async def use(i: int, hold_s: float) -> None:
+        session = sandbox.session()
+        await session.run(code)
+        started[i] = env.now - 1.0  # when its first snippet began
+        await asyncio.sleep(hold_s)
+        await session.close()
+
+    async def main() -> None:
+        await asyncio.gather(use(0, 2.0), use(1, 5.0), use(2, 0.0))
+
+    run_simulated(main, env)
+    assert started == pytest.approx({0: 0.0, 1: 0.0, 2: 3.0})  # 2 waits for 0 to close
+
+
+def test_a_cancelled_wait_for_a_live_session_takes_none() -> None:
+    env = simpy.Environment()
+    sandbox = SimSandbox(env, SandboxModel(max_sessions=1))
+    code = 'print("x" * 1)  # sim: latency_s=1.0'
+
+    async def main() -> float:
+        holder = sandbox.session()
+        await holder.run(code)
+        waiting = asyncio.ensure_future(sandbox.session().run(code))
+        await asyncio.sleep(1.0)
+        waiting.cancel()
+        await holder.close()
+        late = sandbox.session()
+        await late.run(code)  # the cancelled wait left the slot free
+        return env.now
+
+    assert run_simulated(main, env) == pytest.approx(3.0)
 
 
 def test_executor_work_takes_no_simulated_time() -> None:
