@@ -7,7 +7,7 @@ can live on other machines, so the GPUs' host does not fork hundreds of sandbox 
 What:
 
 * :class:`RemoteSandbox` holds one keep-alive :class:`httpx.AsyncClient` (on aiohttp's
-  connection pool: :mod:`agentmath.sandbox.transport` says why) and one or more base
+  connection pool: :mod:`agentmath._transport` says why) and one or more base
   URLs. Each new session goes to the URL with the fewest sessions this client has open there
   (ties in round-robin order) and stays pinned to it: its state lives in that server.
 * :class:`RemoteSession` opens its server session lazily on the first run and numbers its
@@ -102,9 +102,9 @@ class RemoteSandbox:
         headers = {"Authorization": f"Bearer {token}"} if token else {}
         if transport is None:
             # imported here: aiohttp costs ~0.1 s to import, and only a remote client needs it
-            from agentmath.sandbox.transport import sandbox_transport
+            from agentmath._transport import pooled_transport
 
-            transport = sandbox_transport(max_connections)
+            transport = pooled_transport(max_connections)
         self._http = httpx.AsyncClient(
             headers=headers, transport=transport,
             timeout=httpx.Timeout(request_timeout_s, connect=connect_timeout_s))

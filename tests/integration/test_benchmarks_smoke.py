@@ -20,6 +20,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.slow]
     ("generator.py", "multi-turn x3, continuous + prefix cache"),
     ("demo_start.py", "the demo's start"),
     ("shared_prompt.py", "shared prompt s"),
+    ("http_client.py", "aiohttp's pool (default)"),
 ])
 def test_benchmark_runs_and_prints_its_table(script: str, expect: str,
                                              request: pytest.FixtureRequest) -> None:

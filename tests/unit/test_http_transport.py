@@ -1,6 +1,7 @@
-"""RemoteSandbox's transport (agentmath/sandbox/transport.py) against small asyncio servers on
-loopback: every failure is an httpx error that names what happened, and RemoteSandbox turns it
-into a SandboxError naming the URL, never an aiohttp exception."""
+"""The clients' HTTP transport (agentmath/_transport.py) against small asyncio servers on
+loopback: every failure, while sending or while the body is read, is an httpx error that names
+what happened, and the clients (RemoteSandbox, OpenAIBackend) turn it into their own errors
+naming the URL, never an aiohttp exception."""
 
 from __future__ import annotations
 
@@ -10,9 +11,11 @@ from collections.abc import Awaitable, Callable
 import httpx
 import pytest
 
-from agentmath.errors import SandboxError
+from agentmath._transport import PooledTransport, pooled_transport
+from agentmath.backends.base import SamplingParams
+from agentmath.backends.openai import OpenAIBackend
+from agentmath.errors import BackendError, SandboxError
 from agentmath.sandbox.remote import RemoteSandbox
-from agentmath.sandbox.transport import SandboxTransport, sandbox_transport
 
 Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
 
@@ -43,7 +46,7 @@ async def _post(handler: Handler) -> httpx.Response:
     server = await asyncio.start_server(handler, "127.0.0.1", 0)
     port = server.sockets[0].getsockname()[1]
     try:
-        async with httpx.AsyncClient(transport=sandbox_transport(4),
+        async with httpx.AsyncClient(transport=pooled_transport(4),
                                      headers={"Authorization": "Bearer sesame"}) as http:
             return await http.post(f"http://127.0.0.1:{port}/v1/sessions", json={})
     finally:
@@ -68,7 +71,7 @@ def test_a_broken_server_raises_an_httpx_error(handler: Handler, error: type[Exc
 
 def test_a_refused_connection_is_a_connect_error_not_a_timeout() -> None:
     async def main() -> None:
-        async with httpx.AsyncClient(transport=sandbox_transport(1)) as http:
+        async with httpx.AsyncClient(transport=pooled_transport(1)) as http:
             await http.post("http://127.0.0.1:1/v1/sessions")
 
     with pytest.raises(httpx.ConnectError):
@@ -82,10 +85,43 @@ def test_remote_sandbox_retries_then_names_the_url(handler: Handler) -> None:
         url = f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}"
         try:
             async with RemoteSandbox([url], "sesame", max_attempts=2, backoff_s=0.01) as client:
-                assert isinstance(client._http._transport, SandboxTransport)  # the default
+                assert isinstance(client._http._transport, PooledTransport)  # the default
                 with pytest.raises(SandboxError, match=rf"{url}.*2 attempt"):
                     await client.run("1")
         finally:
+            server.close()
+
+    asyncio.run(main())
+
+
+async def _cut_mid_body(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    await reader.readuntil(b"\r\n\r\n")
+    writer.write(b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\n"
+                 b"content-length: 1000\r\n\r\n{\"choices\": [")
+    await writer.drain()
+    writer.close()  # 1,000 bytes promised, a dozen sent
+
+
+def test_a_body_cut_short_is_an_httpx_read_error() -> None:
+    with pytest.raises(httpx.ReadError, match="payload is not completed"):
+        asyncio.run(_post(_cut_mid_body))
+
+
+@pytest.mark.parametrize("handler", [_garbage, _hang_up, _cut_mid_body])
+def test_openai_backend_retries_then_names_the_url(handler: Handler) -> None:
+    """OpenAIBackend's default transport is this one; a broken server's replies are retried
+    and end in a BackendError naming the URL."""
+    async def main() -> None:
+        server = await asyncio.start_server(handler, "127.0.0.1", 0)
+        url = f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}"
+        backend = OpenAIBackend(url, "tiny", max_retries=1, backoff_s=0.01)
+        try:
+            assert isinstance(backend._client._transport, PooledTransport)
+            with pytest.raises(BackendError, match=rf"{url}/v1/completions.*2 attempts"):
+                await backend.generate([1, 2], stop=[], max_tokens=4,
+                                       sampling=SamplingParams())
+        finally:
+            await backend.aclose()
             server.close()
 
     asyncio.run(main())
