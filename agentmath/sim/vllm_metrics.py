@@ -1,7 +1,10 @@
 """What a local vLLM server did, from its own counters: read its Prometheus ``/metrics``
 (:func:`scrape_vllm`, :class:`VllmMetrics`), watch how busy it is (:class:`BusySampler`), and
 measure its step costs for the simulator's cost model (:func:`calibrate`). The servers are
-started by :mod:`agentmath.sim.servers`.
+started by :mod:`agentmath.sim.servers`. The calibration's bursts go through the transport the
+benchmark's rows use (:mod:`agentmath._transport`), so that the cost it measures of one more
+request in a burst is not the client's (httpx's own pool cost ~2 ms of client CPU a request at
+64 in flight, 2026-11-28).
 """
 
 from __future__ import annotations
@@ -16,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 import httpx
 import numpy as np
 
-from agentmath._keepalive import client_limits
+from agentmath._transport import pooled_transport
 from agentmath.backends.openai import PREFIX_CACHE_HITS, PREFIX_CACHE_QUERIES, prometheus_sum
 from agentmath.errors import BackendError
 
@@ -254,7 +257,7 @@ async def measure_step_costs(urls: Sequence[str], model: str, *,
 
     out: list[StepMeasurement] = []
     t1, t2 = lengths
-    async with httpx.AsyncClient(limits=client_limits(4096)) as client:
+    async with httpx.AsyncClient(transport=pooled_transport(4096)) as client:
         await wall(client, 4, prompt_tokens, 4)  # warm-up
         step1 = 0.0
         for n in batches:
@@ -318,7 +321,7 @@ async def measure_contention(urls: Sequence[str], model: str, *, admission_s: fl
                 await asyncio.sleep(0.05)
 
     found = []
-    async with httpx.AsyncClient(limits=client_limits(4096)) as client:
+    async with httpx.AsyncClient(transport=pooled_transport(4096)) as client:
         for _ in range(repeats):
             alone = await measured(client)
             sent = [0] * len(urls)
