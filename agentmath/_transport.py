@@ -45,16 +45,17 @@ _BETTER: tuple[tuple[type[BaseException], type[httpx.TransportError]], ...] = (
 )
 
 
-def _httpx_error(exc: BaseException, request: httpx.Request | None) -> BaseException:
-    """The httpx error for ``exc`` (an error of aiohttp's, or one ``httpx-aiohttp`` mapped
-    from it); ``exc`` itself when it is neither."""
+def _httpx_error(exc: BaseException, request: httpx.Request | None
+                 ) -> httpx.TransportError | None:
+    """The httpx error that says what ``exc`` was (an error of aiohttp's, or one
+    ``httpx-aiohttp`` mapped from it); None when ``exc`` is best left as it is."""
     cause = exc.__cause__ if isinstance(exc, httpx.TransportError) else exc
     for kind, better in _BETTER:
         if isinstance(cause, kind):
             return better(f"{type(cause).__name__}: {cause}", request=request)
     if isinstance(exc, aiohttp.ClientError):
         return httpx.TransportError(f"{type(exc).__name__}: {exc}", request=request)
-    return exc
+    return None
 
 
 @contextlib.contextmanager
@@ -63,7 +64,7 @@ def _mapped(request: httpx.Request | None) -> Iterator[None]:
         yield
     except (httpx.ConnectTimeout, aiohttp.ClientError) as exc:
         better = _httpx_error(exc, request)
-        if better is exc:
+        if better is None:
             raise
         raise better from (exc.__cause__ or exc)
 

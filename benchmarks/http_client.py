@@ -20,7 +20,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import socket
 import subprocess
 import sys
 import time
@@ -31,6 +30,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from _common import print_table  # noqa: E402
+from _service import free_port  # noqa: E402
 
 
 def serve(port: int, delay_s: float) -> None:
@@ -53,12 +53,6 @@ def serve(port: int, delay_s: float) -> None:
     app.router.add_post("/v1/completions", completions)
     app.router.add_get("/health", health)
     web.run_app(app, host="127.0.0.1", port=port, print=None, access_log=None)
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def _wait_healthy(url: str, proc: subprocess.Popen[bytes], timeout_s: float = 30.0) -> None:
@@ -124,7 +118,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     in_flight = ns.in_flight or ([8, 32] if ns.quick else [64, 256, 512])
     rounds = ns.rounds or (2 if ns.quick else 8)
-    port = _free_port()
+    port = free_port()
     url = f"http://127.0.0.1:{port}"
     proc = subprocess.Popen([sys.executable, __file__, "--serve", str(port),
                              "--delay-s", str(ns.delay_s)])

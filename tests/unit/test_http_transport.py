@@ -6,7 +6,8 @@ naming the URL, never an aiohttp exception."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
+import contextlib
+from collections.abc import AsyncIterator, Awaitable, Callable
 
 import httpx
 import pytest
@@ -42,15 +43,20 @@ async def _ok(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> Non
     writer.close()
 
 
-async def _post(handler: Handler) -> httpx.Response:
+@contextlib.asynccontextmanager
+async def _serving(handler: Handler) -> AsyncIterator[str]:
+    """``handler`` serving on a loopback port; yields its URL."""
     server = await asyncio.start_server(handler, "127.0.0.1", 0)
-    port = server.sockets[0].getsockname()[1]
     try:
-        async with httpx.AsyncClient(transport=pooled_transport(4),
-                                     headers={"Authorization": "Bearer sesame"}) as http:
-            return await http.post(f"http://127.0.0.1:{port}/v1/sessions", json={})
+        yield f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}"
     finally:
         server.close()
+
+
+async def _post(handler: Handler) -> httpx.Response:
+    async with _serving(handler) as url, httpx.AsyncClient(
+            transport=pooled_transport(4), headers={"Authorization": "Bearer sesame"}) as http:
+        return await http.post(f"{url}/v1/sessions", json={})
 
 
 def test_a_reply_passes_through_with_its_status_headers_and_body() -> None:
@@ -81,15 +87,11 @@ def test_a_refused_connection_is_a_connect_error_not_a_timeout() -> None:
 @pytest.mark.parametrize("handler", [_garbage, _hang_up])
 def test_remote_sandbox_retries_then_names_the_url(handler: Handler) -> None:
     async def main() -> None:
-        server = await asyncio.start_server(handler, "127.0.0.1", 0)
-        url = f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}"
-        try:
-            async with RemoteSandbox([url], "sesame", max_attempts=2, backoff_s=0.01) as client:
-                assert isinstance(client._http._transport, PooledTransport)  # the default
-                with pytest.raises(SandboxError, match=rf"{url}.*2 attempt"):
-                    await client.run("1")
-        finally:
-            server.close()
+        async with _serving(handler) as url, \
+                RemoteSandbox([url], "sesame", max_attempts=2, backoff_s=0.01) as client:
+            assert isinstance(client._http._transport, PooledTransport)  # the default
+            with pytest.raises(SandboxError, match=rf"{url}.*2 attempt"):
+                await client.run("1")
 
     asyncio.run(main())
 
@@ -112,16 +114,14 @@ def test_openai_backend_retries_then_names_the_url(handler: Handler) -> None:
     """OpenAIBackend's default transport is this one; a broken server's replies are retried
     and end in a BackendError naming the URL."""
     async def main() -> None:
-        server = await asyncio.start_server(handler, "127.0.0.1", 0)
-        url = f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}"
-        backend = OpenAIBackend(url, "tiny", max_retries=1, backoff_s=0.01)
-        try:
-            assert isinstance(backend._client._transport, PooledTransport)
-            with pytest.raises(BackendError, match=rf"{url}/v1/completions.*2 attempts"):
-                await backend.generate([1, 2], stop=[], max_tokens=4,
-                                       sampling=SamplingParams())
-        finally:
-            await backend.aclose()
-            server.close()
+        async with _serving(handler) as url:
+            backend = OpenAIBackend(url, "tiny", max_retries=1, backoff_s=0.01)
+            try:
+                assert isinstance(backend._client._transport, PooledTransport)
+                with pytest.raises(BackendError, match=rf"{url}/v1/completions.*2 attempts"):
+                    await backend.generate([1, 2], stop=[], max_tokens=4,
+                                           sampling=SamplingParams())
+            finally:
+                await backend.aclose()
 
     asyncio.run(main())
