@@ -34,7 +34,6 @@ def hand_scores(configs: dict[str, str], backend: str = "auto",
     """One row per configuration: paraphrase and heavy-rewording recall, same-topic removals
     by kind; with ``answers`` the rows and benchmarks carry their answers (the same-story rule
     on), without them the texts alone decide."""
-    from agentmath.datasets import BUILTIN, find_builtin, load_tasks
     from agentmath.synth.decontam import (
         DetectorSettings,
         decontaminate,
@@ -42,6 +41,7 @@ def hand_scores(configs: dict[str, str], backend: str = "auto",
         other_question,
     )
     from agentmath.synth.rows import Item
+    from agentmath.tasks import BUILTIN, find_builtin, load_tasks
     from benchmarks._dedup_paraphrases import HEAVY, PARAPHRASES, SAME_TOPIC
 
     refs = [Item(t.id, t.problem, name, t.answer) for name in BUILTIN

@@ -184,8 +184,8 @@ def check_trl_template(tokenizer: Any, problem: str,
     checks = {"schema_identical": True, "prefix_preserving": True, "call_parses": True,
               "prompt_chars": len(trained)}
     if solution is not None:
-        from agentmath.datasets import Task
         from agentmath.recipes.tool_model import NATIVE, text_record
+        from agentmath.tasks import Task
 
         record = text_record(Task("check", problem, "", {"solution": solution}), NATIVE)
         if record["messages"][:-1] != messages or record["tools"] != [tool_spec()]:

@@ -19,11 +19,11 @@ from agentmath.backends.base import Generation
 from agentmath.backends.router import Router
 from agentmath.backends.scripted import ScriptedBackend
 from agentmath.config import RolloutConfig
-from agentmath.datasets import Task
 from agentmath.formats import get_format
 from agentmath.rollout.records import GroupRequest
 from agentmath.rollout.scheduler import RolloutEngine
 from agentmath.sandbox.result import ExecResult
+from agentmath.tasks import Task
 
 TURNS = ["Set.\n<code>\nx = 41\n</code>", "Add.\n<code>\nx + 1\n</code>",
          "The answer is \\boxed{42}."]

@@ -93,7 +93,7 @@ def worker(config: str, data: Path, result: Path, backend: str = "auto") -> None
 
 def _real_problems() -> list[tuple[str, str]]:
     """Every built-in benchmark problem found locally, as (dataset/id, text)."""
-    from agentmath.datasets import BUILTIN, find_builtin, load_tasks
+    from agentmath.tasks import BUILTIN, find_builtin, load_tasks
 
     out = []
     for name in BUILTIN:

@@ -51,7 +51,6 @@ def demo_data(args: argparse.Namespace) -> tuple[list[dict], Any, Path]:
     """(the SFT mixture's records, a tokenizer grown on them, the GRPO problems file)."""
     import asyncio
 
-    from agentmath.data.synthetic import to_task_rows
     from agentmath.jsonl import write_jsonl
     from agentmath.models.tiny import build_tokenizer
     from agentmath.recipes.demo import FORMAT, TOOL_SYSTEM, DemoConfig
@@ -61,6 +60,7 @@ def demo_data(args: argparse.Namespace) -> tuple[list[dict], Any, Path]:
         text_problem_ids,
         tool_records,
     )
+    from agentmath.tasks.synthetic import to_task_rows
 
     demo = DemoConfig()
     train, _ = make_problems(0, args.problems, 10, demo.max_digits)

@@ -156,8 +156,8 @@ def build_model(cfg: ToolModelConfig, out: Path, log: Any) -> Path:
 
 def training_rows(cfg: ToolModelConfig, n: int, seed: int) -> list[dict[str, Any]]:
     """``n`` fresh problems from the same generator (none seen in SFT or held out)."""
-    from agentmath.data.synthetic import generate_problems, to_task_rows
     from agentmath.recipes.tool_model import make_problems
+    from agentmath.tasks.synthetic import generate_problems, to_task_rows
 
     train, test = make_problems(cfg.seed, cfg.train_problems, cfg.test_problems, cfg.max_digits)
     seen = {p.problem for p in train} | {p.problem for p in test}

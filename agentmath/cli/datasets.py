@@ -26,7 +26,7 @@ def datasets(
     """
     from rich.table import Table
 
-    from agentmath.datasets import data_dirs, dataset_summary
+    from agentmath.tasks import data_dirs, dataset_summary
 
     summary = dataset_summary(data_dir)
     searched = [str(d) for d in data_dirs(data_dir)]

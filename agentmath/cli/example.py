@@ -1,6 +1,6 @@
 """``agentmath example``: a built-in *scripted* tool-integrated solution, run in the sandbox.
 
-It runs the hand-written solution of :mod:`agentmath.examples` through one sandbox session,
+It runs the hand-written solution of :mod:`agentmath.tasks.examples` through one sandbox session,
 shows the trajectory, and checks the computed answer against the known one: a one-second look
 at the sandbox with no model involved (``agentmath demo`` trains real models).
 """
@@ -43,7 +43,7 @@ def run_example(example: Any, sandbox: Any) -> list[dict[str, Any]]:
 def summarize(example: Any, steps: list[dict[str, Any]], sandbox: Any,
               timings: dict[str, float]) -> dict[str, Any]:
     """The machine-readable summary of an example run (also written to ``--out``)."""
-    from agentmath.examples import extract_boxed, normalize_answer
+    from agentmath.tasks.examples import extract_boxed, normalize_answer
 
     results = [s["result"] for s in steps if s["result"] is not None]
     computed = results[-1]["value"] if results else None
@@ -149,7 +149,7 @@ def example(
     cell runs in one sandbox session, then the computed and boxed answers are checked against
     the known answer. Exits 1 if the answer is wrong.
     """
-    from agentmath.examples import DEFAULT_EXAMPLE, EXAMPLES
+    from agentmath.tasks.examples import DEFAULT_EXAMPLE, EXAMPLES
 
     example = EXAMPLES[DEFAULT_EXAMPLE]
     config = load_sandbox_config(None, None)

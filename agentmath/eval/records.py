@@ -18,12 +18,12 @@ from pathlib import Path
 from typing import Any
 
 from agentmath.agent.trajectory import Trajectory
-from agentmath.datasets import Task
 from agentmath.errors import DataError
 from agentmath.grading.answer import Grade
 from agentmath.jsonl import parse_line
 from agentmath.runs.files import RECORD_KEY, SAMPLES_FILE
 from agentmath.runs.store import load_records
+from agentmath.tasks import Task
 
 _COUNTS = ("model_tokens", "tool_tokens", "prompt_tokens", "total_tokens", "tool_calls",
            "tool_errors", "tool_timeouts", "output_truncations")

@@ -32,7 +32,6 @@ from agentmath.agent.trajectory import Trajectory
 from agentmath.backends.base import Backend, SamplingParams
 from agentmath.backends.registry import BackendSettings
 from agentmath.config import EvalConfig, RolloutConfig, SandboxConfig
-from agentmath.datasets import Task
 from agentmath.eval.records import SampleRecord, read_samples
 from agentmath.eval.results import EvalProgress, EvalResult, RunMetrics
 from agentmath.formats import get_format
@@ -53,6 +52,7 @@ from agentmath.runs.store import (
 from agentmath.sandbox.client import SandboxClient
 from agentmath.sandbox.factory import open_sandbox
 from agentmath.seeding import eval_sample_seed
+from agentmath.tasks import Task
 from agentmath.tracking import MetricsSink, open_sink
 
 if TYPE_CHECKING:
@@ -169,7 +169,7 @@ async def _record(run: _Run, task: Task, sample: Sample) -> None:
 
 def _load(config: EvalConfig) -> list[Any]:
     """The run's tasks (a DataError names the file, line and field of a bad row)."""
-    from agentmath.datasets import load_tasks
+    from agentmath.tasks import load_tasks
 
     return load_tasks(config.dataset, data_dir=config.data_dir, limit=config.limit,
                       problem_field=config.problem_field, answer_field=config.answer_field,

@@ -130,7 +130,6 @@ class DemoData:
 
 def prepare_data(cfg: DemoConfig, out: Path, stage: Stage = print) -> DemoData:
     """The demo's problems (train/test JSONL), both SFT mixtures and the tokenizer."""
-    from agentmath.data.synthetic import to_task_rows
     from agentmath.jsonl import write_jsonl
     from agentmath.models.tiny import build_tokenizer
     from agentmath.recipes.tool_model import (
@@ -140,6 +139,7 @@ def prepare_data(cfg: DemoConfig, out: Path, stage: Stage = print) -> DemoData:
         tool_records,
     )
     from agentmath.synth.inject import text_only_example
+    from agentmath.tasks.synthetic import to_task_rows
 
     out.mkdir(parents=True, exist_ok=True)
     stage("generating problems")

@@ -6,7 +6,7 @@ calling). A model trained on several formats learns to follow whichever one its 
 describes, so one small model can be served to the tests of every format (it is the model the
 agent-loop and evaluation tests serve through vLLM).
 
-1. seeded synthetic word problems (``agentmath.data.synthetic``), split train / held-out;
+1. seeded synthetic word problems (``agentmath.tasks.synthetic``), split train / held-out;
 2. code injection in each format, every snippet executed and checked in the sandbox
    (``agentmath.synth.inject.inject``); problems are dealt round-robin to the formats; with
    ``text_share`` > 0 a seeded share of them are text records instead (the arithmetic done in
@@ -179,7 +179,7 @@ TEST_MODEL = ToolModelConfig(
 
 def make_problems(seed: int, train: int, test: int, max_digits: int) -> tuple[list, list]:
     """Seeded multi-step problems with operands of 3..``max_digits`` digits, split."""
-    from agentmath.data.synthetic import generate_problems, split
+    from agentmath.tasks.synthetic import generate_problems, split
 
     problems = generate_problems(train + test, seed, digits=(3, max_digits))
     return split(problems, test, seed)
@@ -300,9 +300,9 @@ def build_tool_model(cfg: ToolModelConfig, out: Path, stage: Stage = print,
                      progress: bool = True) -> GrownModel:
     """Run every step; the model + tokenizer end in ``out/final``, the held-out problems in
     ``out/test.jsonl`` and a summary in ``out/tool_model.json`` (also returned)."""
-    from agentmath.data.synthetic import to_task_rows
     from agentmath.jsonl import write_jsonl
     from agentmath.models.tiny import build_tokenizer
+    from agentmath.tasks.synthetic import to_task_rows
 
     started = time.monotonic()
     out.mkdir(parents=True, exist_ok=True)

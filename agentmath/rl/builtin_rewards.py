@@ -28,7 +28,7 @@ from typing import Any
 
 from agentmath import grading
 from agentmath.agent.trajectory import Trajectory
-from agentmath.datasets import Task
+from agentmath.tasks import Task
 
 RewardFn = Callable[[Task, Trajectory], float]
 

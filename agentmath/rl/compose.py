@@ -50,9 +50,9 @@ from agentmath.train.plumbing import (
 
 if TYPE_CHECKING:
     from agentmath.config import LoopConfig, RolloutConfig
-    from agentmath.datasets import Task
     from agentmath.distributed.worker import WorkerSpec
     from agentmath.rl.sync_vllm import VLLMWeightSync
+    from agentmath.tasks import Task
 
 
 def served_name(cfg: RLConfig) -> str:
@@ -102,7 +102,7 @@ def _drop_other_state(accelerate: Any, cpu: bool, precision: str) -> None:
 
 
 def _tasks(cfg: RLConfig) -> list[Task]:
-    from agentmath.datasets import load_tasks
+    from agentmath.tasks import load_tasks
 
     d = cfg.data
     return load_tasks(d.dataset, data_dir=d.data_dir, limit=d.limit,

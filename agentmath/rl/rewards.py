@@ -30,7 +30,6 @@ from pydantic import ConfigDict, Field, ValidationError, ValidationInfo, field_v
 
 from agentmath.agent.trajectory import Trajectory
 from agentmath.config import StrictModel, field_problems
-from agentmath.datasets import Task
 from agentmath.errors import ConfigError
 from agentmath.rl.builtin_rewards import (  # re-exported: the rewards API is one module
     BUILTIN_REWARDS,
@@ -47,6 +46,7 @@ from agentmath.rl.builtin_rewards import (  # re-exported: the rewards API is on
     make_tool_efficiency_reward,
     tool_error_reward,
 )
+from agentmath.tasks import Task
 
 ParamValue = bool | int | float | str
 log = logging.getLogger(__name__)

@@ -30,7 +30,6 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 
 from agentmath.backends.base import SamplingParams
-from agentmath.datasets import Task
 from agentmath.rl.batch import ScoredGroup, ScoredSample, split_by_signal
 from agentmath.rl.filters import FilterPlan, GroupVerdict, filter_group
 from agentmath.rl.records import NoUpdate
@@ -38,6 +37,7 @@ from agentmath.rl.rewards import RewardModel
 from agentmath.rollout.contract import Iterations
 from agentmath.rollout.records import Group, GroupRequest, RolloutStats
 from agentmath.seeding import derive_seed
+from agentmath.tasks import Task
 
 
 class RequestStream(Iterator[GroupRequest]):

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 from agentmath.agent.trajectory import Trajectory
 
 if TYPE_CHECKING:
-    from agentmath.datasets import Task
+    from agentmath.tasks import Task
 
 
 @dataclass(frozen=True, slots=True)

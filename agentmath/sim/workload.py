@@ -45,7 +45,7 @@ from typing import Literal
 import numpy as np
 
 from agentmath.config import LoopConfig
-from agentmath.datasets import Task
+from agentmath.tasks import Task
 
 __all__ = ["EpisodeScript", "LogNormal", "Turn", "Workload"]
 

@@ -1,6 +1,6 @@
 """The rule-based converter: a synthetic problem's steps become one snippet each.
 
-It needs the structured steps that :func:`agentmath.data.synthetic.generate_problems` puts in
+It needs the structured steps that :func:`agentmath.tasks.synthetic.generate_problems` puts in
 ``task.meta["steps"]``; it is the converter of the demo and of the test model, and a baseline
 beside the teacher (:class:`agentmath.synth.teacher.TeacherConverter`), which implements the
 same :class:`~agentmath.synth.pieces.Converter` protocol for any text solution.
@@ -8,9 +8,9 @@ same :class:`~agentmath.synth.pieces.Converter` protocol for any text solution.
 
 from __future__ import annotations
 
-from agentmath.data.synthetic import Step, steps_of
-from agentmath.datasets import Task
 from agentmath.synth.pieces import Piece, Rejected
+from agentmath.tasks import Task
+from agentmath.tasks.synthetic import Step, steps_of
 
 
 class RuleBasedConverter:

@@ -15,12 +15,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from agentmath.config import LoopConfig
-from agentmath.datasets import Task
 from agentmath.formats.base import ToolFormat
 from agentmath.sandbox.client import SandboxClient
 from agentmath.synth.config import ChecksConfig
 from agentmath.synth.pieces import Converter
 from agentmath.synth.pipeline import Pipeline
+from agentmath.tasks import Task
 
 TEXT_SYSTEM_PROMPT = ("Solve the problem step by step. Put the final answer in \\boxed{}.")
 

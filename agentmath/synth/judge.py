@@ -16,11 +16,11 @@ import re
 from collections.abc import Sequence
 
 from agentmath.backends.base import Backend, SamplingParams
-from agentmath.datasets import Task
 from agentmath.formats.base import render_body
 from agentmath.synth.pieces import Rejected
 from agentmath.synth.records import Event
 from agentmath.synth.teacher import REQUEST_ERRORS, chat_text
+from agentmath.tasks import Task
 
 JUDGE_SYSTEM = (
     "You check tool-integrated math solutions. Each [code k] block was run and [output k] is "

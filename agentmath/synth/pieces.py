@@ -1,6 +1,6 @@
 """What every converter produces: a plan of text and code pieces, with simulated outputs.
 
-A converter (rule-based, or a teacher LLM) turns a :class:`~agentmath.datasets.Task` (a problem
+A converter (rule-based, or a teacher LLM) turns a :class:`~agentmath.tasks.Task` (a problem
 with a gold answer) into a list of :class:`Piece`: model text and code snippets, in order.
 A code piece may carry the output its author *expected* (the teacher's simulated output, or
 the rule-based converter's step value); the pipeline runs every snippet for real, replaces the
@@ -16,8 +16,8 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Literal, Protocol
 
-from agentmath.datasets import Task
 from agentmath.errors import AgentMathError
+from agentmath.tasks import Task
 
 
 @dataclass(frozen=True)

@@ -33,7 +33,6 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from agentmath.datasets import Task
 from agentmath.formats.base import ToolFormat, output_text
 from agentmath.formats.openai_tools import OPENAI_TOOLS
 from agentmath.grading import averify, extract_answer
@@ -45,6 +44,7 @@ from agentmath.synth.judge import ConsistencyJudge
 from agentmath.synth.pieces import Converter, Rejected
 from agentmath.synth.records import Event, build_record, check_plan, final_text
 from agentmath.synth.selfcorrect import plan_corrections
+from agentmath.tasks import Task
 
 STAGES = ("convert", "format", "ast", "execute", "outputs", "answer", "consistency")
 #: Reasons that say the infrastructure failed, not the data: a resumed run may retry them.

@@ -25,12 +25,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from agentmath.agent.prompts import CHAT_SYSTEM_PROMPT, build_messages
-from agentmath.datasets import Task
 from agentmath.formats.base import ToolFormat
 from agentmath.formats.openai_tools import OPENAI_TOOLS, TOOL_NAME, tool_message, tool_spec
 from agentmath.grading import extract_answer
 from agentmath.sandbox.result import ExecResult
 from agentmath.synth.pieces import Piece, Rejected, model_turns
+from agentmath.tasks import Task
 
 
 @dataclass(frozen=True)

@@ -16,8 +16,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from agentmath.datafiles import file_rows, no_file, row_error
 from agentmath.errors import DataError
+from agentmath.tasks.files import file_rows, no_file, row_error
 
 
 @dataclass(frozen=True)
@@ -133,9 +133,9 @@ def load_against(spec: str | Sequence[str], *, data_dir: str | Path | None = Non
                  problem_field: str = "problem", id_field: str = "id",
                  answer_field: str | None = "answer") -> list[Item]:
     """The items of ``spec``: comma-separated built-in names (``math500,aime24``, read with
-    :func:`agentmath.datasets.load_tasks`, with their gold answers) or file paths (read with
+    :func:`agentmath.tasks.load_tasks`, with their gold answers) or file paths (read with
     :func:`read_rows`)."""
-    from agentmath.datasets import BUILTIN, load_tasks
+    from agentmath.tasks import BUILTIN, load_tasks
 
     names = [s.strip() for s in (spec.split(",") if isinstance(spec, str) else spec)]
     names = [n for n in names if n]

@@ -19,7 +19,6 @@ from pathlib import Path
 from typing import Any
 
 from agentmath.backends.base import Backend, SamplingParams
-from agentmath.datasets import Task, load_tasks
 from agentmath.errors import ConfigError, DataError
 from agentmath.formats import get_format
 from agentmath.runs.fingerprint import dataset_fingerprint
@@ -37,6 +36,7 @@ from agentmath.synth.funnel import Funnel, build_funnel
 from agentmath.synth.judge import ConsistencyJudge
 from agentmath.synth.pieces import Converter
 from agentmath.synth.pipeline import RETRYABLE, Outcome, Pipeline
+from agentmath.tasks import Task, load_tasks
 
 OUTCOMES_FILE = "outcomes.jsonl"
 RECORDS_FILE = "sft.jsonl"
@@ -56,7 +56,7 @@ class SynthResult:
 def load_input(config: SynthConfig) -> list[Task]:
     """The tasks of ``config.input``; ``synthetic:N[:SEED]`` generates them (with steps)."""
     if config.input.startswith("synthetic:"):
-        from agentmath.data.synthetic import generate_problems
+        from agentmath.tasks.synthetic import generate_problems
 
         parts = config.input.split(":")
         try:

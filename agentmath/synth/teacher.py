@@ -26,11 +26,11 @@ from pathlib import Path
 
 from agentmath.backends.base import Backend, ChatCompletion, SamplingParams
 from agentmath.config import read_config_file
-from agentmath.datasets import Task
 from agentmath.errors import AgentMathError, ConfigError
 from agentmath.formats.base import DelimitedFormat
 from agentmath.formats.code_interpreter import CODE_INTERPRETER
 from agentmath.synth.pieces import Piece, Rejected
+from agentmath.tasks import Task
 
 DEFAULT_SYSTEM = (
     "You turn worked math solutions into tool-integrated solutions. Rewrite the reference "

@@ -34,9 +34,9 @@ from verl.experimental.agent_loop.agent_loop import (
 
 from agentmath.agent.episode import Episode
 from agentmath.agent.trajectory import Trajectory
-from agentmath.datasets import Task
 from agentmath.formats import get_format
 from agentmath.rl.rewards import RewardBreakdown
+from agentmath.tasks import Task
 from agentmath.verl.backend import VerlBackend, sampling_from_verl
 from agentmath.verl.convert import VerlSample, to_verl_sample
 from agentmath.verl.data import AGENT_NAME, task_from_fields

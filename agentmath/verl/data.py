@@ -19,8 +19,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from agentmath.datasets import Task, load_tasks
 from agentmath.errors import DataError
+from agentmath.tasks import Task, load_tasks
 
 AGENT_NAME = "agentmath"
 

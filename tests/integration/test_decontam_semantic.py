@@ -16,10 +16,10 @@ import pytest
 from typer.testing import CliRunner
 
 from agentmath.cli.main import app
-from agentmath.datasets import load_tasks
 from agentmath.synth.decontam import decontaminate, make_detectors
 from agentmath.synth.detectors import SemanticDetector, bundled_model_path
 from agentmath.synth.rows import Item
+from agentmath.tasks import load_tasks
 from benchmarks._dedup_paraphrases import HEAVY, PARAPHRASES, SAME_TOPIC
 from tests.fixtures.contamination import DISTINCT, PLANTED
 

@@ -24,13 +24,13 @@ import pytest
 from agentmath.backends.base import SamplingParams
 from agentmath.backends.registry import BackendSettings, build_backend
 from agentmath.config import LoopConfig, RayConfig, RolloutConfig, SandboxConfig
-from agentmath.datasets import Task
 from agentmath.formats import get_format
 from agentmath.rollout.partial import PartialRollout
 from agentmath.rollout.records import GroupRequest
 from agentmath.rollout.scheduler import RolloutEngine
 from agentmath.sandbox.factory import open_sandbox
 from agentmath.seeding import derive_seed
+from agentmath.tasks import Task
 from tests.fixtures.fault_server import _QuietServer
 from tests.fixtures.logs import why_not_captured
 from tests.fixtures.outage_server import _with_health

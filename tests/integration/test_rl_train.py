@@ -14,10 +14,10 @@ pytest.importorskip("torch")
 pytest.importorskip("accelerate")
 
 from agentmath.agent.trajectory import Trajectory  # noqa: E402
-from agentmath.datasets import Task  # noqa: E402
 from agentmath.rl.config import RLConfig  # noqa: E402
 from agentmath.rl.records import StageMove, read_steps  # noqa: E402
 from agentmath.rl.trainer import train_rl  # noqa: E402
+from agentmath.tasks import Task  # noqa: E402
 
 pytestmark = pytest.mark.integration
 

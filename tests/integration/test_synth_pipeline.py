@@ -11,7 +11,6 @@ import pytest
 from agentmath.agent.loop import run_episode
 from agentmath.backends.scripted import ScriptedBackend
 from agentmath.config import LoopConfig, SandboxConfig
-from agentmath.datasets import Task
 from agentmath.formats import get_format
 from agentmath.sandbox import SandboxPool
 from agentmath.synth.config import ChecksConfig
@@ -19,6 +18,7 @@ from agentmath.synth.funnel import build_funnel
 from agentmath.synth.judge import ConsistencyJudge
 from agentmath.synth.pipeline import Pipeline
 from agentmath.synth.teacher import TeacherConverter
+from agentmath.tasks import Task
 from tests.fixtures.teacher import CASES, FakeTeacher
 
 pytestmark = pytest.mark.integration

@@ -12,8 +12,6 @@ import pytest
 from agentmath.agent.loop import build_messages, run_episode
 from agentmath.backends.scripted import ScriptedBackend
 from agentmath.config import LoopConfig, SandboxConfig
-from agentmath.data.synthetic import Step, generate_problems, steps_of
-from agentmath.datasets import Task
 from agentmath.errors import DataError
 from agentmath.formats import get_format
 from agentmath.jsonl import read_jsonl, write_jsonl
@@ -22,6 +20,8 @@ from agentmath.synth.converters import RuleBasedConverter
 from agentmath.synth.inject import ConversionReport, inject, text_only_example
 from agentmath.synth.pieces import Piece
 from agentmath.synth.records import call_text
+from agentmath.tasks import Task
+from agentmath.tasks.synthetic import Step, generate_problems, steps_of
 
 pytestmark = pytest.mark.integration
 FORMATS = ("markdown", "tool_call", "code_interpreter", "openai_tools")

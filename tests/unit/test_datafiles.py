@@ -1,4 +1,4 @@
-"""agentmath.datafiles: the one reader of data files people hand agentmath."""
+"""agentmath.tasks.files: the one reader of data files people hand agentmath."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from agentmath.datafiles import FileRow, file_rows, row_error
 from agentmath.errors import DataError
+from agentmath.tasks.files import FileRow, file_rows, row_error
 
 
 def test_jsonl_rows_keep_the_line_and_skip_blank_lines(tmp_path: Path) -> None:

@@ -9,11 +9,11 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
-from agentmath import datasets as ds
 from agentmath.cli.main import app
-from agentmath.datafiles import FileRow
-from agentmath.datasets import BUILTIN, Task, data_dirs, find_builtin, load_tasks
 from agentmath.errors import DataError
+from agentmath.tasks import BUILTIN, Task, data_dirs, find_builtin, load_tasks
+from agentmath.tasks import datasets as ds
+from agentmath.tasks.files import FileRow
 
 SHARED = Path(__file__).resolve().parents[2].parent / "shared" / "data"
 COUNTS = {"math500": 500, "aime24": 30, "aime25": 30, "hmmt25": 30, "gsm8k": 1319, "amc23": 40}
@@ -100,7 +100,7 @@ def test_data_dirs_order(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Non
     monkeypatch.chdir(tmp_path)
     dirs = data_dirs(explicit)
     assert dirs[:2] == [explicit.resolve(), env.resolve()]
-    assert dirs[2] == (Path(ds.__file__).resolve().parents[1].parent / "shared" / "data")
+    assert dirs[2] == (Path(ds.__file__).resolve().parents[2].parent / "shared" / "data")
     assert dirs[3] == (tmp_path / "data").resolve() and len(dirs) == 4
     assert data_dirs(env) == dirs[1:]  # duplicates are listed once
 

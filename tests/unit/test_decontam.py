@@ -15,7 +15,6 @@ import pytest
 from typer.testing import CliRunner
 
 from agentmath.cli.main import app
-from agentmath.datasets import load_tasks
 from agentmath.errors import DataError
 from agentmath.synth.decontam import (
     Item,
@@ -33,6 +32,7 @@ from agentmath.synth.normalize import (
     numbers,
 )
 from agentmath.synth.rows import Row, read_rows, write_rows
+from agentmath.tasks import load_tasks
 from tests.fixtures.contamination import DISTINCT, PLANTED
 
 runner = CliRunner()

@@ -8,11 +8,11 @@ from __future__ import annotations
 
 import pytest
 
-from agentmath.datasets import load_tasks
 from agentmath.synth.containment import ShortTextIndex
 from agentmath.synth.decontam import Item, decontaminate, deduplicate, make_detectors
 from agentmath.synth.detectors import NGramDetector
 from agentmath.synth.normalize import fingerprint, keeps_numbers, number_tokens
+from agentmath.tasks import load_tasks
 
 # MATH500 items: a short one (6 tokens) and a formula-heavy one (15 tokens, 4 words: its
 # fingerprint keeps its numbers)

@@ -160,9 +160,9 @@ class _FakeEngine:
 
 
 async def test_ray_iterations_draw_what_they_need_and_keep_draw_order() -> None:
-    from agentmath.datasets import Task
     from agentmath.distributed.iterations import RayIterations
     from agentmath.rollout.records import GroupRequest
+    from agentmath.tasks import Task
 
     engine = _FakeEngine()
     requests = [GroupRequest(Task(f"p{i}", "x", "1"), samples=2) for i in range(5)]

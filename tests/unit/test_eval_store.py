@@ -16,7 +16,6 @@ import pytest
 from pydantic import ValidationError
 
 from agentmath.config import EvalConfig
-from agentmath.datasets import Task
 from agentmath.errors import ConfigError, DataError
 from agentmath.eval.runner import identity
 from agentmath.runs.fingerprint import dataset_fingerprint, describe_change
@@ -31,6 +30,7 @@ from agentmath.runs.store import (
     load_records,
     unique_records,
 )
+from agentmath.tasks import Task
 
 TASKS = [Task("a", "1+1?", "2"), Task("b", "2+2?", "4"), Task("c", "3+3?", "6")]
 

@@ -6,11 +6,11 @@ from __future__ import annotations
 import pytest
 
 from agentmath.agent.trajectory import Segment, Trajectory
-from agentmath.datasets import Task
 from agentmath.errors import GradingError
 from agentmath.grading import Grade, GradeResult, Verdict, agrade_answer, grade_answer
 from agentmath.grading import answer as grade_module
 from agentmath.rl import rewards
+from agentmath.tasks import Task
 
 
 def test_verdicts_of_grade_results() -> None:

@@ -17,7 +17,6 @@ from agentmath.backends.base import SamplingParams
 from agentmath.backends.registry import BackendSettings
 from agentmath.backends.scripted import ScriptedBackend
 from agentmath.config import LoopConfig, RayConfig, RolloutConfig
-from agentmath.datasets import Task
 from agentmath.formats import get_format
 from agentmath.rollout.partial import (
     PartialRollout,
@@ -29,6 +28,7 @@ from agentmath.rollout.partial import (
 from agentmath.rollout.records import Group, GroupRequest
 from agentmath.rollout.scheduler import RolloutEngine
 from agentmath.seeding import derive_seed
+from agentmath.tasks import Task
 from tests.fixtures.cut_backend import CutScripted
 from tests.fixtures.sandboxes import FakeSandbox
 

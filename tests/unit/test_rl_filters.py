@@ -13,7 +13,6 @@ import pytest
 
 from agentmath.agent.trajectory import Segment, Trajectory
 from agentmath.config import load_config
-from agentmath.datasets import Task
 from agentmath.errors import ConfigError
 from agentmath.grading import Grade
 from agentmath.rl.batch import ScoredGroup, ScoredSample
@@ -38,6 +37,7 @@ from agentmath.rl.rollouts import RequestStream, collect_groups
 from agentmath.rollout.partial import IterationResult
 from agentmath.rollout.records import Group, GroupRequest, RolloutStats, Sample
 from agentmath.sandbox.result import ExecResult
+from agentmath.tasks import Task
 
 
 # ---------------------------------------------------------------- hand-made trajectories

@@ -17,12 +17,12 @@ from pydantic import ValidationError
 from agentmath import grading
 from agentmath.agent.trajectory import Segment, Trajectory
 from agentmath.config import StrictModel, load_config
-from agentmath.datasets import Task
 from agentmath.errors import ConfigError
 from agentmath.grading import Grade, Verdict
 from agentmath.rl import rewards as R
 from agentmath.rl.rewards import RewardModel, RewardSpec
 from agentmath.sandbox.result import ExecResult
+from agentmath.tasks import Task
 
 TASK = Task(id="t1", problem="What is 1 + 2?", answer="3")
 OK = {"stdout": "3\n"}

@@ -10,7 +10,6 @@ import pytest
 
 from agentmath.agent.trajectory import Segment, Trajectory
 from agentmath.config import load_config
-from agentmath.datasets import Task
 from agentmath.errors import ConfigError
 from agentmath.rl.config import RLConfig
 from agentmath.rl.rewards import RewardModel
@@ -18,6 +17,7 @@ from agentmath.rl.rollouts import Collected, RequestStream, collect_groups
 from agentmath.rl.schedules import Stage, StageController, linear, lr_factor
 from agentmath.rollout.partial import IterationResult
 from agentmath.rollout.records import Group, GroupRequest, RolloutStats, Sample
+from agentmath.tasks import Task
 
 
 def test_linear_temperature_schedule_deepmath() -> None:

@@ -13,11 +13,11 @@ import pytest
 from agentmath.backends.base import Generation, current_tag
 from agentmath.backends.scripted import ScriptedBackend
 from agentmath.config import LoopConfig, RolloutConfig
-from agentmath.datasets import Task
 from agentmath.formats import get_format
 from agentmath.rollout.partial import PartialRollout
 from agentmath.rollout.records import GroupRequest
 from agentmath.rollout.scheduler import RolloutEngine
+from agentmath.tasks import Task
 from tests.fixtures.sandboxes import FakeSandbox
 
 FMT = get_format("code_interpreter")

@@ -156,7 +156,7 @@ def test_teacher_prompt_file(tmp_path: Path) -> None:
                     '[[examples]]\nproblem = "1+1"\nsolution = "2"\nanswer = "2"\n'
                     'trajectory = "<code>\\nprint(1 + 1)\\n</code>"\n')
     prompt = TeacherPrompt.load(path)
-    from agentmath.datasets import Task
+    from agentmath.tasks import Task
 
     messages = prompt.messages(Task("t", "2+3", "5", {"solution": "five"}))
     assert [m["role"] for m in messages] == ["system", "user", "assistant", "user"]

@@ -8,14 +8,14 @@ from pathlib import Path
 
 import pytest
 
-from agentmath.data.synthetic import (
+from agentmath.grading import extract_answer
+from agentmath.tasks import Task, load_tasks
+from agentmath.tasks.synthetic import (
     generate_problems,
     split,
     steps_of,
     to_task_rows,
 )
-from agentmath.datasets import Task, load_tasks
-from agentmath.grading import extract_answer
 
 
 @pytest.fixture(scope="module")

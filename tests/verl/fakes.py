@@ -33,9 +33,9 @@ from verl.experimental.agent_loop.agent_loop import (
 from verl.utils.dataset.rl_dataset import RLHFDataset
 from verl.workers.rollout.replica import TokenOutput
 
-from agentmath.datasets import Task
 from agentmath.formats import get_format
 from agentmath.sandbox.pool import SandboxPool
+from agentmath.tasks import Task
 from agentmath.verl.data import to_verl_row
 
 VERL_CONFIG_DIR = os.path.join(os.path.dirname(verl.__file__), "trainer", "config")

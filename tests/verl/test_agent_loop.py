@@ -19,7 +19,7 @@ from verl.experimental.agent_loop.agent_loop import (
     _agent_loop_registry,
 )
 
-from agentmath.datasets import Task
+from agentmath.tasks import Task
 from agentmath.verl.agent_loop import AgentMathAgentLoop
 from tests.verl.fakes import (
     FakeServerManager,

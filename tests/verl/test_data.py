@@ -7,8 +7,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from agentmath.datasets import Task
 from agentmath.errors import DataError
+from agentmath.tasks import Task
 from agentmath.verl.data import main, task_from_fields, to_verl_row
 
 

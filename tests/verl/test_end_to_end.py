@@ -15,8 +15,8 @@ from verl.utils.dataset.rl_dataset import RLHFDataset, collate_fn
 from verl.workers.rollout.llm_server import LLMServerClient
 
 from agentmath import grading
-from agentmath.datasets import Task
 from agentmath.formats import get_format
+from agentmath.tasks import Task
 from agentmath.verl.data import write_parquet
 from agentmath.verl.router import AgentMathRouter
 from tests.fixtures.models import held_out_problems

@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from agentmath.datasets import Task
+from agentmath.tasks.task import Task
 
 MAX_ANSWER = 10**12 - 1  # answers stay within 12 digits
 

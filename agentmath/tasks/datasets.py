@@ -16,39 +16,19 @@ import math
 import os
 import re
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from agentmath.datafiles import SUFFIXES, FileRow, file_rows, jsonl_rows, no_file, row_error
 from agentmath.errors import DataError
+from agentmath.tasks.files import SUFFIXES, FileRow, file_rows, jsonl_rows, no_file, row_error
+from agentmath.tasks.task import Task
 
 #: Environment variable naming extra data directories (several joined with ``os.pathsep``).
 DATA_DIR_ENV = "AGENTMATH_DATA_DIR"
-_REPO_ROOT = Path(__file__).resolve().parent.parent
+_REPO_ROOT = Path(__file__).resolve().parents[2]
 _HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 _LEVEL = re.compile(r"^\s*(?:level\s*)?(\d+)\s*$", re.IGNORECASE)
-
-
-@dataclass(frozen=True)
-class Task:
-    """A problem with a gold answer, the one such type in agentmath (benchmarks, training
-    data, synthetic problems, examples): a unique id, the problem text, the reference answer
-    as text, and every other field in ``meta`` (level, subject, year, solution, ...).
-
-    ``meta`` is left out of the hash so that tasks can be put in sets and used as dict keys.
-    """
-
-    id: str
-    problem: str
-    answer: str
-    meta: dict[str, Any] = field(default_factory=dict, hash=False)
-
-    @property
-    def solution(self) -> str:
-        """The reference text solution (``meta["solution"]``), or "" when there is none."""
-        value = self.meta.get("solution")
-        return value if isinstance(value, str) else ""
 
 
 @dataclass(frozen=True)

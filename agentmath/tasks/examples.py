@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from agentmath.datasets import Task
+from agentmath.tasks.task import Task
 
 
 @dataclass(frozen=True, slots=True)
@@ -24,7 +24,7 @@ class Step:
 
 @dataclass(frozen=True, slots=True)
 class ScriptedExample:
-    """A problem with its gold answer (a :class:`~agentmath.datasets.Task`, whose id is the
+    """A problem with its gold answer (a :class:`~agentmath.tasks.Task`, whose id is the
     example's name) and a hand-written tool-integrated solution.
 
     The value of the *last* code cell is the computed answer; ``final`` holds the closing text

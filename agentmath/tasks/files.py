@@ -1,10 +1,10 @@
 """The rows of a data file someone hands agentmath: ``.jsonl``, ``.json`` or ``.parquet``.
 
 One reader for every place that takes a file of problems (``agentmath eval``'s datasets in
-:mod:`agentmath.datasets`, decontamination and dedup in :mod:`agentmath.synth.rows`), so that a
-file reads the same, and a bad one fails with the same message, wherever it is given. Each row
-comes with where it is (``line 3`` of a JSONL file, ``row 3`` of a JSON list or a parquet
-table) for the callers' errors, which name the file, that place and the field
+:mod:`agentmath.tasks.datasets`, decontamination and dedup in :mod:`agentmath.synth.rows`), so
+that a file reads the same, and a bad one fails with the same message, wherever it is given.
+Each row comes with where it is (``line 3`` of a JSONL file, ``row 3`` of a JSON list or a
+parquet table) for the callers' errors, which name the file, that place and the field
 (:func:`row_error`). Values are returned as parsed: checking that a row is an object with the
 right fields is the caller's, since each needs other fields.
 
