@@ -151,7 +151,7 @@ def check_trl_template(tokenizer: Any, problem: str,
     * the template is prefix-preserving (TRL keeps it instead of swapping in its own);
     * a tool call written as the model writes it parses to the ``python`` tool;
     * with ``solution`` (the problem's text solution): the native text record the mixed
-      model is trained on (``agentmath.recipes.tool_model.text_record``) has the prompt TRL
+      model is trained on (``agentmath.synth.tool_records.text_record``) has the prompt TRL
       renders, and its assistant turn, rendered by the template and parsed by TRL's
       ``parse_response``, is plain content with no tool call (TRL's loop ends the episode).
     """
@@ -184,7 +184,8 @@ def check_trl_template(tokenizer: Any, problem: str,
     checks = {"schema_identical": True, "prefix_preserving": True, "call_parses": True,
               "prompt_chars": len(trained)}
     if solution is not None:
-        from agentmath.recipes.tool_model import NATIVE, text_record
+        from agentmath.synth.config import NATIVE
+        from agentmath.synth.tool_records import text_record
         from agentmath.tasks import Task
 
         record = text_record(Task("check", problem, "", {"solution": solution}), NATIVE)

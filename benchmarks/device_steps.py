@@ -54,13 +54,9 @@ def demo_data(args: argparse.Namespace) -> tuple[list[dict], Any, Path]:
     from agentmath.jsonl import write_jsonl
     from agentmath.models.tiny import build_tokenizer
     from agentmath.recipes.demo import FORMAT, TOOL_SYSTEM, DemoConfig
-    from agentmath.recipes.tool_model import (
-        corpus_texts,
-        make_problems,
-        text_problem_ids,
-        tool_records,
-    )
-    from agentmath.tasks.synthetic import to_task_rows
+    from agentmath.synth.tool_records import tool_records
+    from agentmath.tasks.synthetic import make_problems, text_problem_ids, to_task_rows
+    from agentmath.train.grow import corpus_texts
 
     demo = DemoConfig()
     train, _ = make_problems(0, args.problems, 10, demo.max_digits)
@@ -81,7 +77,7 @@ def sft_row(records: list[dict], tokenizer: Any, device: str, bf16: bool,
             args: argparse.Namespace) -> dict[str, Any]:
     """Seconds per SFT step from two runs of different lengths; the longer run's model."""
     from agentmath.recipes.demo import DemoConfig
-    from agentmath.recipes.tool_model import train_model
+    from agentmath.train.grow import train_model
 
     demo, runs = DemoConfig(), []
     # a 2-step run first, discarded: CUDA's context and first kernels are set up once per

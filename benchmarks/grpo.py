@@ -120,7 +120,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import print_table  # noqa: E402
 from _grpo_eval import evaluate_all  # noqa: E402
 
-from agentmath.recipes.tool_model import NATIVE, GrownModel, ToolModelConfig  # noqa: E402
+from agentmath.recipes.tool_model import GrownModel, ToolModelConfig  # noqa: E402
+from agentmath.synth.config import NATIVE  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 HELD_OUT = 200  # held-out problems of the model (--eval-problems reads the first ones)
@@ -156,8 +157,7 @@ def build_model(cfg: ToolModelConfig, out: Path, log: Any) -> Path:
 
 def training_rows(cfg: ToolModelConfig, n: int, seed: int) -> list[dict[str, Any]]:
     """``n`` fresh problems from the same generator (none seen in SFT or held out)."""
-    from agentmath.recipes.tool_model import make_problems
-    from agentmath.tasks.synthetic import generate_problems, to_task_rows
+    from agentmath.tasks.synthetic import generate_problems, make_problems, to_task_rows
 
     train, test = make_problems(cfg.seed, cfg.train_problems, cfg.test_problems, cfg.max_digits)
     seen = {p.problem for p in train} | {p.problem for p in test}

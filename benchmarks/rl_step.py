@@ -108,8 +108,8 @@ def start_model(args: argparse.Namespace) -> tuple[Path, Path]:
     tool model grown and cached here."""
     from agentmath.jsonl import write_jsonl
     from agentmath.recipes.demo import FORMAT, TOOL_SYSTEM, DemoConfig
-    from agentmath.recipes.tool_model import ToolModelConfig, cached_tool_model, make_problems
-    from agentmath.tasks.synthetic import to_task_rows
+    from agentmath.recipes.tool_model import ToolModelConfig, cached_tool_model
+    from agentmath.tasks.synthetic import make_problems, to_task_rows
 
     demo = DemoConfig()
     # the issue's configuration (the demo's until 2026-11-26: micro, 800 SFT steps), not

@@ -65,8 +65,8 @@ from agentmath.recipes.summary import (
     ReportFiles,
     StartAttempt,
 )
-from agentmath.recipes.tool_model import Conversion
 from agentmath.rl.records import StageMove
+from agentmath.synth.tool_records import Conversion
 
 if TYPE_CHECKING:
     from concurrent.futures import ProcessPoolExecutor
@@ -132,14 +132,10 @@ def prepare_data(cfg: DemoConfig, out: Path, stage: Stage = print) -> DemoData:
     """The demo's problems (train/test JSONL), both SFT mixtures and the tokenizer."""
     from agentmath.jsonl import write_jsonl
     from agentmath.models.tiny import build_tokenizer
-    from agentmath.recipes.tool_model import (
-        corpus_texts,
-        make_problems,
-        text_problem_ids,
-        tool_records,
-    )
     from agentmath.synth.inject import text_only_example
-    from agentmath.tasks.synthetic import to_task_rows
+    from agentmath.synth.tool_records import tool_records
+    from agentmath.tasks.synthetic import make_problems, text_problem_ids, to_task_rows
+    from agentmath.train.grow import corpus_texts
 
     out.mkdir(parents=True, exist_ok=True)
     stage("generating problems")

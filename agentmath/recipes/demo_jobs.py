@@ -93,7 +93,7 @@ def sft_job(cfg_data: dict[str, Any], examples: list[dict], tokenizer_dir: str, 
     otherwise wait). ``seed``: the SFT's seed (default: the run's)."""
     import transformers
 
-    from agentmath.recipes.tool_model import train_model
+    from agentmath.train.grow import train_model
 
     cfg = DemoConfig.model_validate(cfg_data)
     tokenizer = transformers.AutoTokenizer.from_pretrained(tokenizer_dir)

@@ -16,8 +16,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from agentmath.errors import DataError
-from agentmath.recipes.tool_model import Conversion
 from agentmath.rl.records import StageMove, event_from_dict
+from agentmath.synth.tool_records import Conversion
 
 if TYPE_CHECKING:
     from agentmath.eval.results import RunMetrics, Score

@@ -1,27 +1,25 @@
 """Grow a tiny tool-using model on the CPU: problems -> verified trajectories -> tokenizer -> SFT.
 
-The steps the demo takes for its tool model, as reusable pieces, plus :func:`build_tool_model`
-which runs them all for one or several tool formats at once (and, optionally, native tool
-calling). A model trained on several formats learns to follow whichever one its system prompt
-describes, so one small model can be served to the tests of every format (it is the model the
-agent-loop and evaluation tests serve through vLLM).
+The recipe composes library parts, for one or several tool formats at once (and, optionally,
+native tool calling). A model trained on several formats learns to follow whichever one its
+system prompt describes, so one small model can be served to the tests of every format (it is
+the model the agent-loop and evaluation tests serve through vLLM).
 
-1. seeded synthetic word problems (``agentmath.tasks.synthetic``), split train / held-out;
-2. code injection in each format, every snippet executed and checked in the sandbox
-   (``agentmath.synth.inject.inject``); problems are dealt round-robin to the formats; with
-   ``text_share`` > 0 a seeded share of them are text records instead (the arithmetic done in
-   the problem's text chain-of-thought, in the protocol of the format they were dealt to), so
-   the model learns to choose between text and the tool (the demo's mixture);
-3. a byte-level BPE tokenizer on the training text and a tiny Qwen3 model;
-4. SFT with tool output masked (``agentmath.train.sft``); the model + tokenizer are saved.
+1. seeded synthetic word problems, split train / held-out, and with ``text_share`` > 0 a seeded
+   share of the training problems kept as text records (:mod:`agentmath.tasks.synthetic`);
+2. code injection in each format, every snippet executed and checked in the sandbox, problems
+   dealt round-robin to the formats, the text share in the protocol of the format it was
+   dealt to (:mod:`agentmath.synth.tool_records`), so the model learns to choose between text
+   and the tool (the demo's mixture);
+3. a byte-level BPE tokenizer on the training text, a tiny Qwen3 model and SFT with tool output
+   masked (:mod:`agentmath.train.grow`); the model + tokenizer are saved.
 """
 
 from __future__ import annotations
 
 import json
-import random
 import time
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -29,9 +27,10 @@ from typing import Any
 from pydantic import Field, field_validator, model_validator
 
 from agentmath import _loop as event_loop
-from agentmath.config import SandboxConfig, StrictModel
+from agentmath.config import StrictModel
 from agentmath.errors import DataError
 from agentmath.synth.config import NATIVE  # the pseudo-format of native tool-calling records
+from agentmath.synth.tool_records import Conversion
 
 Stage = Callable[[str], None]
 
@@ -94,32 +93,6 @@ class ToolModelConfig(StrictModel):
         return self
 
 
-@dataclass(frozen=True, slots=True)
-class Conversion:
-    """The tool model's SFT data: verified tool trajectories kept, dropped ones by reason,
-    the seconds code injection took, and the problems left as text chain-of-thought (None:
-    no text share)."""
-
-    kept: int
-    dropped: dict[str, int]
-    seconds: float
-    text: int | None = None
-
-    def to_dict(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"kept": self.kept, "dropped": dict(self.dropped),
-                               "seconds": self.seconds}
-        if self.text is not None:
-            out["text"] = self.text
-        return out
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> Conversion:
-        text = data.get("text")
-        return cls(kept=int(data["kept"]),
-                   dropped={str(k): int(v) for k, v in data["dropped"].items()},
-                   seconds=float(data["seconds"]), text=None if text is None else int(text))
-
-
 #: The summary :func:`build_tool_model` writes next to the model (read by :meth:`GrownModel.read`).
 SUMMARY_FILE = "tool_model.json"
 
@@ -177,132 +150,15 @@ TEST_MODEL = ToolModelConfig(
     vocab_size=1024)
 
 
-def make_problems(seed: int, train: int, test: int, max_digits: int) -> tuple[list, list]:
-    """Seeded multi-step problems with operands of 3..``max_digits`` digits, split."""
-    from agentmath.tasks.synthetic import generate_problems, split
-
-    problems = generate_problems(train + test, seed, digits=(3, max_digits))
-    return split(problems, test, seed)
-
-
-def text_problem_ids(problems: Sequence[Any], share: float, seed: int) -> set[str]:
-    """The ids of a seeded ``share`` of ``problems`` (one draw per problem, in order) that
-    are trained as text records; none when ``share`` is 0."""
-    if share <= 0:
-        return set()
-    rng = random.Random(f"agentmath-tool-model-text-{seed}")
-    return {p.id for p in problems if rng.random() < share}
-
-
-def text_record(task: Any, fmt_name: str, system_prompt: str | None = None) -> dict[str, Any]:
-    """``task``'s text solution as an SFT record in the protocol of ``fmt_name``, under the
-    prompt its tool records get: for ``native`` a chat record (the same system prompt and
-    tools schema as a native tool record; the assistant answers in text, no tool call), for a
-    text format a completion record (:func:`agentmath.synth.inject.text_only_example` with
-    the format's system prompt)."""
-    from agentmath.agent.prompts import CHAT_SYSTEM_PROMPT, build_messages
-    from agentmath.formats import get_format
-    from agentmath.formats.openai_tools import OPENAI_TOOLS, tool_spec
-    from agentmath.synth.inject import text_only_example
-
-    if not task.solution:
-        raise ValueError(f"task {task.id!r} has no text solution")
-    if fmt_name == NATIVE:
-        messages = build_messages(task.problem, OPENAI_TOOLS, system_prompt or CHAT_SYSTEM_PROMPT)
-        return {"id": task.id,
-                "messages": [*messages, {"role": "assistant", "content": task.solution}],
-                "tools": [tool_spec()], "answer": task.answer}
-    return text_only_example(task, system_prompt or get_format(fmt_name).instructions())
-
-
-async def tool_records(problems: Sequence[Any], formats: Sequence[str], *,
-                       system_prompts: Mapping[str, str] | None = None,
-                       concurrency: int = 16,
-                       text_ids: Collection[str] = ()) -> tuple[list[dict], dict[str, Conversion]]:
-    """Verified SFT records, problem i in ``formats[i % len(formats)]``; and conversion stats
-    (kept, dropped by reason, seconds) per format. ``native`` makes chat records.
-    ``system_prompts``: per format (see :class:`ToolModelConfig`). Problems whose id is in
-    ``text_ids`` get :func:`text_record` s in the protocol of their format instead (counted as
-    ``text`` in the stats); records stay in problem order within each format."""
-    from agentmath.formats import get_format
-    from agentmath.sandbox import SandboxPool
-    from agentmath.synth.converters import RuleBasedConverter
-    from agentmath.synth.inject import inject
-
-    records: list[dict] = []
-    stats: dict[str, Conversion] = {}
-    text_ids = set(text_ids)
-    async with SandboxPool(SandboxConfig(spare_workers=4)) as pool:
-        for k, name in enumerate(formats):
-            native = name == NATIVE
-            fmt = get_format("openai_tools" if native else name)
-            prompt = (system_prompts or {}).get(name)
-            dealt = problems[k::len(formats)]
-            report = await inject([p for p in dealt if p.id not in text_ids],
-                                  RuleBasedConverter(), fmt, pool, concurrency=concurrency,
-                                  system_prompt=prompt, native=native)
-            if text_ids:
-                by_id = {r["id"]: r for r in report.records}
-                by_id.update({p.id: text_record(p, name, prompt) for p in dealt
-                              if p.id in text_ids})
-                records += [by_id[p.id] for p in dealt if p.id in by_id]
-            else:
-                records += report.records
-            stats[name] = Conversion(
-                kept=report.kept, dropped=dict(report.dropped),
-                seconds=round(report.seconds, 1),
-                text=sum(p.id in text_ids for p in dealt) if text_ids else None)
-    return records, stats
-
-
-def corpus_texts(records: Sequence[dict]) -> list[str]:
-    """The text a tokenizer for ``records`` should be trained on (prompts, completions, tool
-    calls and schemas of chat records)."""
-    texts = []
-    for rec in records:
-        for msg in rec["messages"]:
-            texts.append(msg.get("content") or "")
-            texts += [json.dumps(c["function"]) for c in msg.get("tool_calls") or []]
-        texts += [json.dumps(t) for t in rec.get("tools") or []]
-        texts.append("".join(p["text"] for p in rec.get("completion") or []))
-    return [t for t in texts if t]
-
-
-def train_model(records: list[dict], tokenizer: Any, out: Path, *, size: str, steps: int,
-                batch_size: int, learning_rate: float, max_length: int, seed: int,
-                progress: bool = True, group_by_length: int = 0, device: str = "auto",
-                bf16: bool = False, system_prompts: Mapping[str, str] | None = None,
-                copy_steps: int = 0) -> Any:
-    """A fresh tiny model of ``size`` fine-tuned on ``records`` (on ``device``, bfloat16
-    autocast with ``bf16``), after ``copy_steps`` steps of copy warm-up
-    (:mod:`agentmath.train.copy_warmup`); returns the SFTResult (the model + tokenizer are in
-    its ``final_dir``, with ``system_prompts``, the records' prompt per format, stored beside
-    them: :mod:`agentmath.models.prompts`)."""
-    from agentmath.models.prompts import TrainedPrompts
-    from agentmath.models.tiny import build_model
-    from agentmath.train.copy_warmup import copy_warmup
-    from agentmath.train.sft import SFTConfig, train_sft
-
-    model = build_model(tokenizer, size, seed=seed)
-    copy_warmup(model, tokenizer, copy_steps, seed=seed, device=device, bf16=bf16)
-    sft = SFTConfig(learning_rate=learning_rate, max_steps=steps, batch_size=batch_size,
-                    max_length=max_length, warmup_steps=min(50, steps // 10), seed=seed,
-                    checkpoint_every=0, group_by_length=group_by_length, device=device,
-                    bf16=bf16)
-    result = train_sft(sft, records, model, out, tokenizer=tokenizer, progress=progress,
-                       resume=False)
-    if system_prompts and result.final_dir is not None:
-        TrainedPrompts(dict(system_prompts)).write(result.final_dir)
-    return result
-
-
 def build_tool_model(cfg: ToolModelConfig, out: Path, stage: Stage = print,
                      progress: bool = True) -> GrownModel:
     """Run every step; the model + tokenizer end in ``out/final``, the held-out problems in
     ``out/test.jsonl`` and a summary in ``out/tool_model.json`` (also returned)."""
     from agentmath.jsonl import write_jsonl
     from agentmath.models.tiny import build_tokenizer
-    from agentmath.tasks.synthetic import to_task_rows
+    from agentmath.synth.tool_records import tool_records
+    from agentmath.tasks.synthetic import make_problems, text_problem_ids, to_task_rows
+    from agentmath.train.grow import corpus_texts, train_model
 
     started = time.monotonic()
     out.mkdir(parents=True, exist_ok=True)

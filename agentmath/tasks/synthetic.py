@@ -245,6 +245,23 @@ def split(problems: Sequence[Task], test_size: int,
     return train, test
 
 
+def make_problems(seed: int, train: int, test: int,
+                  max_digits: int) -> tuple[list[Task], list[Task]]:
+    """(train, test): ``train + test`` seeded problems with operands of 3..``max_digits``
+    digits, ``test`` of them held out (the tool model's and the demo's problems)."""
+    problems = generate_problems(train + test, seed, digits=(3, max_digits))
+    return split(problems, test, seed)
+
+
+def text_problem_ids(problems: Sequence[Task], share: float, seed: int) -> set[str]:
+    """The ids of a seeded ``share`` of ``problems`` (one draw per problem, in order) that
+    are trained as text records instead of tool trajectories; none when ``share`` is 0."""
+    if share <= 0:
+        return set()
+    rng = random.Random(f"agentmath-tool-model-text-{seed}")
+    return {p.id for p in problems if rng.random() < share}
+
+
 def to_task_rows(problems: Sequence[Task]) -> list[dict[str, Any]]:
     """Rows (``id``, ``problem``, ``answer``, ``solution``) for a JSONL file that
     ``agentmath eval --dataset file.jsonl`` loads as tasks (``solution`` lands in meta)."""

@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 
 from agentmath.errors import DataError
-from agentmath.recipes.tool_model import SUMMARY_FILE, Conversion, GrownModel, ToolModelConfig
+from agentmath.recipes.tool_model import SUMMARY_FILE, GrownModel, ToolModelConfig
+from agentmath.synth.tool_records import Conversion
 
 
 def _summary() -> GrownModel:

@@ -5,7 +5,9 @@ from __future__ import annotations
 import pytest
 from pydantic import ValidationError
 
-from agentmath.recipes.tool_model import NATIVE, ToolModelConfig, corpus_texts
+from agentmath.recipes.tool_model import ToolModelConfig
+from agentmath.synth.config import NATIVE
+from agentmath.train.grow import corpus_texts
 
 
 def test_defaults_and_every_format_are_accepted() -> None:

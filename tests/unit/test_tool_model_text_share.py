@@ -16,17 +16,11 @@ from pydantic import ValidationError
 from agentmath.agent.prompts import CHAT_SYSTEM_PROMPT, build_messages
 from agentmath.formats import get_format
 from agentmath.formats.openai_tools import OPENAI_TOOLS, tool_spec
-from agentmath.recipes.tool_model import (
-    NATIVE,
-    TEST_MODEL,
-    ToolModelConfig,
-    config_key_data,
-    make_problems,
-    text_problem_ids,
-    text_record,
-    tool_records,
-)
+from agentmath.recipes.tool_model import TEST_MODEL, ToolModelConfig, config_key_data
+from agentmath.synth.config import NATIVE
 from agentmath.synth.records import build_record
+from agentmath.synth.tool_records import text_record, tool_records
+from agentmath.tasks.synthetic import make_problems, text_problem_ids
 
 
 @pytest.fixture(scope="module")
