@@ -52,6 +52,7 @@ import numpy as np
 if __package__ in (None, ""):  # run as a script: make `benchmarks` and `agentmath` importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from agentmath import serving as srv
 from agentmath.backends.base import SamplingParams
 from agentmath.backends.openai import OpenAIBackend
 from agentmath.backends.router import Router, RouterConfig
@@ -62,7 +63,6 @@ from agentmath.rollout.partial import PartialRollout
 from agentmath.rollout.records import GroupRequest
 from agentmath.rollout.scheduler import RolloutEngine
 from agentmath.sandbox.pool import SandboxPool
-from agentmath.sim import servers as srv
 from agentmath.sim.workload import LogNormal, Workload
 from benchmarks._cpu_ledger import CpuLedger
 from benchmarks._rollout_real_script import ScriptedLengths, exact_lengths, tool_calibration

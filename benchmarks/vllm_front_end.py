@@ -34,7 +34,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from agentmath.sim import servers as srv  # noqa: E402
+from agentmath import serving as srv  # noqa: E402
 from benchmarks._common import print_table  # noqa: E402
 
 MODEL = "tiny"

@@ -1,6 +1,7 @@
 """The rollout engine's test bench: a discrete-event simulation of inference servers and a
 sandbox, in which the real asyncio rollout scheduler, router and agent loop run unchanged, in
-virtual time, and launchers for real local vLLM servers to measure it against.
+virtual time. The real local vLLM servers it is measured against are started and read by
+:mod:`agentmath.serving`.
 
 * ``clock.py``: :func:`run_simulated` runs a coroutine on an event loop whose clock is a
   simpy environment (``asyncio.sleep`` and timeouts are virtual; simpy resolves futures).
@@ -17,9 +18,6 @@ virtual time, and launchers for real local vLLM servers to measure it against.
   whether an RL step is bound by its work or by its longest episode.
 * ``placement.py``: :class:`PinnedPlacement`, a lockstep baseline's episodes pinned to servers.
 * ``fleet.py``: :func:`build_fleet`, N servers + backends + sandbox on one environment.
-* ``servers.py``: start ``vllm serve`` and ``vllm-router`` locally; ``vllm_metrics.py``: read
-  their counters and measure step costs for :class:`ServerCostModel` (both imported on their
-  own, not re-exported here).
 * ``bench.py``: ``python -m agentmath.sim.bench``, how fast the simulator itself runs.
 """
 

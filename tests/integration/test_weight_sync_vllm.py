@@ -34,7 +34,7 @@ from agentmath.formats import get_format
 from agentmath.rl.sync_vllm import VLLMWeightSync, server_options, use_model
 from agentmath.rollout.records import GroupRequest
 from agentmath.rollout.scheduler import RolloutEngine
-from agentmath.sim.servers import free_port, start_vllm_server, stop_server
+from agentmath.serving.servers import free_port, start_vllm_server, stop_server
 from agentmath.tasks import Task
 from tests.fixtures.logs import why_not_captured
 from tests.fixtures.models import cache_root

@@ -24,7 +24,7 @@ EXTENSION_CLS = "agentmath_vllm_ext.WeightSyncExtension"
 
 def server_options(lora_rank: int | None = None,
                    keep: int = 2) -> tuple[list[str], dict[str, str]]:
-    """``(extra_args, env)`` for ``vllm serve`` (e.g. :func:`agentmath.sim.servers.
+    """``(extra_args, env)`` for ``vllm serve`` (e.g. :func:`agentmath.serving.servers.
     start_vllm_server`) so that :class:`~agentmath.rl.sync_vllm.VLLMWeightSync` can push to
     it: dev mode (reload, cache reset) and agentmath's worker extension always (its folder put
     first on the server's ``PYTHONPATH``: nothing else of agentmath's), runtime LoRA loading

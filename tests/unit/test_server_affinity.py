@@ -1,4 +1,4 @@
-"""agentmath.sim.servers.with_affinity: a started server runs on the CPUs it is given, not on
+"""agentmath.serving.servers.with_affinity: a started server runs on the CPUs it is given, not on
 the caller's pin (under ``taskset -c 1`` a vLLM server inheriting the pin served one request
 at a time)."""
 
@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from agentmath.sim.servers import with_affinity
+from agentmath.serving.servers import with_affinity
 
 SHOW = [sys.executable, "-c", "import os, sys; print(sorted(os.sched_getaffinity(0)), "
         "sys.argv[1:], os.environ.get('AFFINITY_PROBE'))", "a b", "--flag"]

