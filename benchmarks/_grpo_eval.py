@@ -31,7 +31,8 @@ from pathlib import Path
 from typing import Any
 
 from agentmath.backends.base import SamplingParams
-from agentmath.config import EvalConfig, LoopConfig, SandboxConfig
+from agentmath.config import LoopConfig, SandboxConfig
+from agentmath.eval.config import EvalConfig
 
 
 class HFChat:

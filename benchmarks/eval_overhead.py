@@ -38,7 +38,8 @@ from _common import print_table, tool_model_dataset  # noqa: E402
 
 from agentmath.agent.trajectory import Segment  # noqa: E402
 from agentmath.backends.scripted import ScriptedBackend  # noqa: E402
-from agentmath.config import DEFAULT_PRELOAD, EvalConfig, LoopConfig, SandboxConfig  # noqa: E402
+from agentmath.config import DEFAULT_PRELOAD, LoopConfig, SandboxConfig  # noqa: E402
+from agentmath.eval.config import EvalConfig  # noqa: E402
 from agentmath.eval.runner import run_eval  # noqa: E402
 
 

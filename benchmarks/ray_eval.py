@@ -29,7 +29,8 @@ from typing import Any
 
 from _common import print_table, tool_model_dataset
 
-from agentmath.config import EvalConfig, LoopConfig, RayConfig
+from agentmath.config import LoopConfig, RayConfig
+from agentmath.eval.config import EvalConfig
 from agentmath.eval.results import EvalProgress, EvalResult
 from agentmath.eval.runner import run_eval
 

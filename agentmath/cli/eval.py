@@ -76,8 +76,8 @@ def eval_command(
     """Run every sample of every problem through the agent loop and the sandbox; write
     samples.jsonl (resumable after any interruption), config.json and metrics.json."""
     from agentmath.backends import build_backend
-    from agentmath.config import EvalConfig
     from agentmath.errors import AgentMathError
+    from agentmath.eval.config import EvalConfig
     from agentmath.eval.runner import backend_settings
 
     config = build_config(EvalConfig, "eval", config_file, sets, {

@@ -31,7 +31,8 @@ from agentmath import __version__
 from agentmath.agent.trajectory import Trajectory
 from agentmath.backends.base import Backend, SamplingParams
 from agentmath.backends.registry import BackendSettings
-from agentmath.config import EvalConfig, RolloutConfig, SandboxConfig
+from agentmath.config import RolloutConfig, SandboxConfig
+from agentmath.eval.config import EvalConfig
 from agentmath.eval.records import SampleRecord, read_samples
 from agentmath.eval.results import EvalProgress, EvalResult, RunMetrics
 from agentmath.formats import get_format

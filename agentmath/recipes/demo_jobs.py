@@ -9,7 +9,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from agentmath import _loop as event_loop
-from agentmath.config import EvalConfig, LoopConfig, SandboxConfig
+from agentmath.config import LoopConfig, SandboxConfig
+from agentmath.eval.config import EvalConfig
 from agentmath.recipes.demo_config import FORMAT, TOOL_SYSTEM, DemoConfig
 from agentmath.rl.records import StageMove
 

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from agentmath.backends import build_backend
-from agentmath.config import EvalConfig
+from agentmath.eval.config import EvalConfig
 from agentmath.eval.runner import backend_settings, run_eval
 from tests.fixtures.hung_server import HungServer, hung_servers
 from tests.integration.test_outage_restart import ROWS, records

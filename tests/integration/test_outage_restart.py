@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 
 from agentmath.backends import build_backend
-from agentmath.config import EvalConfig
+from agentmath.eval.config import EvalConfig
 from agentmath.eval.runner import backend_settings, run_eval
 from tests.fixtures.outage_server import WEIGHT_LOAD, StandIn, free_port
 from tests.fixtures.restart import records, run_through_a_restart

@@ -10,6 +10,7 @@ from agentmath.backends import BACKENDS, BackendSettings, make_backend
 from agentmath.backends.openai import OpenAIBackend
 from agentmath.backends.router import Router
 from agentmath.backends.scripted import ScriptedBackend
+from agentmath.eval.config import EvalConfig
 from agentmath.synth.config import EndpointConfig
 
 
@@ -25,6 +26,7 @@ def test_a_registered_backend_is_built_by_name_and_accepted_by_configs(monkeypat
     assert isinstance(backend, ScriptedBackend)
     assert seen == [BackendSettings("m", "http://x:1", timeout_s=3.0)]
     assert EndpointConfig(backend="scripted").backend == "scripted"
+    assert EvalConfig(dataset="d", model="m", backend="scripted").backend == "scripted"
 
 
 def test_an_unknown_backend_names_the_choices() -> None:
@@ -32,6 +34,8 @@ def test_an_unknown_backend_names_the_choices() -> None:
         make_backend("nope", "m")
     with pytest.raises(ValidationError, match="unknown backend 'nope'"):
         EndpointConfig(backend="nope")
+    with pytest.raises(ValidationError, match="backend\n.*unknown backend 'nope'"):
+        EvalConfig(dataset="d", model="m", backend="nope")
     with pytest.raises(TypeError):
         make_backend("openai", "m", base_url="http://x:1", temperature=0.5)
 

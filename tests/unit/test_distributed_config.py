@@ -12,8 +12,9 @@ from pydantic import ValidationError
 from agentmath.agent.trajectory import Trajectory
 from agentmath.backends.registry import BackendSettings
 from agentmath.backends.routing import RouterConfig
-from agentmath.config import EvalConfig, RayConfig
+from agentmath.config import RayConfig
 from agentmath.errors import MissingExtraError
+from agentmath.eval.config import EvalConfig
 from agentmath.eval.runner import identity, worker_spec
 
 

@@ -14,9 +14,10 @@ from typing import Any
 
 import pytest
 
+from agentmath.backends import BACKENDS
 from agentmath.backends.base import Generation, SamplingParams
 from agentmath.backends.scripted import ScriptedBackend
-from agentmath.config import EvalConfig
+from agentmath.eval.config import EvalConfig
 from agentmath.eval.records import SampleRecord, read_samples
 from agentmath.eval.results import EvalProgress, RunMetrics
 from agentmath.eval.runner import run_eval
@@ -52,6 +53,13 @@ class ProblemBackend(ScriptedBackend):
                 ids = list(f"\\boxed{{{answer}}}".encode())
                 return Generation(ids, bytes(ids).decode(), "eos", None, [-0.1] * len(ids))
         raise AssertionError("unknown problem")
+
+
+@pytest.fixture(autouse=True)
+def _scripted_registered(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The configs below name the backend ``scripted``; EvalConfig checks the name against the
+    registry, so it is registered here, as a plugin registers its own backend."""
+    monkeypatch.setitem(BACKENDS, "scripted", lambda settings: ProblemBackend())
 
 
 def _config(tmp_path: Path, **kwargs: Any) -> EvalConfig:

@@ -15,8 +15,8 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
-from agentmath.config import EvalConfig
 from agentmath.errors import ConfigError, DataError
+from agentmath.eval.config import EvalConfig
 from agentmath.eval.runner import identity
 from agentmath.runs.fingerprint import dataset_fingerprint, describe_change
 from agentmath.runs.lock import LOCK_FILE, RunLock, RunLockedError

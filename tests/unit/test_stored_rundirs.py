@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from agentmath.agent.trajectory import Trajectory
+from agentmath.backends import BACKENDS
 from agentmath.eval.metrics import compute_metrics
 from agentmath.eval.records import SampleRecord, iter_samples, read_samples
 from agentmath.eval.results import RunMetrics
@@ -19,13 +20,21 @@ from agentmath.eval.runner import run_eval
 from agentmath.grading import Verdict
 from agentmath.runs.files import METRICS_FILE, RETRIED_FILE, SAMPLES_FILE
 from agentmath.seeding import eval_sample_seed
-from tests.fixtures.rundirs.make_eval_run import RUN, FixtureBackend, config
+from tests.fixtures.rundirs.make_eval_run import (
+    BACKEND,
+    RUN,
+    FixtureBackend,
+    config,
+    fixture_backend,
+)
 from tests.fixtures.rundirs.make_trajectories import OUT as OLD_TRAJECTORIES
 
 
 @pytest.fixture
 def run_copy(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """A copy of the stored run to resume (the config's dataset path is relative to it)."""
+    """A copy of the stored run to resume (the config's dataset path is relative to it), with
+    the backend its config names registered."""
+    monkeypatch.setitem(BACKENDS, BACKEND, fixture_backend)
     out = tmp_path / "eval_v1"
     shutil.copytree(RUN, out)
     monkeypatch.chdir(out)
