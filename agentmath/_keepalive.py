@@ -9,7 +9,7 @@ connection idle for about 5 s races the server's close and fails with ``ReadErro
 traced it: the server's FIN and the client's next request cross). Two seconds leaves the
 server's close well behind the client's. (Connections a busy server closes unanswered under a
 burst of requests are not this race; the servers agentmath starts raise their own keep-alive
-for those: :data:`agentmath.sim.servers.SERVER_KEEP_ALIVE_S`.)
+for those (``SERVER_KEEP_ALIVE_S``).)
 """
 
 from __future__ import annotations
