@@ -7,9 +7,9 @@ and httpx keeps an idle connection for 5 s too (``keepalive_expiry``): a request
 connection idle for about 5 s races the server's close and fails with ``ReadError`` or
 ``RemoteProtocolError`` while the server is fine (the race as agentscope-ai/agentscope-runtime#468
 traced it: the server's FIN and the client's next request cross). Two seconds leaves the
-server's close well behind the client's. (The drops the rollout benchmark's calibration met on
-2026-11-27, connections closed unanswered under a burst of 16-64 requests, went on with this
-setting: they are not this race.)
+server's close well behind the client's. (Connections a busy server closes unanswered under a
+burst of requests are not this race; the servers agentmath starts raise their own keep-alive
+for those (``SERVER_KEEP_ALIVE_S``).)
 """
 
 from __future__ import annotations

@@ -3,11 +3,11 @@
 asyncio's own.
 
 Why: the agent loop, the rollout engine, the evaluation harness and the sandbox's host spend
-their time in the event loop's socket and timer machinery, which uvloop implements in C. On this
-project's 2-vCPU machine the sandbox's in-process round trip of a trivial cell measured 0.070 ms
-on asyncio's loop and 0.066 ms on uvloop, its 32-session throughput 24,569 and 28,705 cells/s
-(``benchmarks/sandbox.py --service``, docs/benchmarks.md). ``AGENTMATH_EVENT_LOOP=asyncio``
-chooses asyncio's loop (to debug, or to rule the loop out); ``uvloop`` insists on uvloop.
+their time in the event loop's socket and timer machinery, which uvloop implements in C: the
+sandbox's round trip is shorter and its many-session throughput higher on uvloop
+(``benchmarks/sandbox.py --service``; docs/benchmarks.md has the figures).
+``AGENTMATH_EVENT_LOOP=asyncio`` chooses asyncio's loop (to debug, or to rule the loop out);
+``uvloop`` insists on uvloop.
 """
 
 from __future__ import annotations

@@ -5,15 +5,10 @@ httpx's maintainer).
 Why not httpx's own transport: its pool (httpcore) walks all of its connections on every
 request and every response and polls each idle one's socket
 (``AsyncConnectionPool._assign_requests_to_connections``), so a request's cost grows with the
-connections open, and a rollout keeps hundreds of requests in flight. Measured on a 2-vCPU VM
-(2026-11-28, client CPU per request; ``benchmarks/http_client.py`` and
-``benchmarks/sandbox.py --service`` measure both in one run):
-
-* ``OpenAIBackend`` against a stand-in completions server answering after 0.2 s, 64 / 256 / 512
-  requests in flight: httpx's transport 2.1 / 10.9 / 11.2 ms (from 256 on the client is a full
-  core at 88 requests/s), this one 0.32 / 0.33 / 0.31 ms (295 / 1,074 / 1,899 requests/s);
-* ``RemoteSandbox``, trivial cells, 1 / 8 / 32 sessions: 0.53 / 0.58-0.72 / 1.25-1.88 ms
-  against 0.30 / 0.22-0.24 / 0.24-0.25 ms.
+connections open, and a rollout keeps hundreds of requests in flight. On aiohttp's pool a
+request's client CPU stays flat as requests in flight grow, where httpx's grows until the client
+is a full core (``benchmarks/http_client.py`` and ``benchmarks/sandbox.py --service`` measure
+both in one run; docs/benchmarks.md has the figures).
 
 The clients keep httpx's API (requests, responses, timeouts, errors; tests inject their own
 ``httpx`` transports); this transport only moves the bytes. Its errors are httpx's and name

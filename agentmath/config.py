@@ -302,7 +302,7 @@ class RayConfig(StrictModel):
 
     address: str = Field("auto", min_length=1, description=(
         "'auto': join the cluster this machine belongs to (ray start --head / RAY_ADDRESS); "
-        "'local': start a private Ray instance on this machine; or a cluster address "
+        "'local': start a private Ray instance on the local machine; or a cluster address "
         "(host:port, ray://host:10001)."))
     workers: int | None = Field(None, ge=1, le=100_000, description=(
         "Rollout worker actors (None: one per node with CPUs), spread over the nodes."))

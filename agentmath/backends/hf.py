@@ -75,8 +75,8 @@ class HFBackend:
         self._queue: asyncio.Queue[Request] | None = None
         self._worker: asyncio.Task[None] | None = None
         # One OS thread for every call into the model: each thread that runs torch gets its own
-        # OpenMP pool, and two pools spinning on a small CPU slow each other down (measured: a
-        # generate call 2.3x slower right after a backward pass on another thread). A trainer
+        # OpenMP pool, and two pools spinning on a small CPU slow each other down (a generate
+        # call right after a backward pass on another thread is several times slower). A trainer
         # sharing this model runs its update here too (run_on_model_thread).
         self._thread: concurrent.futures.ThreadPoolExecutor | None = None
         self._batcher = ContinuousBatcher(

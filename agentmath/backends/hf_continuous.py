@@ -9,13 +9,12 @@ up in many small calls, each paying the per-step cost of the model for a few row
 
 Why a hand-written loop over the model's own forward and cache (transformers' ``DynamicCache``
 with layers that append, add and drop rows in place: :mod:`~agentmath.backends.hf_kv`) rather
-than a library's: measured on this CPU with the micro model (0.8M parameters), 64 requests x 256 new
-tokens after 100-token prompts, transformers 5.24's ``ContinuousBatchingManager`` /
-``generate_batch`` ran 870 tokens/s with sdpa and 565 with paged|eager, against 7,400 tokens/s
-for one plain batched ``model.generate`` in the same process (its CPU path attends over the
-whole flattened batch with a dense mask, so each decode step costs O(batch tokens x queries));
-vLLM's CPU engine needs its own 3.5 GB environment (it pins transformers < 5.20) and a server
-process. The loop here is plain batched decoding with a left-padded cache, as ``generate`` does,
+than a library's: on CPUs transformers' ``ContinuousBatchingManager`` / ``generate_batch``
+is several times slower than one plain batched ``model.generate`` (its CPU path attends over
+the whole flattened batch with a dense mask, so each decode step costs O(batch tokens x
+queries); docs/benchmarks.md has the figures); vLLM's CPU engine needs its own 3.5 GB
+environment (it pins transformers < 5.20) and a server process.
+The loop here is plain batched decoding with a left-padded cache, as ``generate`` does,
 with rows added and removed between steps.
 
 The state of the running batch (:class:`_DecodeBatch`) is touched only on the backend's model

@@ -3,11 +3,9 @@ that append, add rows and drop rows in place.
 
 transformers' ``DynamicLayer`` grows its keys and values with ``torch.cat`` at every decode
 step, and a batch whose rows come and go was rebuilt with ``index_select`` and ``cat``: each
-step, each row that ended and each group admitted copied the whole cache. Measured on one CPU
-thread with the micro model: with 64 rows of ~300 tokens the per-step ``cat`` was 48% of a
-decode step (torch profiler: 11.6 of 24.9 ms); in multi-turn episodes (``benchmarks/
-generator.py``) dropping ended rows took 21% of the model thread and merging admitted rows
-13% (py-spy), beside the forward's 43%.
+step, each row that ended and each group admitted copied the whole cache. With dozens of rows
+of a few hundred tokens, that copying is a large share of a decode step on a CPU (torch
+profiler and py-spy over ``benchmarks/generator.py``), beside the forward itself.
 
 A slab layer keeps keys and values in buffers with room to grow in both the row and the column
 dimension (``[row capacity, heads, column capacity, head_dim]``) and hands the model views of

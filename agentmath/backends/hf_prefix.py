@@ -2,9 +2,9 @@
 
 An agent's next request is its last prompt, the tokens it just generated, the tool's output and
 the next turn's header: everything but the tail was already in the running batch's KV cache
-when the generation ended. Re-prefilling the whole conversation at every turn cost about half of
-the continuous generator's time in multi-turn GRPO episodes (measured with py-spy on the demo's
-GRPO model: 1,960 of 3,770 model-thread samples in prefill). :class:`PrefixStash` keeps the KV
+when the generation ended. Re-prefilling the whole conversation at every turn costs about half
+of the continuous generator's time in multi-turn GRPO episodes (a py-spy profile of the demo's
+GRPO model shows it). :class:`PrefixStash` keeps the KV
 of each finished row, keyed by the token ids it covers, and hands it to the first later request
 whose prompt extends them, which then prefills only the new tail.
 

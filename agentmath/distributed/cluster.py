@@ -26,7 +26,7 @@ def connect(address: str) -> bool:
     call started Ray (the caller shuts it down), False when it was already running here.
 
     Ray's own logs stay in its session directory rather than being echoed to the driver's
-    terminal, and 'local' starts Ray without its dashboard (no extra server on this machine).
+    terminal, and 'local' starts Ray without its dashboard (no extra server on the local machine).
     """
     ray = import_ray()
     if ray.is_initialized():

@@ -2,7 +2,7 @@
 
 Given a path that is not a model directory, transformers answers with a hub-id complaint
 ("Repo id must use alphanumeric chars ...") or a tokenizer-conversion error that does not say
-what is wrong; this machine cannot download models anyway. The trainers (which always load
+what is wrong, and a local path is what was meant. The trainers (which always load
 local directories) and the in-process backend (which also takes hub ids) ask
 :func:`model_dir_problem` first and report its answer.
 """

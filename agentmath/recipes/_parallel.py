@@ -1,13 +1,13 @@
 """Independent CPU jobs side by side, one per core (the demo's two SFTs, two GRPO runs, evals).
 
-On a small CPU machine torch's intra-op threads scale badly for tiny models: measured here
-(2 vCPUs, the demo's micro model), one SFT step took 0.8 s with torch's 2 threads and 0.6 s
-with one thread while another job used the other core. So jobs that do not depend on each other
-run in spawned processes with ``cores // jobs`` threads each instead of one after another.
+On a small CPU machine torch's intra-op threads scale badly for tiny models: one SFT step of
+the demo's model is faster on one thread beside another job than on two threads alone. So jobs
+that do not depend on each other run in spawned processes with ``cores // jobs``
+threads each instead of one after another.
 
 A recipe with several such stages keeps one pool of workers for all of them
 (:func:`worker_pool`): a spawned process pays its interpreter start and the import of torch,
-transformers and the library (3-6 s on this machine) once, while the recipe prepares its data,
+transformers and the library (seconds) once, while the recipe prepares its data,
 instead of once per stage on the critical path.
 """
 

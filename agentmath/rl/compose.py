@@ -137,8 +137,8 @@ def build_learner(cfg: RLConfig, accelerator: Any, out_dir: Path, resume: bool
     model, optimizer = accelerator.prepare(model, optimizer)
     # Under mixed precision accelerate wraps model.forward in autocast; the updater enters
     # autocast itself around each of its forwards, and the in-process generator, which shares
-    # the model, must not decode under it (on an H200, bf16 autocast made the demo's decode
-    # steps ~5x slower than fp32: its SDPA calls took 78% of the model thread).
+    # the model, must not decode under it (bf16 autocast makes the demo's decode steps several
+    # times slower than fp32, its attention calls dominating; docs/gpu.md).
     accelerator.unwrap_model(model, keep_fp32_wrapper=False)
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
     updater = PolicyUpdater(cfg, model, optimizer, scheduler, accelerator, pad, ref)

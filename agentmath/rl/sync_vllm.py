@@ -50,9 +50,8 @@ weights (its earlier tokens came from the old ones); a trainer that needs single
 segments parks its rollouts around a push (vLLM's dev ``/pause?mode=keep`` + ``/resume`` also
 exist).
 
-Measured (tiny test model, 0.6 MB fp32, one vLLM-CPU server, 2 shared cores, median of 10):
-a full push takes 34 ms (save 10 ms, reload + reset 24 ms); a LoRA push (r=8, all-linear)
-49 ms (save 32 ms, load 11 ms; the first one 0.5 s). Both grow with the checkpoint's size.
+A push of the tiny test model takes tens of milliseconds, full or LoRA (the first LoRA load
+longer); both grow with the checkpoint's size (docs/benchmarks.md has the figures).
 """
 
 from __future__ import annotations

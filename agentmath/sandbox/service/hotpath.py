@@ -2,10 +2,10 @@
 
 Starlette takes a request through its exception middleware, a regex match of each route in
 turn and a per-route wrapper before the endpoint runs, and wraps ``send`` at every layer. At
-thousands of cells/s on 2 vCPUs that was 12% of the service's CPU per cell (py-spy of
-``agentmath sandbox serve``, paced at 1,000 cells/s), where the service's CPU per cell is what
-decides its latency tail (docs/benchmarks.md). This ASGI middleware recognises the one hot
-route by a string test, builds the same ``Request`` Starlette would (with ``session_id`` in
+thousands of cells/s that is a noticeable share of the service's CPU per cell, and the
+service's CPU per cell is what decides its latency tail (docs/benchmarks.md has the profile).
+This ASGI middleware recognises the one hot route by a string test, builds the same
+``Request`` Starlette would (with ``session_id`` in
 ``path_params``) and calls the same endpoint: auth, bounds, validation and errors are the
 app's own, in one place. Every other request, and any other method on that path (405), goes
 through Starlette unchanged. It sits inside Starlette's ``ServerErrorMiddleware``, so an
