@@ -22,23 +22,35 @@ if TYPE_CHECKING:
 C = TypeVar("C")  # a run config (EvalConfig, RLConfig): pydantic, with model, format, loop
 
 #: Shared CLI options, declared once so every command spells and documents them the same way.
-CONFIG_OPTION = typer.Option(
+SANDBOX_CONFIG_OPTION = typer.Option(
     None, "--config", "-c", metavar="FILE",
     help="Sandbox config file (.toml/.yaml); a top-level 'sandbox' table is used if present.")
-SET_OPTION = typer.Option(
+SANDBOX_SET_OPTION = typer.Option(
     None, "--set", "-s", metavar="KEY=VALUE",
     help="Override one sandbox config field, e.g. --set cpu_s=30 (repeatable).")
-JSON_OPTION = typer.Option(False, "--json", help="Print machine-readable JSON instead of tables.")
+SET_OPTION = typer.Option(None, "--set", "-s", metavar="KEY=VALUE", help=(
+    "Override one config field, e.g. --set loop.max_tool_calls=4 (repeatable); options win "
+    "over --set, which wins over the config file."))
+JSON_OPTION = typer.Option(False, "--json", metavar="",
+                           help="Print machine-readable JSON instead of tables.")
 SANDBOX_URL_OPTION = typer.Option(None, "--sandbox-url", metavar="URL", help=(
     "Sandbox service (agentmath sandbox serve) to run the code on instead of a local "
     "sandbox; repeat to spread sessions over several."))
 SANDBOX_TOKEN_OPTION = typer.Option(None, "--sandbox-token-file", metavar="FILE", help=(
     "File holding the sandbox service's token (default: $AGENTMATH_SANDBOX_TOKEN)."))
-RAY_OPTION = typer.Option(None, "--ray", metavar="auto|local|ADDRESS", help=(
+RAY_OPTION = typer.Option(None, "--ray", metavar="ADDRESS", help=(
     "Run the episodes on a Ray cluster (the ray extra): 'auto' joins this machine's "
     "cluster, 'local' starts one here, or a cluster address. Same seeds, same samples."))
 RAY_WORKERS_OPTION = typer.Option(None, "--ray-workers", metavar="N", help=(
     "Rollout worker actors on the cluster (default: one per node with CPUs)."))
+
+
+def config_option(settings: str, section: str | None = None) -> Any:
+    """The ``--config FILE`` option of a command whose settings are ``settings`` (a config
+    model's name); with ``section``, a file's table of that name is read when it has one."""
+    table = f"; its '{section}' table if it has one" if section else ""
+    return typer.Option(None, "--config", "-c", metavar="FILE",
+                        help=f"{settings} file (TOML/YAML{table}).")
 
 
 def ray_section(address: str | None, workers: int | None) -> dict[str, object] | None:

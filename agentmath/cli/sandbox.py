@@ -11,9 +11,9 @@ from typing import TYPE_CHECKING, Any
 import typer
 
 from agentmath.cli._common import (
-    CONFIG_OPTION,
+    SANDBOX_CONFIG_OPTION,
+    SANDBOX_SET_OPTION,
     JSON_OPTION,
-    SET_OPTION,
     build_config,
     err_console,
     load_sandbox_config,
@@ -95,8 +95,8 @@ def exec_cells(
     max_output_chars: int | None = typer.Option(
         None, "--max-output-chars", metavar="N",
         help="stdout/stderr characters kept per cell (head and tail)."),
-    config: Path | None = CONFIG_OPTION,
-    sets: list[str] | None = SET_OPTION,
+    config: Path | None = SANDBOX_CONFIG_OPTION,
+    sets: list[str] | None = SANDBOX_SET_OPTION,
 ) -> None:
     """Run a program from stdin, cell by cell, in ONE sandbox session (state persists).
 
@@ -174,8 +174,8 @@ def _print_info(data: dict[str, Any]) -> None:
 @app.command("info")
 def info(
     as_json: bool = JSON_OPTION,
-    config: Path | None = CONFIG_OPTION,
-    sets: list[str] | None = SET_OPTION,
+    config: Path | None = SANDBOX_CONFIG_OPTION,
+    sets: list[str] | None = SANDBOX_SET_OPTION,
 ) -> None:
     """Start a sandbox pool and show which kernel protections are active on this host."""
     cfg = load_sandbox_config(config, sets)

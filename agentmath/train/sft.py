@@ -81,7 +81,8 @@ class SFTConfig(StrictModel):
         "written), tensorboard (out_dir/tensorboard), wandb (Weights & Biases, offline by "
         "default: the wandb extra)."))
     wandb: WandbConfig = Field(default_factory=WandbConfig)
-    device: str = Field("auto", min_length=1, description="'auto' (cuda if any), 'cpu', ...")
+    device: str = Field("auto", min_length=1, description=(
+        "Where the model trains: 'auto' (cuda when there is one), 'cpu', 'cuda' or 'cuda:N'."))
     bf16: bool = Field(False, description="bfloat16 autocast (weights, optimizer stay fp32).")
     group_by_length: int = Field(0, ge=0, le=4096, description=(
         "Batches of similar length: each epoch's shuffled order is cut into windows of this "
