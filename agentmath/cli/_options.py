@@ -17,21 +17,20 @@ Typer reads a command's parameters from its signature, so the decorator rewrites
 from __future__ import annotations
 
 import functools
+import importlib
 import inspect
 import types
 import typing
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal, TypeVar
+from typing import Any, Literal
 
 import annotated_types
 import click
 import typer
 from pydantic import BaseModel
 from pydantic.fields import FieldInfo
-
-F = TypeVar("F", bound=Callable[..., Any])
 
 #: The default of a command's ``settings`` parameter (never used: the decorator replaces the
 #: parameter by the generated options).
@@ -151,16 +150,16 @@ def _checker(info: FieldInfo, value_type: Any) -> Callable[[str], Any] | None:
     def parse(text: str) -> Any:
         if choices is not None:
             if text not in choices:
-                raise click.BadParameter(f"{text!r} is not one of {', '.join(choices)}")
+                raise ValueError(f"{text!r} is not one of {', '.join(choices)}")
             return text
         try:
             value = value_type(text)
         except ValueError:
             kind = "an integer" if value_type is int else "a number"
-            raise click.BadParameter(f"{text!r} is not {kind}") from None
+            raise ValueError(f"{text!r} is not {kind}") from None
         failed = [bound for ok, bound in checks if not ok(value)]
         if failed:
-            raise click.BadParameter(f"{text} is out of range (must be {' and '.join(failed)})")
+            raise ValueError(f"{text} is out of range (must be {' and '.join(failed)})")
         return value
 
     return parse
@@ -176,7 +175,7 @@ def _help(info: FieldInfo, where: str) -> str:
     if "default" in text.lower() or info.default_factory is not None:
         return text
     default = info.get_default()
-    if default is None or default == () or default == []:
+    if default is None or default in ((), [], ""):
         return text
     if isinstance(default, bool):
         return text
@@ -226,44 +225,78 @@ def overrides(options: Sequence[GeneratedOption], values: Mapping[str, Any]) -> 
     return out
 
 
-def config_options(model: type[BaseModel], fields: Sequence[str], *,
-                   names: Mapping[str, str] | None = None,
-                   shorts: Mapping[str, str] | None = None,
-                   metavars: Mapping[str, str] | None = None,
-                   settings: str = "settings") -> Callable[[F], F]:
-    """Decorate a command so that it takes one option per field of ``model`` in ``fields``;
-    the command receives the values given as a nested dict in its ``settings`` parameter.
+def _load(model: type[BaseModel] | str) -> type[BaseModel]:
+    """The model class, or the one ``"package.module:Name"`` names (imported now)."""
+    if not isinstance(model, str):
+        return model
+    module, _, name = model.partition(":")
+    return getattr(importlib.import_module(module), name)  # type: ignore[no-any-return]
 
-    ``names`` maps a field path to its option name where the generated one would not do (a
-    name users know: ``{"learning_rate": "--lr"}``); ``shorts`` to a short alias; ``metavars``
-    to a placeholder. A field without a description is an error here, at import time.
-    """
-    names, shorts, metavars = names or {}, shorts or {}, metavars or {}
-    options = [make_option(model, f, names.get(f), shorts.get(f), metavars.get(f))
-               for f in fields]
 
-    def decorate(func: F) -> F:
-        signature = inspect.signature(func)
-        if settings not in signature.parameters:
+class GeneratedCommand:
+    """A command whose options are generated from a settings model: callable like the
+    function it wraps, with a ``__signature__`` (what typer reads) made when first asked for,
+    so that importing the CLI imports no settings model; building the command does."""
+
+    def __init__(self, func: Callable[..., Any], model: type[BaseModel] | str,
+                 fields: Sequence[str], settings: str, names: Mapping[str, str],
+                 shorts: Mapping[str, str], metavars: Mapping[str, str]) -> None:
+        if settings not in inspect.signature(func).parameters:
             raise TypeError(f"{func.__name__} has no {settings!r} parameter")
+        functools.update_wrapper(self, func, assigned=("__module__", "__name__",
+                                                       "__qualname__", "__doc__"))
+        self._func, self._model, self._fields, self._settings = func, model, fields, settings
+        self._names, self._shorts, self._metavars = names, shorts, metavars
+
+    @functools.cached_property
+    def generated_options(self) -> list[GeneratedOption]:
+        """One option per field, in the order the fields were named."""
+        model = _load(self._model)
+        return [make_option(model, f, self._names.get(f), self._shorts.get(f),
+                            self._metavars.get(f)) for f in self._fields]
+
+    @functools.cached_property
+    def __signature__(self) -> inspect.Signature:  # type: ignore[override]
+        """The function's parameters, the generated options where ``settings`` stood."""
+        signature = inspect.signature(self._func)
         params: list[inspect.Parameter] = []
         for param in signature.parameters.values():
-            if param.name != settings:
+            if param.name != self._settings:
                 params.append(param)
                 continue
             params += [inspect.Parameter(opt.param, param.kind, default=opt.info[1],
-                                         annotation=opt.info[0]) for opt in options]
+                                         annotation=opt.info[0])
+                       for opt in self.generated_options]
+        return signature.replace(parameters=params)
 
-        @functools.wraps(func)
-        def wrapper(*args: Any, **kwargs: Any) -> Any:
-            given = {opt.param: kwargs.pop(opt.param, None) for opt in options}
-            return func(*args, **kwargs, **{settings: overrides(options, given)})
+    @property
+    def __annotations__(self) -> dict[str, Any]:  # type: ignore[override]
+        """The function's annotations without ``settings``, with the generated options'."""
+        own = {k: v for k, v in self._func.__annotations__.items() if k != self._settings}
+        return {**own, **{opt.param: opt.info[0] for opt in self.generated_options}}
 
-        annotations = {k: v for k, v in func.__annotations__.items() if k != settings}
-        wrapper.__annotations__ = {**annotations,
-                                   **{opt.param: opt.info[0] for opt in options}}
-        wrapper.__signature__ = signature.replace(parameters=params)  # type: ignore[attr-defined]
-        wrapper.generated_options = options  # type: ignore[attr-defined]
-        return wrapper  # type: ignore[return-value]
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        options = self.generated_options
+        given = {opt.param: kwargs.pop(opt.param, None) for opt in options}
+        return self._func(*args, **kwargs, **{self._settings: overrides(options, given)})
+
+
+def config_options(model: type[BaseModel] | str, fields: Sequence[str], *,
+                   names: Mapping[str, str] | None = None,
+                   shorts: Mapping[str, str] | None = None,
+                   metavars: Mapping[str, str] | None = None,
+                   settings: str = "settings") -> Callable[[Callable[..., Any]],
+                                                           GeneratedCommand]:
+    """Decorate a command so that it takes one option per field of ``model`` (a class, or
+    ``"package.module:Name"`` to import it only when the command is built) in ``fields``; the
+    command receives the values given as a nested dict in its ``settings`` parameter.
+
+    ``names`` maps a field path to its option name where the generated one would not do;
+    ``shorts`` to another name (``{"learning_rate": "--lr"}``); ``metavars`` to a
+    placeholder. A field without a description is an error when the command is built.
+    """
+    def decorate(func: Callable[..., Any]) -> GeneratedCommand:
+        return GeneratedCommand(func, model, fields, settings, names or {}, shorts or {},
+                                metavars or {})
 
     return decorate

@@ -19,7 +19,6 @@ from agentmath.cli._common import (
     usage_error,
 )
 from agentmath.cli._options import GENERATED, config_options
-from agentmath.recipes.demo_config import DemoConfig
 
 if TYPE_CHECKING:
     from agentmath.recipes.summary import DemoSummary
@@ -64,13 +63,16 @@ def _render(summary: DemoSummary) -> None:
                   "`agentmath solve`)")
 
 
-@config_options(DemoConfig, DEMO_FIELDS)
+CONFIG_OPTION = config_option("DemoConfig", "demo")
+
+
+@config_options("agentmath.recipes.demo_config:DemoConfig", DEMO_FIELDS)
 def demo(
     out: Path = OUT_OPTION,
     settings: dict[str, Any] = GENERATED,
     save_model: bool = typer.Option(True, "--save-model/--no-save-model", metavar="",
                                     help="Save the tool model as solve's default."),
-    config_file: Path = config_option("DemoConfig", "demo"),
+    config_file: Path = CONFIG_OPTION,
     sets: list[str] = SET_OPTION,
     json_out: bool = JSON_OPTION,
 ) -> None:
@@ -82,6 +84,8 @@ def demo(
     from agentmath.recipes.demo import run_demo
 
     # options left out (None) keep the file's or the recipe's values; a bad value exits 2
+    from agentmath.recipes.demo_config import DemoConfig
+
     cfg = build_config(DemoConfig, "demo", config_file, sets, settings, section="demo")
     console = err_console()
     try:

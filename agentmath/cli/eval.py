@@ -27,7 +27,6 @@ from agentmath.cli._common import (
     with_trained_prompt,
 )
 from agentmath.cli._options import GENERATED, config_options
-from agentmath.config import EvalConfig
 
 EVAL_FIELDS = (
     "dataset", "model", "backend", "base_url", "device", "format", "samples", "concurrency",
@@ -37,14 +36,17 @@ EVAL_FIELDS = (
     "grade_timeout_s", "sandbox_url", "sandbox_token_file")
 
 
-@config_options(EvalConfig, EVAL_FIELDS)
+CONFIG_OPTION = config_option("EvalConfig")
+
+
+@config_options("agentmath.config:EvalConfig", EVAL_FIELDS)
 def eval_command(
     out: Path = typer.Option(..., "--out", "-o", metavar="DIR", help=(
         "Run directory (resumes if it exists).")),
     settings: dict[str, Any] = GENERATED,
     ray: str = RAY_OPTION,
     ray_workers: int = RAY_WORKERS_OPTION,
-    config_file: Path = config_option("EvalConfig"),
+    config_file: Path = CONFIG_OPTION,
     sets: list[str] = SET_OPTION,
     json_out: bool = JSON_OPTION,
 ) -> None:
@@ -52,6 +54,7 @@ def eval_command(
     samples.jsonl (resumable after any interruption), config.json and metrics.json. The
     settings marked (identity) must be the same when a run resumes."""
     from agentmath.backends import build_backend
+    from agentmath.config import EvalConfig
     from agentmath.errors import AgentMathError
     from agentmath.eval.runner import backend_settings
 

@@ -57,7 +57,7 @@ def _print_version(value: bool) -> None:
 @app.callback()
 def main(
     version: bool = typer.Option(
-        False, "--version", "-V", callback=_print_version, is_eager=True,
+        False, "--version", "-V", callback=_print_version, is_eager=True, metavar="",
         help="Print the version and exit."),
 ) -> None:
     """Build, train and evaluate tool-integrated math reasoning agents.

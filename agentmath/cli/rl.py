@@ -22,7 +22,6 @@ from agentmath.cli._common import (
     with_trained_prompt,
 )
 from agentmath.cli._options import GENERATED, config_options
-from agentmath.rl.config import RLConfig
 
 OUT_OPTION = typer.Option(Path("runs/rl"), "--out", "-o", metavar="DIR", help=(
     "Run directory: checkpoints, metrics.jsonl, tensorboard/, final/ (resumes from it)."))
@@ -51,9 +50,12 @@ def _render(result: Any) -> None:
     out_console().print(table)
 
 
-@config_options(RLConfig, RL_FIELDS)
+CONFIG_OPTION = config_option("RLConfig", "rl")
+
+
+@config_options("agentmath.rl.config:RLConfig", RL_FIELDS)
 def rl(
-    config_file: Path = config_option("RLConfig", "rl"),
+    config_file: Path = CONFIG_OPTION,
     out: Path = OUT_OPTION,
     sets: list[str] = SET_OPTION,
     settings: dict[str, Any] = GENERATED,
@@ -66,6 +68,8 @@ def rl(
     """Train a tool-using model with agentic GRPO: rollouts through the agent loop and the
     sandbox, weighted rewards, masked clipped loss, weight sync, checkpoints. Needs
     `pip install 'agentmath[train]'`. Recipes: configs/rl/."""
+    from agentmath.rl.config import RLConfig
+
     config = build_config(RLConfig, "rl", config_file, sets, section="rl",
                           options={**settings, "ray": ray_section(ray, ray_workers)})
     config = with_trained_prompt(config)

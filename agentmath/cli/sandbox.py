@@ -11,9 +11,9 @@ from typing import TYPE_CHECKING, Any
 import typer
 
 from agentmath.cli._common import (
+    JSON_OPTION,
     SANDBOX_CONFIG_OPTION,
     SANDBOX_SET_OPTION,
-    JSON_OPTION,
     build_config,
     err_console,
     load_sandbox_config,
@@ -88,10 +88,10 @@ def cell_record(index: int, result: Any) -> dict[str, Any]:
 @app.command("exec")
 def exec_cells(
     timeout: float | None = typer.Option(
-        None, "--timeout", "-t", metavar="S",
+        None, "--timeout", "-t", metavar="SECONDS",
         help="Wall-clock seconds per cell (default from config: 10)."),
     memory_mb: int | None = typer.Option(
-        None, "--memory-mb", metavar="M", help="Address-space limit of the session, in MiB."),
+        None, "--memory-mb", metavar="N", help="Address-space limit of the session, in MiB."),
     max_output_chars: int | None = typer.Option(
         None, "--max-output-chars", metavar="N",
         help="stdout/stderr characters kept per cell (head and tail)."),
@@ -191,16 +191,17 @@ def info(
 @app.command("serve")
 def serve(
     host: str | None = typer.Option(
-        None, "--host", metavar="H", help="Address to listen on (default 127.0.0.1)."),
+        None, "--host", metavar="HOST", help="Address to listen on (default 127.0.0.1)."),
     port: int | None = typer.Option(
-        None, "--port", "-p", metavar="P", help="TCP port (default 8080; 0: any free port)."),
+        None, "--port", "-p", metavar="PORT", help="TCP port (default 8080; 0: any free port)."),
     token_file: Path | None = typer.Option(
-        None, "--token-file", metavar="F",
+        None, "--token-file", metavar="FILE",
         help="File of accepted bearer tokens, one per line (required unless --allow-no-auth)."),
     allow_no_auth: bool = typer.Option(
-        False, "--allow-no-auth", help="Serve without authentication (trusted networks only)."),
+        False, "--allow-no-auth", metavar="",
+        help="Serve without authentication (trusted networks only)."),
     access_log: bool | None = typer.Option(
-        None, "--access-log/--no-access-log",
+        None, "--access-log/--no-access-log", metavar="",
         help="Log every request at level info (default on; off saves CPU at thousands of "
              "cells/s)."),
     config: Path | None = typer.Option(

@@ -17,7 +17,6 @@ from agentmath.cli._common import (
     training_errors,
 )
 from agentmath.cli._options import GENERATED, config_options
-from agentmath.train.sft import SFTConfig
 
 # Options with a Path/list type, declared once at module level (ruff B008).
 DATA_OPTION = typer.Option(..., "--data", "-d", metavar="FILE", help=(
@@ -28,7 +27,10 @@ SFT_FIELDS = ("lora", "max_steps", "learning_rate", "batch_size", "grad_accum", 
               "seed", "device", "bf16")
 
 
-@config_options(SFTConfig, SFT_FIELDS, names={"lora": "--lora/--full"},
+CONFIG_OPTION = config_option("SFTConfig", "sft")
+
+
+@config_options("agentmath.train.sft:SFTConfig", SFT_FIELDS, names={"lora": "--lora/--full"},
                 shorts={"learning_rate": "--lr"})
 def sft(
     data: Path = DATA_OPTION,
@@ -38,12 +40,14 @@ def sft(
     settings: dict[str, Any] = GENERATED,
     resume: bool = typer.Option(True, "--resume/--restart", metavar="", help=(
         "Continue from the newest checkpoint in --out, or start over (deleting them).")),
-    config_file: Path = config_option("SFTConfig", "sft"),
+    config_file: Path = CONFIG_OPTION,
     sets: list[str] = SET_OPTION,
     json_out: bool = JSON_OPTION,
 ) -> None:
     """Fine-tune a model on tool-integrated trajectories; loss only on the model's own tokens
     (prompt and tool output are masked). Needs `pip install 'agentmath[train]'`."""
+    from agentmath.train.sft import SFTConfig
+
     config = build_config(SFTConfig, "sft", config_file, sets, settings, section="sft")
     with training_errors("sft", ["torch", "transformers"] + (["peft"] if config.lora else [])):
         from agentmath.train.sft import train_sft

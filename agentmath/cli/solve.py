@@ -19,7 +19,6 @@ from agentmath.cli._common import (
     usage_error,
 )
 from agentmath.cli._options import GENERATED, config_options
-from agentmath.config import SolveConfig
 
 
 def default_model_dir() -> Path:
@@ -42,11 +41,14 @@ SOLVE_FIELDS = ("model", "backend", "base_url", "device", "format", "temperature
                 "loop.system_prompt")
 
 
-@config_options(SolveConfig, SOLVE_FIELDS)
+CONFIG_OPTION = config_option("SolveConfig")
+
+
+@config_options("agentmath.config:SolveConfig", SOLVE_FIELDS)
 def solve(
     problem: str = typer.Argument(..., metavar="PROBLEM", help="The problem text."),
     settings: dict[str, Any] = GENERATED,
-    config_file: Path = config_option("SolveConfig"),
+    config_file: Path = CONFIG_OPTION,
     sets: list[str] = SET_OPTION,
     json_out: bool = JSON_OPTION,
 ) -> None:
@@ -54,6 +56,7 @@ def solve(
     from agentmath.agent.loop import run_episode
     from agentmath.backends import make_backend
     from agentmath.backends.base import SamplingParams
+    from agentmath.config import SolveConfig
     from agentmath.errors import AgentMathError
     from agentmath.formats import get_format
     from agentmath.sandbox import SandboxPool
