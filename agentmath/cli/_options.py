@@ -27,7 +27,6 @@ from pathlib import Path
 from typing import Any, Literal
 
 import annotated_types
-import click
 import typer
 from pydantic import BaseModel
 from pydantic.fields import FieldInfo

@@ -308,7 +308,7 @@ def _prepare(config: SFTConfig, data: Any, model: Any, out_dir: Path, tokenizer:
     device = resolve_device(config.device)
     model, tokenizer = load_for_training(
         model, tokenizer, seed=config.seed, lora=config.lora, lora_r=config.lora_r,
-        lora_alpha=config.lora_alpha, lora_dropout=config.lora_dropout, what="train_sft")
+        lora_alpha=config.lora_alpha, lora_dropout=config.lora_dropout, what="sft")
     model = model.to(device).train()
     encoded, stats = tokenize_examples(tokenizer, examples, config.max_length)
     if not encoded:
