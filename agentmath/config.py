@@ -238,7 +238,7 @@ class LoopConfig(StrictModel):
     stop_on_answer: bool = Field(True, description=(
         "End the episode as soon as a model turn contains a final answer (\\boxed{...})."))
     system_prompt: str | None = Field(None, description=(
-        "System prompt; None uses the tool format's own instructions."))
+        "System prompt (default: the tool format's own instructions)."))
 
 
 BACKEND_HELP = (

@@ -1,7 +1,8 @@
 """The ``agentmath`` command: a typer app with one module per command group.
 
-Importing this module is cheap (typer and rich only): the sandbox, pydantic configs and,
-later, torch are imported inside the commands that need them.
+Importing this module is cheap (typer and rich only): the sandbox and torch are imported inside
+the commands that need them, and a settings model when the command whose options it generates
+is built (agentmath/cli/_options.py).
 """
 
 from __future__ import annotations

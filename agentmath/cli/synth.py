@@ -72,6 +72,8 @@ def synth(
                           {"input": input, **settings,
                            "checks": {**settings.get("checks", {}), **checks}},
                           section="synth")
+    if config.judge is not None and not config.judge.model:
+        usage_error("a judge needs its model: --judge-model (or judge.model in the config)")
     try:
         result = event_loop.run(_run(config, out, retry_errors, quiet=json_out))
     except AgentMathError as exc:
