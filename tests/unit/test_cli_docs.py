@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 from agentmath.cli.docs import render
@@ -21,3 +22,4 @@ def test_the_page_names_every_command_and_no_terminal_markup() -> None:
                     "sandbox info", "sandbox serve"):
         assert f"## `agentmath {command}`" in page, command
     assert "\x1b[" not in page and "╭" not in page and "<bool>" not in page
+    assert not re.search(r"20\d\d-\d\d-\d\d", page)  # help texts carry no dates
