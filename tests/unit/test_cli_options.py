@@ -150,3 +150,15 @@ def test_a_field_without_a_description_is_refused() -> None:
 
     with pytest.raises(ValueError, match="Bare.x has no description"):
         make_option(Bare, "x")
+
+
+def test_one_base_url_is_a_string_and_several_a_list() -> None:
+    from agentmath.cli._options import overrides
+
+    generated = next(c.callback for c in app.registered_commands
+                     if c.name == "eval").generated_options
+    for urls, expected in ((["http://a:1"], "http://a:1"),
+                           (["http://a:1", "http://b:2"], ["http://a:1", "http://b:2"])):
+        args = [x for url in urls for x in ("--base-url", url)]
+        ctx = ROOT.commands["eval"].make_context("eval", [*args, "-o", "run"])
+        assert overrides(generated, ctx.params) == {"base_url": expected}
