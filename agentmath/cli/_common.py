@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
 import typer
 from rich.console import Console
+from typer.core import TyperCommand, TyperGroup
 
 if TYPE_CHECKING:
     from agentmath.config import SandboxConfig
@@ -51,6 +52,31 @@ def config_option(settings: str, section: str | None = None) -> Any:
     table = f"; its '{section}' table if it has one" if section else ""
     return typer.Option(None, "--config", "-c", metavar="FILE",
                         help=f"{settings} file (TOML/YAML{table}).")
+
+
+class _PlainHelpFlag:
+    """Help in one placeholder style: ``--help`` shown as the flag it is, and an argument by
+    its name alone (typer would add its Python type: ``<bool>``, ``<str>``, ``<path>``)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        for param in self.params:  # type: ignore[attr-defined]
+            if param.param_type_name == "argument":
+                param.display_type_rich = lambda ctx: None
+
+    def get_help_option(self, ctx: Any) -> Any:
+        option = super().get_help_option(ctx)  # type: ignore[misc]
+        if option is not None:
+            option.metavar = ""
+        return option
+
+
+class Command(_PlainHelpFlag, TyperCommand):
+    """The class of every agentmath command (``app.command(name, cls=Command)``)."""
+
+
+class Group(_PlainHelpFlag, TyperGroup):
+    """The class of every agentmath command group (``typer.Typer(cls=Group)``)."""
 
 
 def ray_section(address: str | None, workers: int | None) -> dict[str, object] | None:

@@ -181,4 +181,6 @@ def grade(
 
 def register(app: typer.Typer, name: str = "grade") -> None:
     """Add the ``grade`` command to ``app`` (the lead's ``agentmath.cli.main`` calls this)."""
-    app.command(name)(grade)
+    from agentmath.cli._common import Command
+
+    app.command(name, cls=Command)(grade)

@@ -23,29 +23,30 @@ from agentmath.cli import sandbox as sandbox_cmd
 from agentmath.cli import sft as sft_cmd
 from agentmath.cli import solve as solve_cmd
 from agentmath.cli import synth as synth_cmd
-from agentmath.cli._common import usage_error
+from agentmath.cli._common import Command, Group, usage_error
 
 app = typer.Typer(
     name="agentmath",
+    cls=Group,
     no_args_is_help=True,
     rich_markup_mode="markdown",
     add_completion=False,
     pretty_exceptions_show_locals=False,
 )
 app.add_typer(sandbox_cmd.app, name="sandbox")
-app.command("demo")(demo_cmd.demo)
-app.command("example")(example_cmd.example)
-app.command("datasets")(datasets_cmd.datasets)
+app.command("demo", cls=Command)(demo_cmd.demo)
+app.command("example", cls=Command)(example_cmd.example)
+app.command("datasets", cls=Command)(datasets_cmd.datasets)
 grade_cmd.register(app)
-app.command("solve")(solve_cmd.solve)
-app.command("report")(report_cmd.report)
-app.command("eval")(eval_cmd.eval_command)
-app.command("sft")(sft_cmd.sft)
-app.command("grow")(grow_cmd.grow)
-app.command("rl")(rl_cmd.rl)
-app.command("decontam")(decontam_cmd.decontam)
-app.command("dedup")(decontam_cmd.dedup)
-app.command("synth")(synth_cmd.synth)
+app.command("solve", cls=Command)(solve_cmd.solve)
+app.command("report", cls=Command)(report_cmd.report)
+app.command("eval", cls=Command)(eval_cmd.eval_command)
+app.command("sft", cls=Command)(sft_cmd.sft)
+app.command("grow", cls=Command)(grow_cmd.grow)
+app.command("rl", cls=Command)(rl_cmd.rl)
+app.command("decontam", cls=Command)(decontam_cmd.decontam)
+app.command("dedup", cls=Command)(decontam_cmd.dedup)
+app.command("synth", cls=Command)(synth_cmd.synth)
 
 
 def _print_version(value: bool) -> None:

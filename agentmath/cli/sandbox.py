@@ -14,6 +14,8 @@ from agentmath.cli._common import (
     JSON_OPTION,
     SANDBOX_CONFIG_OPTION,
     SANDBOX_SET_OPTION,
+    Command,
+    Group,
     build_config,
     err_console,
     load_sandbox_config,
@@ -28,6 +30,7 @@ if TYPE_CHECKING:
 
 app = typer.Typer(
     name="sandbox",
+    cls=Group,
     help="Run Python in the secure, stateful sandbox; show which protections are active.",
     no_args_is_help=True,
 )
@@ -85,7 +88,7 @@ def cell_record(index: int, result: Any) -> dict[str, Any]:
     return {"cell": index, **data}
 
 
-@app.command("exec")
+@app.command("exec", cls=Command)
 def exec_cells(
     timeout: float | None = typer.Option(
         None, "--timeout", "-t", metavar="SECONDS",
@@ -171,7 +174,7 @@ def _print_info(data: dict[str, Any]) -> None:
                       "and docs/sandbox.md.[/]")
 
 
-@app.command("info")
+@app.command("info", cls=Command)
 def info(
     as_json: bool = JSON_OPTION,
     config: Path | None = SANDBOX_CONFIG_OPTION,
@@ -188,7 +191,7 @@ def info(
         _print_info(data)
 
 
-@app.command("serve")
+@app.command("serve", cls=Command)
 def serve(
     host: str | None = typer.Option(
         None, "--host", metavar="HOST", help="Address to listen on (default 127.0.0.1)."),

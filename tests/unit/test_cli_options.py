@@ -162,3 +162,11 @@ def test_one_base_url_is_a_string_and_several_a_list() -> None:
         args = [x for url in urls for x in ("--base-url", url)]
         ctx = ROOT.commands["eval"].make_context("eval", [*args, "-o", "run"])
         assert overrides(generated, ctx.params) == {"base_url": expected}
+
+
+@pytest.mark.parametrize(("path", "command"), _leaves(ROOT), ids=lambda v: " ".join(v)
+                         if isinstance(v, tuple) else "")
+def test_help_shows_no_python_types(path: tuple[str, ...], command: Any) -> None:
+    result = runner.invoke(app, [*path, "--help"], terminal_width=200)
+    assert result.exit_code == 0, result.output
+    assert not re.search(r"<(bool|str|int|float|path|list)", result.output), result.output
