@@ -22,8 +22,8 @@ the version.
 
 Conventions shared by every command:
 
-- Output is rich text for people; `--json` prints one JSON document instead (JSON lines for
-  `sandbox exec` and `grade`). Messages go to stderr.
+- Output is rich text for people; `--json` prints one JSON document instead (`sandbox exec`
+  and `grade` always print JSON lines). Messages go to stderr.
 - Usage errors (a bad option value, an unreadable or invalid config file) exit 2 with a
   message naming the option, file or field; a failure of the machinery itself exits 1.
 - A command with settings takes `--config FILE` (TOML or YAML; the command's own table, e.g.
@@ -35,7 +35,8 @@ Conventions shared by every command:
 - The default backend of a command that runs a model is `openai` when a server URL is given
   (`--base-url`) and `hf` (the model directory, in this process) otherwise.
 - Placeholders: `N` an integer, `NUMBER` a real number, `SECONDS` a duration, `FILE`, `DIR`,
-  `URL`, `NAME` (one of a set of names), `TEXT`, `KEY=VALUE`.
+  `URL`, `NAME` (one of a set of names), `NAMES` (comma-separated), `TEXT`, `KEY=VALUE`, or
+  the noun of the thing itself (`MODEL`, `DATASET`, `DEVICE`, `ADDRESS`, `HOST`, `PORT`).
 """
 
 
@@ -58,7 +59,7 @@ def _default(param: Any) -> str:
     if param.required:
         return "required"
     default = param.default
-    if _is_flag(param) and param.secondary_opts:
+    if _is_flag(param) and param.secondary_opts and default is not None:
         return f"`{param.opts[0] if default else param.secondary_opts[0]}`"
     if default is None or default is False or default == () or default == []:
         return ""
@@ -130,14 +131,29 @@ def _command(path: list[str], command: Any) -> list[str]:
     return lines
 
 
+def _summary(path: list[str], command: Any) -> list[str]:
+    """The overview table's rows: each command (a group's sub-commands) and the first
+    sentence of its help."""
+    subs = getattr(command, "commands", None)
+    if subs is not None:
+        return [row for name in sorted(subs) for row in _summary([*path, name], subs[name])]
+    first = inspect.cleandoc(command.help or "").split("\n\n")[0]
+    sentence = _cell(first).split(". ")[0].rstrip(".") + "."
+    anchor = "-".join(path).replace(" ", "-")
+    return [f"| [`{' '.join(path)}`](#{anchor}) | {sentence} |"]
+
+
 def render() -> str:
-    """The whole page: the header, then every command in alphabetical order."""
+    """The whole page: the header, an overview, then every command in alphabetical order."""
     import typer.main
 
     from agentmath.cli.main import app
 
     root: Any = typer.main.get_command(app)
-    lines = [HEADER]
+    lines = [HEADER, "| command | what it does |", "|---|---|"]
+    for name in sorted(root.commands):
+        lines += _summary(["agentmath", name], root.commands[name])
+    lines.append("")
     for name in sorted(root.commands):
         lines += _command(["agentmath", name], root.commands[name])
     return "\n".join(lines).rstrip("\n") + "\n"
