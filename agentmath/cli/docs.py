@@ -47,6 +47,16 @@ def _is_flag(param: Any) -> bool:
     return bool(getattr(param, "is_flag", False) or getattr(param, "count", False))
 
 
+def subcommands(command: Any) -> dict[str, Any] | None:
+    """A group's sub-commands by name, the lazily built ones too (None: not a group)."""
+    if getattr(command, "commands", None) is None:
+        return None
+    import typer
+
+    ctx = typer.Context(command)
+    return {name: command.get_command(ctx, name) for name in command.list_commands(ctx)}
+
+
 def _placeholder(param: Any) -> str:
     """The value placeholder of an option or argument (empty for a flag)."""
     if _is_flag(param) or param.metavar == "":
@@ -101,7 +111,7 @@ def _generated_default(param: Any) -> str:
 def _usage(path: list[str], command: Any) -> str:
     """The usage line: the command path, [OPTIONS], then the arguments (``...``: one or
     more); a group's: its path and COMMAND."""
-    if getattr(command, "commands", None) is not None:
+    if subcommands(command) is not None:
         return " ".join([*path, "COMMAND [ARGS]..."])
     pieces = [*path, "[OPTIONS]"] if any(p.param_type_name == "option"
                                          for p in command.params) else list(path)
@@ -125,16 +135,16 @@ def _command(path: list[str], command: Any) -> list[str]:
             default = _default(param) or _generated_default(param)
             lines.append(f"| {_names(param)} | {default} | {_help_text(param)} |")
         lines.append("")
-    if getattr(command, "commands", None) is not None:
-        for name in sorted(command.commands):
-            lines += _command([*path, name], command.commands[name])
+    subs = subcommands(command)
+    for name in sorted(subs or {}):
+        lines += _command([*path, name], subs[name])  # type: ignore[index]
     return lines
 
 
 def _summary(path: list[str], command: Any) -> list[str]:
     """The overview table's rows: each command (a group's sub-commands) and the first
     sentence of its help."""
-    subs = getattr(command, "commands", None)
+    subs = subcommands(command)
     if subs is not None:
         return [row for name in sorted(subs) for row in _summary([*path, name], subs[name])]
     first = inspect.cleandoc(command.help or "").split("\n\n")[0]
@@ -150,12 +160,13 @@ def render() -> str:
     from agentmath.cli.main import app
 
     root: Any = typer.main.get_command(app)
+    commands = subcommands(root) or {}
     lines = [HEADER, "| command | what it does |", "|---|---|"]
-    for name in sorted(root.commands):
-        lines += _summary(["agentmath", name], root.commands[name])
+    for name in sorted(commands):
+        lines += _summary(["agentmath", name], commands[name])
     lines.append("")
-    for name in sorted(root.commands):
-        lines += _command(["agentmath", name], root.commands[name])
+    for name in sorted(commands):
+        lines += _command(["agentmath", name], commands[name])
     return "\n".join(lines).rstrip("\n") + "\n"
 
 

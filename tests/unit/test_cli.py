@@ -23,8 +23,10 @@ EXEC_KEYS = {"cell", "stdout", "stderr", "value", "error", "timed_out", "truncat
 
 def _command_paths(command: Any, prefix: tuple[str, ...] = ()) -> list[tuple[str, ...]]:
     """Every command path of the app (the root, groups and leaves), found by walking it."""
+    from agentmath.cli.docs import subcommands
+
     paths = [prefix]
-    for name, sub in sorted(getattr(command, "commands", {}).items()):
+    for name, sub in sorted((subcommands(command) or {}).items()):
         paths += _command_paths(sub, (*prefix, name))
     return paths
 

@@ -11,10 +11,13 @@ import pytest
 import typer.main
 from typer.testing import CliRunner
 
+from agentmath.cli.docs import subcommands
+from agentmath.cli.eval import eval_command
 from agentmath.cli.main import app
 
 runner = CliRunner()
 ROOT: Any = typer.main.get_command(app)
+COMMANDS: dict[str, Any] = subcommands(ROOT) or {}
 
 #: command -> the options its --help must list (issue 43's goal list).
 EXPECTED = {
@@ -37,7 +40,7 @@ def _names(command: Any) -> set[str]:
 
 
 def _leaves(command: Any, path: tuple[str, ...] = ()) -> list[tuple[tuple[str, ...], Any]]:
-    subs = getattr(command, "commands", None)
+    subs = subcommands(command)
     if subs is None:
         return [(path, command)]
     return [leaf for name, sub in sorted(subs.items()) for leaf in _leaves(sub, (*path, name))]
@@ -45,7 +48,7 @@ def _leaves(command: Any, path: tuple[str, ...] = ()) -> list[tuple[tuple[str, .
 
 @pytest.mark.parametrize(("command", "options"), sorted(EXPECTED.items()))
 def test_each_command_has_the_shared_options(command: str, options: set[str]) -> None:
-    assert options <= _names(ROOT.commands[command])
+    assert options <= _names(COMMANDS[command])
     result = runner.invoke(app, [command, "--help"], terminal_width=200)
     assert result.exit_code == 0, result.output
     listed = set(re.findall(r"--[a-z][a-z0-9-]*", result.output))
@@ -53,9 +56,9 @@ def test_each_command_has_the_shared_options(command: str, options: set[str]) ->
 
 
 def test_format_is_the_tool_format_wherever_it_appears() -> None:
-    assert "--format" not in _names(ROOT.commands["report"])
+    assert "--format" not in _names(COMMANDS["report"])
     for command in ("eval", "solve", "synth"):
-        assert "--format" in _names(ROOT.commands[command])
+        assert "--format" in _names(COMMANDS[command])
 
 
 @pytest.mark.parametrize(("path", "command"), _leaves(ROOT), ids=lambda v: " ".join(v)
@@ -76,7 +79,7 @@ def test_one_default_for_the_backend_and_the_grading_timeout() -> None:
         assert model(model="m", **extra).backend == "hf"
         assert model(model="m", base_url="http://h:1", **extra).backend == "openai"
         assert model(model="m", backend="vllm", base_url="http://h:1", **extra).backend == "vllm"
-    grade = next(p for p in ROOT.commands["grade"].params if p.name == "timeout")
+    grade = next(p for p in COMMANDS["grade"].params if p.name == "timeout")
     assert grade.default == EvalConfig.model_fields["grade_timeout_s"].default
 
 
@@ -114,11 +117,10 @@ def test_options_win_over_set_which_wins_over_the_file(tmp_path: Path) -> None:
     config = tmp_path / "eval.toml"
     config.write_text('dataset = "d.jsonl"\nmodel = "m"\nsamples = 2\nseed = 5\n'
                       "[loop]\nmax_tool_calls = 3\n")
-    ctx = ROOT.commands["eval"].make_context("eval", [
+    ctx = COMMANDS["eval"].make_context("eval", [
         "-c", str(config), "--set", "samples=3", "--set", "loop.max_tool_calls=4",
         "--samples", "7", "-o", str(tmp_path / "run")])
-    generated = next(c.callback for c in app.registered_commands
-                     if c.name == "eval").generated_options
+    generated = eval_command.generated_options
     given = overrides(generated, ctx.params)
     assert given == {"samples": 7}  # options not given override nothing
     built = build_config(EvalConfig, "eval", config, ctx.params["sets"], given)
@@ -155,12 +157,11 @@ def test_a_field_without_a_description_is_refused() -> None:
 def test_one_base_url_is_a_string_and_several_a_list() -> None:
     from agentmath.cli._options import overrides
 
-    generated = next(c.callback for c in app.registered_commands
-                     if c.name == "eval").generated_options
+    generated = eval_command.generated_options
     for urls, expected in ((["http://a:1"], "http://a:1"),
                            (["http://a:1", "http://b:2"], ["http://a:1", "http://b:2"])):
         args = [x for url in urls for x in ("--base-url", url)]
-        ctx = ROOT.commands["eval"].make_context("eval", [*args, "-o", "run"])
+        ctx = COMMANDS["eval"].make_context("eval", [*args, "-o", "run"])
         assert overrides(generated, ctx.params) == {"base_url": expected}
 
 
