@@ -40,12 +40,12 @@ SETTINGS = "agentmath.synth.config:DecontamConfig"
 METAVARS = {"detectors": "NAMES", "semantic_model": "DIR", "semantic_device": "DEVICE"}
 
 
-def _config(config_file: Path | None, sets: list[str] | None,
+def _config(command: str, config_file: Path | None, sets: list[str] | None,
             settings: dict[str, Any]) -> DecontamConfig:
     """The run's settings: the config file, --set, then the options given."""
     from agentmath.synth.config import DecontamConfig
 
-    return build_config(DecontamConfig, "decontam", config_file, sets, settings,
+    return build_config(DecontamConfig, command, config_file, sets, settings,
                         section="decontam")
 
 
@@ -141,7 +141,7 @@ def decontam(
     """Remove the rows that copy, reformat, reword or renumber a benchmark problem; each
     removal names the detector, its score and the matched benchmark item. A row telling a
     benchmark problem's story but asking another question (its answer differs) is kept."""
-    config = _config(config_file, sets, settings)
+    config = _config("decontam", config_file, sets, settings)
     report = _run("decontam", input_path, against, out, config, json_out)
     _finish("decontam", f"{input_path} vs {against}", report, out, json_out, show)
 
@@ -158,6 +158,6 @@ def dedup(
 ) -> None:
     """Remove near-duplicates within one dataset: the first row of each cluster stays, and
     each removal names the detector, its score and the id of the kept row it duplicates."""
-    config = _config(config_file, sets, settings)
+    config = _config("dedup", config_file, sets, settings)
     report = _run("dedup", input_path, None, out, config, json_out)
     _finish("dedup", str(input_path), report, out, json_out, show)

@@ -133,7 +133,7 @@ def test_set_reaches_a_command_that_had_none(tmp_path: Path) -> None:
     result = runner.invoke(app, ["dedup", str(tmp_path / "none.jsonl"), "--set",
                                  "ngram_n=0"])
     assert result.exit_code == 2
-    assert "invalid decontam settings: ngram_n" in " ".join(result.output.split())
+    assert "invalid dedup settings: ngram_n" in " ".join(result.output.split())
     config = tmp_path / "demo.toml"
     config.write_text("[demo]\nstart_attempts = 99\n")
     result = runner.invoke(app, ["demo", "-c", str(config), "--no-save-model", "-o",
