@@ -9,9 +9,11 @@ an option not given overrides nothing: the values given reach the command as one
 (``{"loop": {"max_tool_calls": 4}}``) that :func:`agentmath.cli._common.build_config` merges
 over the config file and ``--set``.
 
-Typer reads a command's parameters from its signature, so the decorator rewrites
-``__signature__`` (the command's own parameters, with the generated ones where the command's
-``settings`` parameter stood) and its wrapper gathers the generated values into ``settings``.
+Typer reads a command's parameters from its signature, so the decorator wraps the command in
+a :class:`GeneratedCommand` whose ``__signature__`` holds the command's own parameters with the
+generated ones where its ``settings`` parameter stood, and whose call gathers the generated
+values into ``settings``. The signature is made when typer first asks for it (the model may be
+named as ``"package.module:Name"``), so that importing a command imports no settings model.
 """
 
 from __future__ import annotations
@@ -46,7 +48,8 @@ class GeneratedOption:
     path: tuple[str, ...]  # the field's path in the model, e.g. ("loop", "max_tool_calls")
     param: str  # the Python parameter name, e.g. "loop__max_tool_calls"
     collapse: bool  # a ``str | list[str]`` field: one value given is passed as a string
-    info: Any  # the typer.Option
+    annotation: Any  # the parameter's type: what typer parses the value as
+    option: Any  # the typer.Option
 
 
 def field_at(model: type[BaseModel], path: Sequence[str]) -> FieldInfo:
@@ -203,7 +206,7 @@ def make_option(model: type[BaseModel], dotted: str, name: str | None = None,
     annotation = list[value_type] if multiple else value_type  # type: ignore[valid-type]
     option = typer.Option(None, *decls, **kwargs)
     param = "__".join(path)
-    return GeneratedOption(path, param, collapse, (annotation, option))
+    return GeneratedOption(path, param, collapse, annotation, option)
 
 
 def overrides(options: Sequence[GeneratedOption], values: Mapping[str, Any]) -> dict[str, Any]:
@@ -263,8 +266,8 @@ class GeneratedCommand:
             if param.name != self._settings:
                 params.append(param)
                 continue
-            params += [inspect.Parameter(opt.param, param.kind, default=opt.info[1],
-                                         annotation=opt.info[0])
+            params += [inspect.Parameter(opt.param, param.kind, default=opt.option,
+                                         annotation=opt.annotation)
                        for opt in self.generated_options]
         return signature.replace(parameters=params)
 
@@ -272,7 +275,7 @@ class GeneratedCommand:
     def __annotations__(self) -> dict[str, Any]:  # type: ignore[override]
         """The function's annotations without ``settings``, with the generated options'."""
         own = {k: v for k, v in self._func.__annotations__.items() if k != self._settings}
-        return {**own, **{opt.param: opt.info[0] for opt in self.generated_options}}
+        return {**own, **{opt.param: opt.annotation for opt in self.generated_options}}
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         options = self.generated_options
