@@ -79,8 +79,8 @@ def _default(param: Any) -> str:
 
 
 def _cell(text: str) -> str:
-    """``text`` on one line, safe inside a Markdown table cell."""
-    return " ".join(text.split()).replace("|", "\\|")
+    """``text`` on one line, safe inside a Markdown table cell (a ``<tag>`` shown as text)."""
+    return " ".join(text.split()).replace("|", "\\|").replace("<", "&lt;")
 
 
 def _names(param: Any) -> str:
