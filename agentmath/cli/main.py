@@ -20,12 +20,12 @@ from agentmath.cli import example as example_cmd
 from agentmath.cli import grade as grade_cmd
 from agentmath.cli import grow as grow_cmd
 from agentmath.cli import report as report_cmd
-from agentmath.cli import sandbox as sandbox_cmd
 from agentmath.cli._common import Command, Group, usage_error
 
-#: Commands built when named: name -> (module in agentmath.cli, function).
+#: Commands built when named: name -> (module in agentmath.cli, function or typer app).
 LAZY_COMMANDS: dict[str, tuple[str, str]] = {
-    "demo": ("demo", "demo"), "solve": ("solve", "solve"), "eval": ("eval", "eval_command"),
+    "sandbox": ("sandbox", "app"), "demo": ("demo", "demo"), "solve": ("solve", "solve"),
+    "eval": ("eval", "eval_command"),
     "sft": ("sft", "sft"), "rl": ("rl", "rl"), "decontam": ("decontam", "decontam"),
     "dedup": ("decontam", "dedup"), "synth": ("synth", "synth"),
 }
@@ -38,10 +38,12 @@ APP_SETTINGS: dict[str, Any] = {"rich_markup_mode": "markdown", "add_completion"
 
 def build_lazy(name: str) -> Any:
     """The click command of the lazy command ``name``: its module imported, its options made."""
-    module, function = LAZY_COMMANDS[name]
+    module, attr = LAZY_COMMANDS[name]
+    found = getattr(importlib.import_module(f"agentmath.cli.{module}"), attr)
+    if isinstance(found, typer.Typer):  # a command group
+        return typer.main.get_command(found)
     single = typer.Typer(**APP_SETTINGS)
-    single.command(name, cls=Command)(getattr(importlib.import_module(
-        f"agentmath.cli.{module}"), function))
+    single.command(name, cls=Command)(found)
     return typer.main.get_command(single)
 
 
@@ -60,7 +62,6 @@ class LazyGroup(Group):
 
 
 app = typer.Typer(name="agentmath", cls=LazyGroup, no_args_is_help=True, **APP_SETTINGS)
-app.add_typer(sandbox_cmd.app, name="sandbox")
 app.command("example", cls=Command)(example_cmd.example)
 app.command("datasets", cls=Command)(datasets_cmd.datasets)
 grade_cmd.register(app)

@@ -120,9 +120,9 @@ def test_exec_options_and_config_file(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize(("args", "message"), [
-    (["--timeout", "0"], "invalid value for --timeout"),
-    (["--timeout", "-1"], "greater than 0"),
-    (["--memory-mb", "5"], "invalid value for --memory-mb"),
+    (["--timeout", "0"], "Invalid value for '--timeout'"),
+    (["--timeout", "-1"], "out of range (must be > 0"),
+    (["--memory-mb", "5"], "Invalid value for '--memory-mb'"),
     (["--set", "no_such_field=1"], "no_such_field"),
     (["--set", "timeout_s"], "not of the form key=value"),
     (["--config", "/nonexistent/agentmath.toml"], "cannot read config file"),
