@@ -171,3 +171,25 @@ def test_help_shows_no_python_types(path: tuple[str, ...], command: Any) -> None
     result = runner.invoke(app, [*path, "--help"], terminal_width=200)
     assert result.exit_code == 0, result.output
     assert not re.search(r"<(bool|str|int|float|path|list)", result.output), result.output
+
+
+def test_the_demo_runs_with_the_file_set_and_options_merged(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Through the real command: the file gives seed, steps and bf16, --set overrides steps
+    and seed, the option overrides seed again; the recipe gets the merged settings."""
+    import agentmath.recipes.demo as recipe
+
+    seen: list[Any] = []
+
+    def fake_run_demo(cfg: Any, out: Path, save: Any, stage: Any) -> Any:
+        seen.append(cfg)
+        raise SystemExit(0)
+
+    monkeypatch.setattr(recipe, "run_demo", fake_run_demo)
+    config = tmp_path / "demo.toml"
+    config.write_text("[demo]\nseed = 1\nsteps = 10\nbf16 = true\n")
+    result = runner.invoke(app, ["demo", "-c", str(config), "--set", "steps=20", "--set",
+                                 "seed=2", "--seed", "3", "--no-save-model", "-o",
+                                 str(tmp_path / "run")])
+    assert result.exit_code == 0, result.output
+    assert (seen[0].seed, seen[0].steps, seen[0].bf16) == (3, 20, True)
