@@ -38,7 +38,7 @@ from pydantic.fields import FieldInfo
 GENERATED: Any = None
 
 #: Placeholders by field name, where the name says more than the type.
-NAMED_METAVARS = {"model": "MODEL", "dataset": "DATASET", "device": "DEVICE", "input": "INPUT"}
+NAMED_METAVARS = {"model": "MODEL", "dataset": "DATASET", "device": "DEVICE"}
 
 
 @dataclass(frozen=True)
