@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any, ClassVar, Literal, TypeVar
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from agentmath.errors import ConfigError
 
@@ -238,7 +238,43 @@ class LoopConfig(StrictModel):
     stop_on_answer: bool = Field(True, description=(
         "End the episode as soon as a model turn contains a final answer (\\boxed{...})."))
     system_prompt: str | None = Field(None, description=(
-        "System prompt; None uses the tool format's own instructions."))
+        "System prompt (default: the tool format's own instructions)."))
+
+
+BACKEND_HELP = (
+    "A backend registered in agentmath/backends/registry.py: openai (an OpenAI-compatible "
+    "server at base_url), hf (a model directory, run in this process) or vllm; default: "
+    "openai when base_url is given, else hf.")
+DEVICE_HELP = ("Where a model in this process runs: 'auto' (cuda when there is one), 'cpu', "
+               "'cuda' or 'cuda:N' (a served model runs where its server does).")
+DEVICE_PATTERN = r"^(cpu|auto|cuda(:[0-9]+)?)$"
+
+
+def default_backend(data: Any) -> Any:
+    """A run's settings (a dict, before validation) with ``backend`` filled in when they name
+    none: ``openai`` when they name a server (``base_url``), ``hf`` otherwise. The one rule
+    for the default backend of every command that runs a model (eval, solve)."""
+    if isinstance(data, dict) and data.get("backend") is None:
+        return {**data, "backend": "openai" if data.get("base_url") else "hf"}
+    return data
+
+
+class SolveConfig(StrictModel):
+    """One problem solved by ``agentmath solve``: the model, its tool format, sampling and the
+    episode's budgets."""
+
+    model: str | None = Field(None, min_length=1, description=(
+        "Served model name (openai) or model directory (hf, vllm); default: the model "
+        "`agentmath demo` trained."))
+    backend: str = Field("hf", description=BACKEND_HELP)
+    base_url: str | None = Field(None, description="OpenAI-compatible server URL.")
+    format: str = Field("code_interpreter", description="Tool format name.")
+    temperature: float = Field(0.0, ge=0, le=5, description=(
+        "Sampling temperature (0: greedy, the model's most likely answer)."))
+    device: str = Field("auto", pattern=DEVICE_PATTERN, description=DEVICE_HELP)
+    loop: LoopConfig = Field(default_factory=LoopConfig, description="Episode budgets.")
+
+    _default_backend = model_validator(mode="before")(default_backend)
 
 
 class RolloutConfig(StrictModel):

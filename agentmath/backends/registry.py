@@ -38,6 +38,9 @@ class BackendSettings:
     max_outage_s: float | None = None
     #: Routing, spill and probing of the router over several URLs (None: its defaults).
     router: RouterConfig | None = None
+    #: Where a model in this process runs ('cpu', 'cuda', 'cuda:N'); None or 'auto': cuda
+    #: when there is one. A server backend ignores it.
+    device: str | None = None
 
     def http_options(self) -> dict[str, Any]:
         """The HTTP settings that were given, as keyword arguments of an HTTP backend."""
@@ -72,7 +75,8 @@ def _hf(settings: BackendSettings) -> Backend:
     """A local transformers model (a path or hub id), generating in process."""
     from agentmath.backends.hf import HFBackend
 
-    return HFBackend(settings.model)
+    device = None if settings.device in (None, "auto") else settings.device
+    return HFBackend(settings.model, device=device)
 
 
 def _vllm(settings: BackendSettings) -> Backend:

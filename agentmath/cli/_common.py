@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
 import typer
 from rich.console import Console
+from typer.core import TyperCommand, TyperGroup
 
 if TYPE_CHECKING:
     from agentmath.config import SandboxConfig
@@ -22,23 +23,60 @@ if TYPE_CHECKING:
 C = TypeVar("C")  # a run config (EvalConfig, RLConfig): pydantic, with model, format, loop
 
 #: Shared CLI options, declared once so every command spells and documents them the same way.
-CONFIG_OPTION = typer.Option(
+SANDBOX_CONFIG_OPTION = typer.Option(
     None, "--config", "-c", metavar="FILE",
     help="Sandbox config file (.toml/.yaml); a top-level 'sandbox' table is used if present.")
-SET_OPTION = typer.Option(
+SANDBOX_SET_OPTION = typer.Option(
     None, "--set", "-s", metavar="KEY=VALUE",
     help="Override one sandbox config field, e.g. --set cpu_s=30 (repeatable).")
-JSON_OPTION = typer.Option(False, "--json", help="Print machine-readable JSON instead of tables.")
+SET_OPTION = typer.Option(None, "--set", "-s", metavar="KEY=VALUE", help=(
+    "Override one config field, e.g. --set loop.max_tool_calls=4 (repeatable); options win "
+    "over --set, which wins over the config file."))
+JSON_OPTION = typer.Option(False, "--json", metavar="",
+                           help="Print machine-readable JSON instead of tables.")
 SANDBOX_URL_OPTION = typer.Option(None, "--sandbox-url", metavar="URL", help=(
     "Sandbox service (agentmath sandbox serve) to run the code on instead of a local "
     "sandbox; repeat to spread sessions over several."))
 SANDBOX_TOKEN_OPTION = typer.Option(None, "--sandbox-token-file", metavar="FILE", help=(
     "File holding the sandbox service's token (default: $AGENTMATH_SANDBOX_TOKEN)."))
-RAY_OPTION = typer.Option(None, "--ray", metavar="auto|local|ADDRESS", help=(
+RAY_OPTION = typer.Option(None, "--ray", metavar="ADDRESS", help=(
     "Run the episodes on a Ray cluster (the ray extra): 'auto' joins this machine's "
     "cluster, 'local' starts one here, or a cluster address. Same seeds, same samples."))
 RAY_WORKERS_OPTION = typer.Option(None, "--ray-workers", metavar="N", help=(
     "Rollout worker actors on the cluster (default: one per node with CPUs)."))
+
+
+def config_option(settings: str, section: str | None = None) -> Any:
+    """The ``--config FILE`` option of a command whose settings are ``settings`` (a config
+    model's name); with ``section``, a file's table of that name is read when it has one."""
+    table = f"; its '{section}' table if it has one" if section else ""
+    return typer.Option(None, "--config", "-c", metavar="FILE",
+                        help=f"{settings} file (TOML/YAML{table}).")
+
+
+class _PlainHelpFlag:
+    """Help in one placeholder style: ``--help`` shown as the flag it is, and an argument by
+    its name alone (typer would add its Python type: ``<bool>``, ``<str>``, ``<path>``)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        for param in self.params:  # type: ignore[attr-defined]
+            if param.param_type_name == "argument":
+                param.display_type_rich = lambda ctx: None
+
+    def get_help_option(self, ctx: Any) -> Any:
+        option = super().get_help_option(ctx)  # type: ignore[misc]
+        if option is not None:
+            option.metavar = ""
+        return option
+
+
+class Command(_PlainHelpFlag, TyperCommand):
+    """The class of every agentmath command (``app.command(name, cls=Command)``)."""
+
+
+class Group(_PlainHelpFlag, TyperGroup):
+    """The class of every agentmath command group (``typer.Typer(cls=Group)``)."""
 
 
 def ray_section(address: str | None, workers: int | None) -> dict[str, object] | None:

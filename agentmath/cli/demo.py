@@ -4,24 +4,29 @@ that tool use beats text-only reasoning (see agentmath/recipes/demo.py)."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import typer
 
 from agentmath.cli._common import (
     JSON_OPTION,
+    SET_OPTION,
     build_config,
+    config_option,
     err_console,
     out_console,
     print_json,
     usage_error,
 )
+from agentmath.cli._options import GENERATED, config_options
 
 if TYPE_CHECKING:
     from agentmath.recipes.summary import DemoSummary
 
 OUT_OPTION = typer.Option(Path("runs/demo"), "--out", "-o", metavar="DIR",
                           help="Where data, models, runs and the report go.")
+DEMO_FIELDS = ("seed", "steps", "model_size", "train_problems", "test_problems", "copy_steps",
+               "start_attempts", "device", "bf16")
 
 
 def _render(summary: DemoSummary) -> None:
@@ -58,31 +63,17 @@ def _render(summary: DemoSummary) -> None:
                   "`agentmath solve`)")
 
 
+CONFIG_OPTION = config_option("DemoConfig", "demo")
+
+
+@config_options("agentmath.recipes.demo_config:DemoConfig", DEMO_FIELDS)
 def demo(
     out: Path = OUT_OPTION,
-    seed: int = typer.Option(0, min=0, help="Seed for data, models, training, sampling."),
-    steps: int = typer.Option(None, min=1, help="SFT steps per model (default: the recipe's)."),
-    model_size: str = typer.Option(None, "--model-size", help=(
-        "Tiny model size: nano (default), micro, tiny, small, base; the demo before "
-        "2026-11-26 was --model-size micro --steps 800.")),
-    train_problems: int = typer.Option(None, "--train-problems", min=10,
-                                       help="Training problems (default 1500)."),
-    test_problems: int = typer.Option(None, "--test-problems", min=5,
-                                      help="Held-out problems (default 300)."),
-    copy_steps: int = typer.Option(None, "--copy-steps", min=0, help=(
-        "Copy warm-up steps before each SFT (default 300; 0: none): the fresh model learns "
-        "to copy before it learns the task (docs/demo.md).")),
-    start_attempts: int = typer.Option(None, "--start-attempts", min=1, help=(
-        "Starts the tool model may be grown from (default 3): a start that never learned "
-        "to copy numbers into code (headroom pass@8 below 20%) is grown again from other "
-        "seeds; 1 keeps the first start whatever its headroom.")),
-    save_model: bool = typer.Option(True, "--save-model/--no-save-model",
+    settings: dict[str, Any] = GENERATED,
+    save_model: bool = typer.Option(True, "--save-model/--no-save-model", metavar="",
                                     help="Save the tool model as solve's default."),
-    device: str = typer.Option("cpu", "--device", help=(
-        "Where SFT, GRPO and evaluation run: cpu (the README's figures), cuda, cuda:N, auto.")),
-    bf16: bool = typer.Option(False, "--bf16", help=(
-        "bfloat16 autocast in SFT and GRPO (a GPU, or a CPU with bf16 instructions); it "
-        "can weaken the start (docs/gpu.md): on a GPU, fp32 reproduces the CPU's figures.")),
+    config_file: Path = CONFIG_OPTION,
+    sets: list[str] = SET_OPTION,
     json_out: bool = JSON_OPTION,
 ) -> None:
     """Train a text-only and a tool-using tiny model with the same budget on synthetic
@@ -90,14 +81,12 @@ def demo(
     loop and the sandbox, compare them."""
     from agentmath.cli.solve import default_model_dir
     from agentmath.errors import AgentMathError, MissingExtraError
-    from agentmath.recipes.demo import DemoConfig, run_demo
+    from agentmath.recipes.demo import run_demo
 
-    # options left out (None) keep the recipe's defaults; a bad value exits 2 naming the field
-    cfg = build_config(DemoConfig, "demo", None, None, {
-        "seed": seed, "steps": steps, "model_size": model_size,
-        "train_problems": train_problems, "test_problems": test_problems,
-        "start_attempts": start_attempts, "copy_steps": copy_steps, "device": device,
-        "bf16": bf16})
+    # options left out (None) keep the file's or the recipe's values; a bad value exits 2
+    from agentmath.recipes.demo_config import DemoConfig
+
+    cfg = build_config(DemoConfig, "demo", config_file, sets, settings, section="demo")
     console = err_console()
     try:
         with console.status("starting") as status:

@@ -140,7 +140,7 @@ def _write(out: Path, summary: dict[str, Any]) -> Path:
 
 def example(
     out: Path = OUT_OPTION,
-    no_out: bool = typer.Option(False, "--no-out", help="Write no files."),
+    no_out: bool = typer.Option(False, "--no-out", metavar="", help="Write no files."),
     as_json: bool = JSON_OPTION,
 ) -> None:
     """Solve a built-in example problem with the sandbox and check the answer.

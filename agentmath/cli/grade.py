@@ -140,17 +140,18 @@ def _run(timeout: float, strategies: Sequence[str], workers: int) -> dict[str, i
 
 def grade(
     timeout: float = typer.Option(
-        5.0, "--timeout", "-t", min=0.1, max=3600, metavar="S",
+        10.0, "--timeout", "-t", min=0.1, max=3600, metavar="SECONDS",
         help="Hard wall-clock limit per answer check; an overrun grades false, timed_out true."),
     fallback: bool = typer.Option(
-        True, "--fallback/--no-fallback",
+        True, "--fallback/--no-fallback", metavar="",
         help="If there is no \\boxed{}, also accept '<answer>X</answer>', 'The answer is X', "
              "'Answer: X', '#### X'."),
     last_number: bool = typer.Option(
-        False, "--last-number",
+        False, "--last-number", metavar="",
         help="As a last resort take the last number in the response (implies --fallback)."),
     workers: int = typer.Option(
-        2, "--workers", "-w", min=1, max=64, help="Verifier processes (and lines in flight)."),
+        2, "--workers", "-w", min=1, max=64, metavar="N",
+        help="Verifier processes (and lines in flight)."),
 ) -> None:
     """Grade model responses: JSONL `{"gold": ..., "response": ...}` on stdin, JSONL out.
 
@@ -180,4 +181,6 @@ def grade(
 
 def register(app: typer.Typer, name: str = "grade") -> None:
     """Add the ``grade`` command to ``app`` (the lead's ``agentmath.cli.main`` calls this)."""
-    app.command(name)(grade)
+    from agentmath.cli._common import Command
+
+    app.command(name, cls=Command)(grade)

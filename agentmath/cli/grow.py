@@ -41,15 +41,19 @@ def _render(summary: GrownModel) -> None:
 def grow(
     out: Path = typer.Option(Path("runs/tool-model"), "--out", "-o", metavar="DIR",
                              help="Where the data, model (DIR/final) and summary go."),
-    formats: str = typer.Option(None, "--formats", help=(
+    formats: str = typer.Option(None, "--formats", metavar="NAMES", help=(
         "Comma-separated tool formats to train on (code_interpreter, markdown, tool_call, "
         "openai_tools, deepmath, deepmath_fewshot, nemo_skills, openmath, native); default "
         "code_interpreter.")),
-    size: str = typer.Option(None, "--size", help="Model size: nano, micro, tiny, small, base."),
-    steps: int = typer.Option(None, "--steps", help="SFT steps (default 300)."),
-    train_problems: int = typer.Option(None, "--train-problems", help="Training problems."),
-    max_digits: int = typer.Option(None, "--max-digits", help="Largest operand, in digits."),
-    seed: int = typer.Option(None, "--seed", help="Seed of data, model and training."),
+    size: str = typer.Option(None, "--size", metavar="NAME",
+                             help="Model size: nano, micro, tiny, small, base."),
+    steps: int = typer.Option(None, "--steps", metavar="N", help="SFT steps (default 300)."),
+    train_problems: int = typer.Option(None, "--train-problems", metavar="N",
+                                       help="Training problems."),
+    max_digits: int = typer.Option(None, "--max-digits", metavar="N",
+                                   help="Largest operand, in digits."),
+    seed: int = typer.Option(None, "--seed", metavar="N",
+                             help="Seed of data, model and training."),
     config_file: Path = CONFIG_OPTION,
     sets: list[str] = SET_OPTION,
     json_out: bool = JSON_OPTION,

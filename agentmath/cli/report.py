@@ -1,6 +1,6 @@
 """``agentmath report``: compare evaluation runs; write tables, plots and a trajectory viewer.
 
-Prints the comparison table (``--format table|markdown|csv``, or one JSON document with
+Prints the comparison table (``--style table|markdown|csv``, or one JSON document with
 ``--json``) and writes ``comparison.md``, ``comparison.csv``, the PNG plots and ``viewer.html``
 into ``--out``. Exit codes: 0 done; 2 a run directory is missing or malformed, or bad usage.
 """
@@ -13,23 +13,25 @@ import typer
 
 from agentmath.cli._common import JSON_OPTION, out_console, print_json, usage_error
 
-FORMATS = ("table", "markdown", "csv")
+STYLES = ("table", "markdown", "csv")
 RUN_DIRS_ARGUMENT = typer.Argument(
-    ..., metavar="RUN_DIR...", help=(
+    ..., metavar="RUN_DIR", help=(
         "Evaluation run directories (config.json, metrics.json, samples.jsonl) and/or RL run "
         "directories (metrics.jsonl: drawn as training curves)."))
 OUT_OPTION = typer.Option(
     Path("reports/latest"), "--out", "-o", metavar="DIR",
     help="Directory for the report files (created if needed).")
-FORMAT_OPTION = typer.Option("table", "--format", "-f", help="table | markdown | csv")
+STYLE_OPTION = typer.Option("table", "--style", metavar="NAME", help=(
+    "How the comparison is printed: table, markdown or csv."))
 MAX_CHARS_OPTION = typer.Option(
-    20_000, "--max-chars", min=200, help="Cap on the characters of each text in viewer.html.")
+    20_000, "--max-chars", min=200, metavar="N",
+    help="Cap on the characters of each text in viewer.html.")
 
 
 def report(
     run_dirs: list[Path] = RUN_DIRS_ARGUMENT,
     out: Path = OUT_OPTION,
-    fmt: str = FORMAT_OPTION,
+    style: str = STYLE_OPTION,
     max_chars: int = MAX_CHARS_OPTION,
     json_out: bool = JSON_OPTION,
 ) -> None:
@@ -37,8 +39,8 @@ def report(
     from agentmath.errors import DataError
     from agentmath.report import render_csv, render_markdown, render_rich_table, write_report
 
-    if fmt not in FORMATS:
-        usage_error(f"--format must be one of {', '.join(FORMATS)}, not {fmt!r}")
+    if style not in STYLES:
+        usage_error(f"--style must be one of {', '.join(STYLES)}, not {style!r}")
     try:
         written = write_report(run_dirs, out, max_chars=max_chars)
     except DataError as exc:
@@ -52,9 +54,9 @@ def report(
     console = out_console()
     if not rows:
         pass
-    elif fmt == "table":
+    elif style == "table":
         console.print(render_rich_table(rows, title="Run comparison"))
     else:
-        typer.echo(render_markdown(rows) if fmt == "markdown" else render_csv(rows), nl=False)
+        typer.echo(render_markdown(rows) if style == "markdown" else render_csv(rows), nl=False)
     for path in written.paths:
         typer.echo(f"wrote {path}")

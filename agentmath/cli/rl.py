@@ -11,9 +11,9 @@ from agentmath.cli._common import (
     JSON_OPTION,
     RAY_OPTION,
     RAY_WORKERS_OPTION,
-    SANDBOX_TOKEN_OPTION,
-    SANDBOX_URL_OPTION,
+    SET_OPTION,
     build_config,
+    config_option,
     out_console,
     print_json,
     ray_section,
@@ -21,14 +21,11 @@ from agentmath.cli._common import (
     training_errors,
     with_trained_prompt,
 )
+from agentmath.cli._options import GENERATED, config_options
 
-CONFIG_OPTION = typer.Option(..., "--config", "-c", metavar="FILE", help=(
-    "RLConfig file (TOML/YAML; its 'rl' table if it has one). Recipes: configs/rl/."))
 OUT_OPTION = typer.Option(Path("runs/rl"), "--out", "-o", metavar="DIR", help=(
     "Run directory: checkpoints, metrics.jsonl, tensorboard/, final/ (resumes from it)."))
-SET_OPTION = typer.Option(None, "--set", "-s", metavar="KEY=VALUE", help=(
-    "Override a config field, e.g. --set loss.clip_high=0.28 (repeatable)."))
-
+RL_FIELDS = ("model", "device", "format", "steps", "seed", "sandbox_url", "sandbox_token_file")
 
 def _render(result: Any) -> None:
     from rich.table import Table
@@ -53,30 +50,28 @@ def _render(result: Any) -> None:
     out_console().print(table)
 
 
+CONFIG_OPTION = config_option("RLConfig", "rl")
+
+
+@config_options("agentmath.rl.config:RLConfig", RL_FIELDS)
 def rl(
     config_file: Path = CONFIG_OPTION,
     out: Path = OUT_OPTION,
     sets: list[str] = SET_OPTION,
-    steps: int = typer.Option(None, "--steps", min=1, help="RL steps (overrides the file)."),
-    resume: bool = typer.Option(True, "--resume/--restart", help=(
+    settings: dict[str, Any] = GENERATED,
+    resume: bool = typer.Option(True, "--resume/--restart", metavar="", help=(
         "Continue from the newest checkpoint in --out, or start over (deleting them).")),
-    sandbox_url: list[str] = SANDBOX_URL_OPTION,
-    sandbox_token_file: Path = SANDBOX_TOKEN_OPTION,
     ray: str = RAY_OPTION,
     ray_workers: int = RAY_WORKERS_OPTION,
     json_out: bool = JSON_OPTION,
 ) -> None:
     """Train a tool-using model with agentic GRPO: rollouts through the agent loop and the
     sandbox, weighted rewards, masked clipped loss, weight sync, checkpoints. Needs
-    `pip install 'agentmath[train]'`."""
+    `pip install 'agentmath[train]'`. Recipes: configs/rl/."""
     from agentmath.rl.config import RLConfig
 
     config = build_config(RLConfig, "rl", config_file, sets, section="rl",
-                          options={"steps": steps,
-                                   "sandbox_url": list(sandbox_url) if sandbox_url else None,
-                                   "sandbox_token_file": (str(sandbox_token_file)
-                                                          if sandbox_token_file else None),
-                                   "ray": ray_section(ray, ray_workers)})
+                          options={**settings, "ray": ray_section(ray, ray_workers)})
     config = with_trained_prompt(config)
     modules = ["torch", "transformers", "accelerate"] + (["peft"] if config.optim.lora else [])
     with training_errors("rl", modules), stdout_for_json(json_out):

@@ -11,9 +11,11 @@ from typing import TYPE_CHECKING, Any
 import typer
 
 from agentmath.cli._common import (
-    CONFIG_OPTION,
     JSON_OPTION,
-    SET_OPTION,
+    SANDBOX_CONFIG_OPTION,
+    SANDBOX_SET_OPTION,
+    Command,
+    Group,
     build_config,
     err_console,
     load_sandbox_config,
@@ -22,12 +24,16 @@ from agentmath.cli._common import (
     start_sandbox,
     usage_error,
 )
+from agentmath.cli._options import GENERATED, config_options, option_name
 
 if TYPE_CHECKING:
     from agentmath.sandbox import Sandbox
 
 app = typer.Typer(
     name="sandbox",
+    cls=Group,
+    rich_markup_mode="markdown",
+    add_completion=False,
     help="Run Python in the secure, stateful sandbox; show which protections are active.",
     no_args_is_help=True,
 )
@@ -85,18 +91,13 @@ def cell_record(index: int, result: Any) -> dict[str, Any]:
     return {"cell": index, **data}
 
 
-@app.command("exec")
+@app.command("exec", cls=Command)
+@config_options("agentmath.config:SandboxConfig",
+                ("timeout_s", "memory_mb", "max_output_chars"), shorts={"timeout_s": "-t"})
 def exec_cells(
-    timeout: float | None = typer.Option(
-        None, "--timeout", "-t", metavar="S",
-        help="Wall-clock seconds per cell (default from config: 10)."),
-    memory_mb: int | None = typer.Option(
-        None, "--memory-mb", metavar="M", help="Address-space limit of the session, in MiB."),
-    max_output_chars: int | None = typer.Option(
-        None, "--max-output-chars", metavar="N",
-        help="stdout/stderr characters kept per cell (head and tail)."),
-    config: Path | None = CONFIG_OPTION,
-    sets: list[str] | None = SET_OPTION,
+    settings: dict[str, Any] = GENERATED,
+    config: Path | None = SANDBOX_CONFIG_OPTION,
+    sets: list[str] | None = SANDBOX_SET_OPTION,
 ) -> None:
     """Run a program from stdin, cell by cell, in ONE sandbox session (state persists).
 
@@ -110,10 +111,7 @@ def exec_cells(
     Example: `printf 'x = 2**64\\n# %%%%\\nx + 1\\n' | agentmath sandbox exec`
     """
     cfg = load_sandbox_config(config, sets, {
-        "timeout_s": ("--timeout", timeout),
-        "memory_mb": ("--memory-mb", memory_mb),
-        "max_output_chars": ("--max-output-chars", max_output_chars),
-    })
+        field: (option_name((field,)), value) for field, value in settings.items()})
     if sys.stdin.isatty():
         print("reading a program from stdin; end it with Ctrl-D", file=sys.stderr)
     cells = split_cells(read_program())
@@ -171,11 +169,11 @@ def _print_info(data: dict[str, Any]) -> None:
                       "and docs/sandbox.md.[/]")
 
 
-@app.command("info")
+@app.command("info", cls=Command)
 def info(
     as_json: bool = JSON_OPTION,
-    config: Path | None = CONFIG_OPTION,
-    sets: list[str] | None = SET_OPTION,
+    config: Path | None = SANDBOX_CONFIG_OPTION,
+    sets: list[str] | None = SANDBOX_SET_OPTION,
 ) -> None:
     """Start a sandbox pool and show which kernel protections are active on this host."""
     cfg = load_sandbox_config(config, sets)
@@ -188,21 +186,12 @@ def info(
         _print_info(data)
 
 
-@app.command("serve")
+@app.command("serve", cls=Command)
+@config_options("agentmath.sandbox.service.config:ServiceConfig",
+                ("host", "port", "token_file", "allow_no_auth", "access_log"),
+                shorts={"port": "-p"}, metavars={"host": "HOST", "port": "PORT"})
 def serve(
-    host: str | None = typer.Option(
-        None, "--host", metavar="H", help="Address to listen on (default 127.0.0.1)."),
-    port: int | None = typer.Option(
-        None, "--port", "-p", metavar="P", help="TCP port (default 8080; 0: any free port)."),
-    token_file: Path | None = typer.Option(
-        None, "--token-file", metavar="F",
-        help="File of accepted bearer tokens, one per line (required unless --allow-no-auth)."),
-    allow_no_auth: bool = typer.Option(
-        False, "--allow-no-auth", help="Serve without authentication (trusted networks only)."),
-    access_log: bool | None = typer.Option(
-        None, "--access-log/--no-access-log",
-        help="Log every request at level info (default on; off saves CPU at thousands of "
-             "cells/s)."),
+    settings: dict[str, Any] = GENERATED,
     config: Path | None = typer.Option(
         None, "--config", "-c", metavar="FILE",
         help="Service config file (.toml/.yaml); a top-level 'service' table is used if "
@@ -222,10 +211,8 @@ def serve(
     from agentmath.errors import ConfigError
     from agentmath.sandbox.service.config import ServiceConfig
 
-    cfg: ServiceConfig = build_config(ServiceConfig, "service", config, sets, {
-        "host": host, "port": port, "token_file": token_file,
-        "allow_no_auth": True if allow_no_auth else None, "access_log": access_log,
-    }, section="service")
+    cfg: ServiceConfig = build_config(ServiceConfig, "service", config, sets, settings,
+                                      section="service")
     if cfg.token_file is not None and not cfg.token_file.is_file():
         usage_error(f"token file {cfg.token_file} does not exist (create one with a token per "
                     "line, or pass --allow-no-auth)")

@@ -3,41 +3,42 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import typer
 
 from agentmath.cli._common import (
     JSON_OPTION,
+    SET_OPTION,
     build_config,
+    config_option,
     out_console,
     print_json,
     training_errors,
 )
+from agentmath.cli._options import GENERATED, config_options
 
 # Options with a Path/list type, declared once at module level (ruff B008).
-DATA_OPTION = typer.Option(..., "--data", "-d", metavar="FILE.jsonl", help=(
-    "SFT examples: {messages, completion: [{text, train}]} per line."))
-OUT_OPTION = typer.Option(..., "--out", "-o", help=(
+DATA_OPTION = typer.Option(..., "--data", "-d", metavar="FILE", help=(
+    "SFT examples (JSONL): {messages, completion: [{text, train}]} per line."))
+OUT_OPTION = typer.Option(..., "--out", "-o", metavar="DIR", help=(
     "Run directory: checkpoints, loss.jsonl, final/ (resumes if it has checkpoints)."))
-CONFIG_OPTION = typer.Option(None, "--config", "-c", metavar="FILE",
-                             help="SFTConfig file (TOML/YAML; its 'sft' table if it has one).")
-SET_OPTION = typer.Option(None, "--set", "-s", metavar="KEY=VALUE",
-                          help="Override a config field, e.g. --set warmup_steps=10 (repeatable).")
+SFT_FIELDS = ("lora", "max_steps", "learning_rate", "batch_size", "grad_accum", "max_length",
+              "seed", "device", "bf16")
 
 
+CONFIG_OPTION = config_option("SFTConfig", "sft")
+
+
+@config_options("agentmath.train.sft:SFTConfig", SFT_FIELDS, names={"lora": "--lora/--full"},
+                shorts={"learning_rate": "--lr"})
 def sft(
     data: Path = DATA_OPTION,
-    model: str = typer.Option(..., "--model", "-m", help="Model directory (HF format) to tune."),
+    model: str = typer.Option(..., "--model", "-m", metavar="MODEL",
+                              help="Model directory (HF format) to tune."),
     out: Path = OUT_OPTION,
-    lora: bool = typer.Option(None, "--lora/--full", help="Train a LoRA adapter (merged in "
-                              "final/) or all the weights (default: the config's, full)."),
-    max_steps: int = typer.Option(None, "--max-steps", help="Optimizer steps."),
-    lr: float = typer.Option(None, "--lr", help="Peak learning rate."),
-    batch_size: int = typer.Option(None, "--batch-size", help="Examples per micro-batch."),
-    grad_accum: int = typer.Option(None, "--grad-accum", help="Micro-batches per step."),
-    max_length: int = typer.Option(None, "--max-length", help="Tokens kept per example."),
-    seed: int = typer.Option(None, "--seed", help="Seed of the init and the data order."),
-    resume: bool = typer.Option(True, "--resume/--restart", help=(
+    settings: dict[str, Any] = GENERATED,
+    resume: bool = typer.Option(True, "--resume/--restart", metavar="", help=(
         "Continue from the newest checkpoint in --out, or start over (deleting them).")),
     config_file: Path = CONFIG_OPTION,
     sets: list[str] = SET_OPTION,
@@ -47,9 +48,7 @@ def sft(
     (prompt and tool output are masked). Needs `pip install 'agentmath[train]'`."""
     from agentmath.train.sft import SFTConfig
 
-    config = build_config(SFTConfig, "sft", config_file, sets, section="sft", options={
-        "lora": lora, "max_steps": max_steps, "learning_rate": lr, "batch_size": batch_size,
-        "grad_accum": grad_accum, "max_length": max_length, "seed": seed})
+    config = build_config(SFTConfig, "sft", config_file, sets, settings, section="sft")
     with training_errors("sft", ["torch", "transformers"] + (["peft"] if config.lora else [])):
         from agentmath.train.sft import train_sft
 

@@ -3,17 +3,22 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import typer
 
 from agentmath import _loop as event_loop
 from agentmath.cli._common import (
     JSON_OPTION,
+    SET_OPTION,
+    build_config,
+    config_option,
     out_console,
     print_json,
     trained_system_prompt,
     usage_error,
 )
+from agentmath.cli._options import GENERATED, config_options
 
 
 def default_model_dir() -> Path:
@@ -27,52 +32,57 @@ DEMO_MODEL_HINT = (
     "note: the default model is the one `agentmath demo` trained, a tiny model that "
     "knows only the demo's story problems, e.g. \"A pump runs for 836 minutes. It moves 969 "
     "liters each minute. The water is poured equally into 627 tanks. How many liters go in "
-    "each tank?\"; for other problems pass --model (a model directory) or --backend openai "
-    "with --base-url.")
+    "each tank?\"; for other problems pass --model (a model directory, or a served model's "
+    "name with --base-url).")
 
 
+SOLVE_FIELDS = ("model", "backend", "base_url", "device", "format", "temperature",
+                "loop.max_tool_calls", "loop.max_model_tokens", "loop.tool_timeout_s",
+                "loop.system_prompt")
+
+
+CONFIG_OPTION = config_option("SolveConfig")
+
+
+@config_options("agentmath.config:SolveConfig", SOLVE_FIELDS)
 def solve(
-    problem: str = typer.Argument(..., help="The problem text."),
-    backend: str = typer.Option("hf", help="openai | hf | vllm"),
-    model: str = typer.Option(None, help="Served model name (openai) or model directory "
-                              "(hf, vllm). Default: the model trained by `agentmath demo`."),
-    base_url: str = typer.Option(None, "--base-url", help="OpenAI-compatible server URL."),
-    fmt: str = typer.Option("code_interpreter", "--format", help="Tool format name."),
-    temperature: float = typer.Option(0.0, min=0.0, max=5.0, help="Sampling temperature."),
-    max_tool_calls: int = typer.Option(8, min=0, help="Tool calls allowed."),
-    max_model_tokens: int = typer.Option(1024, min=1, help="Model tokens allowed."),
-    tool_timeout: float = typer.Option(10.0, min=0.01, help="Seconds per snippet."),
-    system_prompt: str = typer.Option(None, help="System prompt (default: the format's)."),
+    problem: str = typer.Argument(..., metavar="PROBLEM", help="The problem text."),
+    settings: dict[str, Any] = GENERATED,
+    config_file: Path = CONFIG_OPTION,
+    sets: list[str] = SET_OPTION,
     json_out: bool = JSON_OPTION,
 ) -> None:
     """Solve one problem with a model that calls the sandbox; show reasoning, code and outputs."""
     from agentmath.agent.loop import run_episode
     from agentmath.backends import make_backend
     from agentmath.backends.base import SamplingParams
-    from agentmath.config import LoopConfig
+    from agentmath.config import SolveConfig
     from agentmath.errors import AgentMathError
     from agentmath.formats import get_format
     from agentmath.sandbox import SandboxPool
 
-    demo_model = model is None
-    if model is None:
-        model = str(default_model_dir())
-        if backend != "openai" and not Path(model).exists():
-            usage_error(f"no --model given and no demo model at {model}: run `agentmath demo` "
-                        "first, or pass --model")
-    if system_prompt is None and backend != "openai":
-        system_prompt = trained_system_prompt(model, fmt)
+    config = build_config(SolveConfig, "solve", config_file, sets, settings)
+    demo_model = config.model is None
+    model = str(default_model_dir()) if demo_model else config.model
+    if demo_model and config.backend != "openai" and not Path(model).exists():
+        usage_error(f"no --model given and no demo model at {model}: run `agentmath demo` "
+                    "first, or pass --model")
+    loop_cfg = config.loop
+    system_prompt = loop_cfg.system_prompt
+    if system_prompt is None and config.backend != "openai":
+        system_prompt = trained_system_prompt(model, config.format)
     if system_prompt is None and demo_model:
         from agentmath.recipes.demo import TOOL_SYSTEM
 
         system_prompt = TOOL_SYSTEM  # a demo model saved before models kept their prompt
+    loop_cfg = loop_cfg.model_copy(update={"system_prompt": system_prompt})
     try:
-        tool_format = get_format(fmt)
-        loop_cfg = LoopConfig(max_tool_calls=max_tool_calls, max_model_tokens=max_model_tokens,
-                              tool_timeout_s=tool_timeout, system_prompt=system_prompt)
-        engine = make_backend(backend, model, base_url=base_url)
+        tool_format = get_format(config.format)
+        engine = make_backend(config.backend, model, base_url=config.base_url,
+                              device=config.device)
     except (AgentMathError, ValueError) as exc:
         usage_error(str(exc))
+    temperature = config.temperature
 
     async def go():  # noqa: ANN202 - local
         async with SandboxPool() as pool:

@@ -8,16 +8,20 @@ from __future__ import annotations
 from pathlib import Path
 from typing import ClassVar
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from agentmath.backends.registry import BackendName
 from agentmath.config import (
+    BACKEND_HELP,
+    DEVICE_HELP,
+    DEVICE_PATTERN,
     LoopConfig,
     RayConfig,
     SandboxConfig,
     StrictModel,
     TrackerName,
     WandbConfig,
+    default_backend,
 )
 
 __all__ = ["EvalConfig"]
@@ -30,8 +34,9 @@ class EvalConfig(StrictModel):
         "Built-in name (math500, aime24, ...), a JSONL/JSON/Parquet file or a hub id (identity)."))
     samples: int = Field(1, ge=1, le=4096, description="Samples per problem (identity).")
     limit: int | None = Field(None, ge=1, description="Only the first N problems (identity).")
-    backend: BackendName = Field("openai", description=(
-        "A backend registered in agentmath/backends/registry.py: openai | hf | vllm (identity)."))
+    backend: BackendName = Field("hf", description=BACKEND_HELP[:-1] + " (identity).")
+    device: str = Field("auto", pattern=DEVICE_PATTERN, description=(
+        DEVICE_HELP[:-1] + " (not identity)."))
     model: str = Field(..., min_length=1, description="Served name or model path (identity).")
     base_url: str | list[str] | None = Field(None, description=(
         "OpenAI-compatible server URL, or a list of them: samples are then spread over the "
@@ -88,6 +93,8 @@ class EvalConfig(StrictModel):
 
     #: Fields that may differ between a run and its resumption.
     RESUMABLE_FIELDS: ClassVar[frozenset[str]] = frozenset(
-        {"concurrency", "base_url", "data_dir", "grade_timeout_s", "http_retries",
+        {"concurrency", "base_url", "device", "data_dir", "grade_timeout_s", "http_retries",
          "http_timeout_s", "max_outage_s", "retry_errors", "sandbox_url",
          "sandbox_token_file", "ray", "trackers", "wandb"})
+
+    _default_backend = model_validator(mode="before")(default_backend)

@@ -213,9 +213,10 @@ async def _run_todo(run: _Run, engine: RolloutEngine | RayRolloutEngine,
 def backend_settings(config: EvalConfig) -> BackendSettings:
     """What the run's backend is built from (by the CLI here, or by each Ray worker): the
     model, its server URLs, the HTTP retries, timeout and outage bound (a backend that talks to
-    no server ignores those)."""
+    no server ignores those) and the device of a model run in process."""
     return BackendSettings(config.model, config.base_url, max_retries=config.http_retries,
-                           timeout_s=config.http_timeout_s, max_outage_s=config.max_outage_s)
+                           timeout_s=config.http_timeout_s, max_outage_s=config.max_outage_s,
+                           device=config.device)
 
 
 def worker_spec(config: EvalConfig) -> WorkerSpec:

@@ -20,19 +20,16 @@ class DemoConfig(StrictModel):
     test_problems: int = Field(300, ge=5, le=100_000, description=(
         "Held-out problems (300: a 10-point difference is well outside the noise)."))
     model_size: str = Field("nano", description=(
-        "A size from agentmath.models.tiny.SIZES (nano: 0.14 M parameters, about a quarter "
-        "of micro's SFT step; docs/demo.md)."))
+        "Tiny model size: nano (0.14 M parameters), micro, tiny, small or base."))
     max_digits: int = Field(3, ge=3, le=6, description=(
         "Largest operand size in digits (3-digit numbers and up defeat mental arithmetic)."))
     steps: int = Field(1400, ge=1, le=10**7, description=(
-        "SFT steps for each model (same); after the copy warm-up the default sits 1,100-1,200 "
-        "steps past the point at which the nano model learns to copy numbers into code "
-        "(206-295 SFT steps on seeds 0-9; docs/demo.md)."))
+        "SFT steps for each model (the same for both), well past the point at which the nano "
+        "model learns to copy numbers into code (docs/demo.md)."))
     copy_steps: int = Field(300, ge=0, le=100_000, description=(
-        "Steps of copy warm-up before each SFT (random token spans shown twice; "
-        "agentmath/train/copy_warmup.py): the fresh model learns to copy, as a pretrained one "
-        "can, and SFT no longer waits for it (the copy edge of seeds 0-9 came at 536 SFT "
-        "steps to never without it; docs/demo.md). 0 turns it off."))
+        "Steps of copy warm-up before each SFT (random token spans shown twice): the fresh "
+        "model learns to copy, as a pretrained one can, before it learns the task "
+        "(docs/demo.md). 0 turns it off."))
     text_share: float = Field(0.7, ge=0, le=1, description=(
         "Share of the tool model's SFT trajectories that do the arithmetic in text instead of "
         "code (seeded per problem): the decision GRPO learns to make."))
@@ -53,10 +50,9 @@ class DemoConfig(StrictModel):
         "Truncation rate (over one step's samples) that moves GRPO to its next stage."))
     start_attempts: int = Field(3, ge=1, le=8, description=(
         "Starts the tool model may be grown from, at most: when a start's pass@k is below "
-        "min_start_pass_at_k (without the copy warm-up, half the first starts of seeds 0-9 "
-        "never learned to copy the problem's numbers into code: docs/demo.md), the tool "
-        "model is grown again from other seeds, the remaining attempts side by side, and "
-        "GRPO starts from the first that passes."))
+        "min_start_pass_at_k (it never learned to copy the problem's numbers into code), the "
+        "tool model is grown again from other seeds, the remaining attempts side by side, and "
+        "GRPO starts from the first that passes; 1 keeps the first start."))
     min_start_pass_at_k: float = Field(0.2, ge=0, le=1, description=(
         "The headroom pass@k a start needs for GRPO to start from it (a start below it has "
         "little for the accuracy reward to find; the default's starts reach 0.8-0.95)."))
@@ -64,13 +60,12 @@ class DemoConfig(StrictModel):
         "Held-out problems on which the start's pass@k at the RL temperature is measured."))
     headroom_k: int = Field(8, ge=1, le=256, description="k of that pass@k (samples each).")
     device: str = Field("cpu", pattern=r"^(cpu|auto|cuda(:[0-9]+)?)$", description=(
-        "Where SFT, GRPO and evaluation run: 'cpu' (the README's figures were measured "
-        "there, one core per stage), 'cuda', 'cuda:N', or 'auto' (cuda when there is one)."))
+        "Where SFT, GRPO and evaluation run: 'cpu' (where the README's figures come from, "
+        "one core per stage), 'cuda', 'cuda:N', or 'auto' (cuda when there is one)."))
     bf16: bool = Field(False, description=(
         "bfloat16 autocast in SFT and GRPO updates (weights and optimizer stay fp32; decoding "
-        "stays fp32); for a GPU, or a CPU with bf16 instructions (AVX512-BF16, AMX). It weakens "
-        "the demo's start: on an H200 in bf16 seed 0 never learned to copy numbers into code "
-        "(0% after GRPO; fp32 94.3%; docs/gpu.md)."))
+        "stays fp32); for a GPU, or a CPU with bf16 instructions (AVX512-BF16, AMX). It can "
+        "weaken the demo's start (docs/gpu.md): on a GPU, fp32 reproduces the CPU's figures."))
     sandbox_preload: tuple[str, ...] | None = Field(None, description=(
         "Modules the sandbox imports before its first cell in evaluation and GRPO (None: the "
         "sandbox's default set, numpy, sympy and scipy among them). The problems need only "

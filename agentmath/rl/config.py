@@ -189,7 +189,8 @@ class RLConfig(StrictModel):
         "first groups with signal (in draw order; in completion order with partial rollout) "
         "are trained on, the rest counted in groups_surplus. 1: draw only what is missing."))
     seed: int = Field(0, ge=0, le=2**63 - 1, description="Seeds data order, model, sampling.")
-    device: str = Field("auto", min_length=1, description="'auto' (cuda if any), 'cpu', ...")
+    device: str = Field("auto", min_length=1, description=(
+        "Where the model trains: 'auto' (cuda when there is one), 'cpu', 'cuda' or 'cuda:N'."))
     rewards: list[RewardSpec] = Field(
         default_factory=lambda: [RewardSpec(name="accuracy", weight=1.0)], min_length=1,
         description="Weighted reward terms, each logged on its own.")

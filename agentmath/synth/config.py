@@ -127,3 +127,52 @@ class SynthConfig(StrictModel):
                 data[endpoint] = {k: v for k, v in data[endpoint].items()
                                   if k in ("backend", "model", "temperature", "max_tokens")}
         return data
+
+
+class DetectorSettings(StrictModel):
+    """Every near-duplicate detector's parameters (agentmath/synth/detectors.py), with the
+    defaults ``agentmath decontam`` and ``agentmath dedup`` use."""
+
+    ngram_n: int = Field(13, ge=1, le=1000, description="Words per N-gram.")
+    ngram_threshold: float = Field(0.5, gt=0, le=1, description=(
+        "Shared N-grams / N-grams of the shorter text, at or above which texts match."))
+    minhash_threshold: float = Field(0.5, gt=0, le=1, description=(
+        "Estimated Jaccard similarity of the shingle sets at or above which texts match."))
+    minhash_perm: int = Field(128, ge=16, le=4096, description="MinHash permutations.")
+    minhash_shingle: int = Field(2, ge=1, le=100, description="Words per shingle.")
+    semantic_threshold: float = Field(0.85, gt=0, le=1, description=(
+        "Cosine similarity of the MiniLM embeddings at or above which texts match."))
+    semantic_numbers: float = Field(0.5, ge=0, le=1, description=(
+        "Share of numbers a semantic match must keep (multiset Jaccard; 0 turns it off)."))
+    semantic_model: str | None = Field(None, description=(
+        "Local sentence-transformers model directory (default: the bundled "
+        "all-MiniLM-L6-v2)."))
+    semantic_device: str = Field("auto", pattern=r"^(cpu|auto|cuda(:[0-9]+)?)$", description=(
+        "Where the embedding model runs: 'auto' (cuda when there is one), 'cpu', 'cuda' or "
+        "'cuda:N'."))
+    semantic_batch_size: int = Field(32, ge=1, le=65536, description="Texts embedded at once.")
+    semantic_backend: Literal["auto", "onnx", "torch"] = Field("auto", description=(
+        "Embedding runtime: onnx (int8 ONNX Runtime, CPU), torch, or auto (onnx on a CPU when "
+        "onnxruntime is installed)."))
+
+
+class DecontamConfig(DetectorSettings):
+    """One ``agentmath decontam`` or ``agentmath dedup`` run: the detectors, their settings and
+    the fields of the rows."""
+
+    detectors: str = Field("ngram,minhash,semantic", min_length=1, description=(
+        "Comma-separated: ngram, minhash, semantic; they run in that order, each on what the "
+        "previous kept."))
+    problem_field: str = Field("problem", min_length=1, description=(
+        "Field holding the text: a string, or chat messages whose user turns are the text "
+        "(`--problem-field messages`, as in SFT records)."))
+    id_field: str = Field("id", min_length=1, description=(
+        "Field holding the id (default: the row index)."))
+    answer_field: str = Field("answer", min_length=1, description=(
+        "Field holding a row's reference answer (optional per row). A match between two rows "
+        "with answers is spared when the answers differ and the texts differ in more than "
+        "their numbers: the same story asking another question."))
+    ignore_answers: bool = Field(False, description=(
+        "Match on the texts alone: no match is spared for asking another question."))
+    data_dir: str | None = Field(None, description=(
+        "Where built-in datasets live (decontam's --against names)."))

@@ -25,6 +25,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from agentmath.synth.config import DetectorSettings
 from agentmath.synth.detectors import (
     Detector,
     Match,
@@ -81,23 +82,6 @@ class DecontamReport:
                 "removed": [asdict(r) for r in self.removed],
                 "spared": [asdict(r) for r in self.spared],
                 "detectors": [asdict(s) for s in self.stages]}
-
-
-@dataclass(frozen=True)
-class DetectorSettings:
-    """Every detector's parameters, with the defaults the CLI uses (see the detectors)."""
-
-    ngram_n: int = 13
-    ngram_threshold: float = 0.5
-    minhash_threshold: float = 0.5
-    minhash_perm: int = 128
-    minhash_shingle: int = 2
-    semantic_threshold: float = 0.85
-    semantic_numbers: float = 0.5
-    semantic_model: str | None = None
-    semantic_device: str = "auto"
-    semantic_batch_size: int = 32
-    semantic_backend: str = "auto"
 
 
 #: Detector name -> how it is built from the settings, in the order they run (cheapest first).

@@ -41,9 +41,9 @@ def load_for_training(model: Any, tokenizer: Any, *, seed: int, lora: bool, lora
         path = Path(model)
         problem = model_dir_problem(path)
         if problem is not None:
-            raise ConfigError(f"{what}: model {str(model)!r}: {problem}; this machine cannot "
-                              "download models, so give the path of one saved with "
-                              "save_pretrained")
+            raise ConfigError(f"{what}: model {str(model)!r}: {problem}; models are read "
+                              "from local directories only, so give the path of one saved "
+                              "with save_pretrained")
         if tokenizer is None:
             tokenizer = transformers.AutoTokenizer.from_pretrained(str(path))
         model = transformers.AutoModelForCausalLM.from_pretrained(str(path), dtype=torch.float32)

@@ -81,7 +81,8 @@ class SFTConfig(StrictModel):
         "written), tensorboard (out_dir/tensorboard), wandb (Weights & Biases, offline by "
         "default: the wandb extra)."))
     wandb: WandbConfig = Field(default_factory=WandbConfig)
-    device: str = Field("auto", min_length=1, description="'auto' (cuda if any), 'cpu', ...")
+    device: str = Field("auto", min_length=1, description=(
+        "Where the model trains: 'auto' (cuda when there is one), 'cpu', 'cuda' or 'cuda:N'."))
     bf16: bool = Field(False, description="bfloat16 autocast (weights, optimizer stay fp32).")
     group_by_length: int = Field(0, ge=0, le=4096, description=(
         "Batches of similar length: each epoch's shuffled order is cut into windows of this "
@@ -307,7 +308,7 @@ def _prepare(config: SFTConfig, data: Any, model: Any, out_dir: Path, tokenizer:
     device = resolve_device(config.device)
     model, tokenizer = load_for_training(
         model, tokenizer, seed=config.seed, lora=config.lora, lora_r=config.lora_r,
-        lora_alpha=config.lora_alpha, lora_dropout=config.lora_dropout, what="train_sft")
+        lora_alpha=config.lora_alpha, lora_dropout=config.lora_dropout, what="sft")
     model = model.to(device).train()
     encoded, stats = tokenize_examples(tokenizer, examples, config.max_length)
     if not encoded:

@@ -152,7 +152,7 @@ def test_cli_json(base: Path, data: Path, tmp_path: Path) -> None:
     result = CliRunner().invoke(app, [
         "sft", "--data", str(data), "--model", str(base), "--out", str(tmp_path / "run"),
         "--max-steps", "2", "--lr", "1e-3", "--batch-size", "2", "--seed", "3",
-        "--set", "checkpoint_every=0", "--set", "device=cpu", "--json"])
+        "--set", "checkpoint_every=0", "--device", "cpu", "--json"])
     assert result.exit_code == 0, result.output
     payload = json.loads(result.stdout.strip().splitlines()[-1])
     assert payload["steps"] == 2 and payload["checkpoints"] == []

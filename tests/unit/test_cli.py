@@ -23,8 +23,10 @@ EXEC_KEYS = {"cell", "stdout", "stderr", "value", "error", "timed_out", "truncat
 
 def _command_paths(command: Any, prefix: tuple[str, ...] = ()) -> list[tuple[str, ...]]:
     """Every command path of the app (the root, groups and leaves), found by walking it."""
+    from agentmath.cli.docs import subcommands
+
     paths = [prefix]
-    for name, sub in sorted(getattr(command, "commands", {}).items()):
+    for name, sub in sorted((subcommands(command) or {}).items()):
         paths += _command_paths(sub, (*prefix, name))
     return paths
 
@@ -118,9 +120,9 @@ def test_exec_options_and_config_file(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize(("args", "message"), [
-    (["--timeout", "0"], "invalid value for --timeout"),
-    (["--timeout", "-1"], "greater than 0"),
-    (["--memory-mb", "5"], "invalid value for --memory-mb"),
+    (["--timeout", "0"], "Invalid value for '--timeout'"),
+    (["--timeout", "-1"], "out of range (must be > 0"),
+    (["--memory-mb", "5"], "Invalid value for '--memory-mb'"),
     (["--set", "no_such_field=1"], "no_such_field"),
     (["--set", "timeout_s"], "not of the form key=value"),
     (["--config", "/nonexistent/agentmath.toml"], "cannot read config file"),

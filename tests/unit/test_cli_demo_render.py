@@ -158,7 +158,7 @@ def test_start_attempts_out_of_bounds_is_a_usage_error(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("args, message", [
-    (["--copy-steps", "200000"], "copy_steps: Input should be less than or equal to 100000"),
+    (["--set", "copy_steps=200000"], "copy_steps: Input should be less than or equal to 100000"),
     (["--model-size", "huge"], "model_size: Value error, unknown model size 'huge'"),
 ])
 def test_bad_demo_settings_are_one_line_per_field(tmp_path: Path, args: list[str],

@@ -252,7 +252,7 @@ def test_cli_report(run_dirs: list[Path], tmp_path: Path) -> None:
     out = tmp_path / "report"
     runner = CliRunner()
     result = runner.invoke(app, ["report", *map(str, run_dirs), "--out", str(out),
-                                 "--format", "markdown"])
+                                 "--style", "markdown"])
     assert result.exit_code == 0, result.output
     assert "| base |" in result.stdout and f"wrote {out / 'viewer.html'}" in result.stdout
     for name in ("comparison.md", "comparison.csv", "accuracy_vs_tokens.png",
@@ -269,7 +269,7 @@ def test_cli_report_errors(run_dirs: list[Path], tmp_path: Path) -> None:
     result = CliRunner().invoke(app, ["report", *map(str, run_dirs), "--out", str(tmp_path)])
     assert result.exit_code == 2
     assert "config.json" in " ".join(result.output.split())
-    result = CliRunner().invoke(app, ["report", str(run_dirs[0]), "--format", "html"])
+    result = CliRunner().invoke(app, ["report", str(run_dirs[0]), "--style", "html"])
     assert result.exit_code == 2
 
 

@@ -26,8 +26,7 @@ class ServiceConfig(StrictModel):
     allow_no_auth: bool = Field(False, description=(
         "Serve without authentication (only for a trusted, local network)."))
     access_log: bool = Field(True, description=(
-        "Log every request at level info. Off, the service answers more trivial cells per "
-        "second (docs/benchmarks.md has the figures)."))
+        "Log every request at level info (off saves CPU at thousands of cells per second)."))
     idle_timeout_s: float = Field(600.0, gt=0, le=86_400, description=(
         "A session unused for this long is closed and its worker killed; later requests to it "
         "get 404."))
