@@ -40,9 +40,21 @@ class LossConfig(StrictModel):
         "Ratio clip above: 1 + clip_high (DAPO clip-higher; = clip_low for symmetric PPO)."))
     aggregation: Literal["token", "sequence"] = Field("token", description=(
         "token: mean over all loss tokens of a step (DAPO); sequence: mean of sequence means."))
+    is_correction: Literal["none", "token_tis", "sequence_tis", "token_mask", "sequence_mask",
+                           "geo_mask"] = Field("token_tis", description=(
+        "Correction for the sampler's and the trainer's log-probabilities differing (another "
+        "engine's kernels, a stale policy): token_tis / sequence_tis weigh each token by the "
+        "token's / the sequence's ratio capped at tis_cap; token_mask / sequence_mask keep the "
+        "ratio inside [is_band_low, is_band_high] and drop the token / sequence outside it "
+        "(masked IS, IcePop); geo_mask drops a sequence whose geometric-mean ratio leaves the "
+        "band (set a narrow band, e.g. 0.99-1.01); none: no correction. The mismatch is "
+        "logged whatever this is (mismatch_kl, mismatch_max, mismatch_masked)."))
     tis_cap: float | None = Field(2.0, gt=0, le=1000, description=(
-        "Truncated importance sampling against the sampler's logprobs, weights capped here "
-        "(the off-policy correction async and partial-rollout samples need); None: off."))
+        "Cap of the token_tis and sequence_tis weights; None turns those corrections off."))
+    is_band_low: float = Field(0.5, gt=0, le=1, description=(
+        "Lower end of the ratio band of token_mask, sequence_mask and geo_mask."))
+    is_band_high: float = Field(2.0, ge=1, le=1000, description=(
+        "Upper end of the ratio band of token_mask, sequence_mask and geo_mask."))
     kl_coef: float = Field(0.0, ge=0, le=100, description=(
         "k3 KL penalty to the starting model (0: none, and no reference model is kept)."))
     mask_tool_tokens: bool = Field(True, description=(

@@ -127,7 +127,7 @@ class StepMetrics:
     loss: float
     clip_frac: float
     is_weight_mean: float
-    is_capped_frac: float
+    is_capped_frac: float  # loss tokens whose token_tis / sequence_tis weight hit its cap
     kl: float
     entropy: float
     grad_norm: float
@@ -154,6 +154,10 @@ class StepMetrics:
     void_groups_dropped: int = 0  # groups left with < 2 samples or no variance by it
     roc_dropped: int = 0  # samples resample-on-correct left out (filters)
     groups_surplus: int = 0  # with signal, beyond the step's need (generation_batch_factor)
+    # the sampler-trainer mismatch over the step's loss tokens (rl/losses.py)
+    mismatch_kl: float = 0.0  # mean k3 estimate of KL(sampler || trainer) per token
+    mismatch_max: float = 0.0  # largest |log pi_trainer - log pi_sampler|
+    mismatch_masked: float = 0.0  # fraction of loss tokens the IS correction cut or masked
     extra: StepExtra = field(default_factory=StepExtra)
     events: list[RunEvent] = field(default_factory=list)  # this step's (a line has none if none)
     #: read back from a line written before these fields existed (their defaults are not data)

@@ -184,6 +184,8 @@ class RLRun:
             temperature=self.sampling.temperature, lr=upd.lr, **stats,
             **advantage_stats(collected.groups), loss=upd.loss, clip_frac=upd.clip_frac,
             is_weight_mean=upd.is_weight_mean, is_capped_frac=upd.is_capped_frac, kl=upd.kl,
+            mismatch_kl=upd.mismatch_kl, mismatch_max=upd.mismatch_max,
+            mismatch_masked=upd.mismatch_masked,
             entropy=upd.entropy, grad_norm=upd.grad_norm, loss_tokens=upd.loss_tokens,
             groups_trained=len(collected.groups), groups_dropped=len(collected.dropped),
             samples=len(trained_samples),
