@@ -158,6 +158,14 @@ class StepMetrics:
     mismatch_kl: float = 0.0  # mean k3 estimate of KL(sampler || trainer) per token
     mismatch_max: float = 0.0  # largest |log pi_trainer - log pi_sampler|
     mismatch_masked: float = 0.0  # fraction of loss tokens the IS correction cut or masked
+    # policy versions behind the trainer: the step's version minus the oldest version that
+    # sampled a turn of a trained sample (partial rollout and async runs mix versions)
+    staleness_max: int = 0
+    staleness_mean: float = 0.0
+    prompts: list[str] = field(default_factory=list)  # problem ids of the groups trained on
+    #: problem ids of the groups drawn and not trained on, by reason (no_variance, filtered,
+    #: surplus); a problem drawn twice in a step is listed twice
+    prompts_dropped: dict[str, list[str]] = field(default_factory=dict)
     extra: StepExtra = field(default_factory=StepExtra)
     events: list[RunEvent] = field(default_factory=list)  # this step's (a line has none if none)
     #: read back from a line written before these fields existed (their defaults are not data)
@@ -170,6 +178,9 @@ class StepMetrics:
         record = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)
                   if f.name not in ("extra", "events", "absent", *self.absent)}
         record["reward_terms"] = dict(self.reward_terms)
+        if "prompts" in record:
+            record["prompts"] = list(self.prompts)
+            record["prompts_dropped"] = {k: list(v) for k, v in self.prompts_dropped.items()}
         record["extra"] = asdict(self.extra)
         if self.events:
             record["events"] = [e.to_dict() for e in self.events]
@@ -200,6 +211,12 @@ class StepMetrics:
                             f"{', '.join(map(repr, missing))}")
         if not isinstance(values["reward_terms"], Mapping):
             raise DataError("field 'reward_terms': expected an object")
+        if not _str_list(values.get("prompts", [])):
+            raise DataError("field 'prompts': expected a list of problem ids")
+        dropped = values.get("prompts_dropped", {})
+        if not isinstance(dropped, Mapping) or not all(map(_str_list, dropped.values())):
+            raise DataError("field 'prompts_dropped': expected an object of lists of problem "
+                            "ids")
         extra = data.get("extra") or {}
         events = data.get("events") or []
         if not isinstance(extra, Mapping):
@@ -215,6 +232,10 @@ class StepMetrics:
                                                                       "absent"))
         return cls(**values, extra=details,
                    events=[event_from_dict(e) for e in events], absent=absent)
+
+
+def _str_list(value: object) -> bool:
+    return isinstance(value, list) and all(isinstance(v, str) for v in value)
 
 
 def read_steps(path: str | Path) -> list[StepMetrics]:

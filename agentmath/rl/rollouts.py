@@ -127,6 +127,16 @@ class Collected:
         groups = self.groups + self.dropped + self.filtered + self.surplus
         return [s for g in groups for s in g.samples] + self.removed
 
+    def prompt_ids(self) -> tuple[list[str], dict[str, list[str]]]:
+        """The problem ids of the groups trained on, and of those drawn and not trained on
+        by reason (only the reasons that occurred)."""
+        def ids(groups: list[ScoredGroup]) -> list[str]:
+            return [g.group.request.task.id for g in groups]
+
+        dropped = {"no_variance": ids(self.dropped), "filtered": ids(self.filtered),
+                   "surplus": ids(self.surplus)}
+        return ids(self.groups), {k: v for k, v in dropped.items() if v}
+
     def no_update(self, step: int) -> NoUpdate:
         """The record of step ``step`` when it has no group to train on, with its own reason:
         a partial rollout that reached its draw bound with no group complete is not a step

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 from agentmath.backends.base import Backend, ModelThread
 from agentmath.rl.config import RLConfig
 from agentmath.rl.filters import FilterPlan
-from agentmath.rl.metrics import advantage_stats, sample_stats
+from agentmath.rl.metrics import advantage_stats, sample_stats, staleness_stats
 from agentmath.rl.records import (
     BoundSettings,
     CheckpointState,
@@ -179,6 +179,10 @@ class RLRun:
         done = time.monotonic()
         trained_samples = [s for g in collected.groups for s in g.samples]
         stats = sample_stats(samples)
+        # the version that trained on them: _update has counted the update in already
+        trained_at = self.version - (1 if collected.groups else 0)
+        stale_max, stale_mean = staleness_stats(trained_samples, trained_at)
+        prompts, prompts_dropped = collected.prompt_ids()
         return StepMetrics(
             step=self.step, policy_version=self.version, stage=self.controller.index,
             temperature=self.sampling.temperature, lr=upd.lr, **stats,
@@ -196,6 +200,8 @@ class RLRun:
             pass_rate_dropped=collected.pass_rate_dropped, void_dropped=collected.void_dropped,
             void_groups_dropped=collected.void_groups_dropped,
             roc_dropped=collected.roc_dropped, groups_surplus=len(collected.surplus),
+            staleness_max=stale_max, staleness_mean=stale_mean, prompts=prompts,
+            prompts_dropped=prompts_dropped,
             extra=StepExtra(collected.rounds, sorted(
                 {v for s in trained_samples for v in s.trajectory.policy_versions})),
             events=list(events))

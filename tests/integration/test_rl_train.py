@@ -62,6 +62,13 @@ def test_grpo_raises_a_learnable_reward(tiny_model_dir: Path, tmp_path: Path) ->
     assert all(r.loss_tokens > 0 for r in rows if r.groups_trained)
     assert Path(result.final_dir, "config.json").exists()
     assert rows[0].reward_terms.keys() == {"brevity", "accuracy"}
+    for r in rows:  # what a step trained on, and how far sampler and trainer were apart
+        assert len(r.prompts) == r.groups_trained
+        assert sum(map(len, r.prompts_dropped.values())) == r.groups_dropped
+        assert r.staleness_max == 0 and r.staleness_mean == 0.0  # sync rollout: on-policy
+        # the in-process generator and the trainer run the same weights: float rounding only
+        assert 0.0 <= r.mismatch_kl < 1e-3 and 0.0 <= r.mismatch_max < 0.1
+        assert r.mismatch_masked == 0.0
 
 
 def test_resume_after_a_kill_gives_the_same_next_step(tiny_model_dir: Path,

@@ -31,7 +31,7 @@ from agentmath.rl.filters import (
     tool_error_ratio,
     void_survivors,
 )
-from agentmath.rl.metrics import StepMetrics, sample_stats
+from agentmath.rl.metrics import StepMetrics, sample_stats, staleness_stats
 from agentmath.rl.rewards import RewardModel
 from agentmath.rl.rollouts import RequestStream, collect_groups
 from agentmath.rollout.partial import IterationResult
@@ -268,6 +268,7 @@ def test_collect_groups_applies_the_filters_and_counts_each() -> None:
     assert (got.pass_rate_dropped, got.void_groups_dropped, got.void_dropped,
             got.roc_dropped) == (1, 1, 4, 3)
     assert got.dropped == []  # dynamic sampling found nothing left to drop
+    assert got.prompt_ids() == (["mixed", "roc"], {"filtered": ["all-right", "void"]})
     assert len(got.all_samples) == 18  # every sample generated, trained or not
     again = asyncio.run(collect_groups(FakeRollout(groups), rewards, 4,  # type: ignore[arg-type]
                                        dynamic_sampling=True, max_rounds=1, filters=plan))
@@ -281,6 +282,7 @@ def test_collect_groups_without_filters_is_unchanged() -> None:
     assert [g.group.request.task.id for g in got.groups] == ["a"]
     assert [g.group.request.task.id for g in got.dropped] == ["b"]
     assert got.filtered == [] and got.removed == [] and len(got.all_samples) == 4
+    assert got.prompt_ids() == (["a"], {"no_variance": ["b"]})
     assert (got.pass_rate_dropped, got.void_groups_dropped, got.void_dropped,
             got.roc_dropped) == (0, 0, 0, 0)
 
@@ -326,3 +328,17 @@ def test_tool_call_rate_and_old_metric_records_load() -> None:
     old = StepMetrics(**{**required, "reward_terms": {}})  # a line written before the filters
     assert (old.tool_call_rate, old.pass_rate_dropped, old.void_dropped,
             old.void_groups_dropped, old.roc_dropped) == (0.0, 0, 0, 0, 0)
+
+
+def test_staleness_counts_versions_behind_the_trainer_from_the_oldest_turn() -> None:
+    def sampled(*versions: int | None) -> ScoredSample:
+        segments = [Segment("prompt", "p", [0])]
+        segments += [Segment("model", "m", [1], [-0.1], "stop", policy_version=v)
+                     for v in versions]
+        return ScoredSample("g", 0, Trajectory("p", segments), 1.0, {}, True)
+
+    # a partial episode begun under version 3 and finished under 5; one on-policy; one
+    # from a backend that reports no version
+    samples = [sampled(3, 5), sampled(5), sampled(None)]
+    assert staleness_stats(samples, 5) == (2, pytest.approx(2 / 3))
+    assert staleness_stats([], 5) == (0, 0.0)
