@@ -162,6 +162,13 @@ class FilterConfig(StrictModel):
     group), void turns, resample-on-correct; then dynamic sampling as before. Each has its
     counter in metrics.jsonl (docs/rl.md, "Filters")."""
 
+    exclude_infra_failures: bool = Field(True, description=(
+        "Leave out of the group's advantage statistics and of the loss every sample whose "
+        "episode failed for the infrastructure's reasons (the sandbox killed or unreachable, "
+        "a server error after retries, a grader crash or timeout: Trajectory.infra_failure), "
+        "and drop a group left with fewer than two samples; infra_excluded counts them. "
+        "False scores them as the model's (reward 0 for a wrong answer), the poisoned "
+        "baselines the option exists to avoid. A model's own code error stays the model's."))
     oversample: int = Field(1, ge=1, le=16, description=(
         "Episodes generated per prompt = group_size * oversample; more than 1 needs "
         "resample_on_correct, which keeps group_size of them (rStar2-Agent: 2)."))

@@ -39,7 +39,7 @@ CHECKPOINT_FORMAT = 1
 #: partial rollout reached its draw bound (``RolloutConfig.max_new_groups``: every episode it
 #: drew outlasted its segments, parked for the next step); no group came back for another
 #: reason (the prompts ran out).
-NO_UPDATE_CAUSES = ("no_variance", "filtered", "draw_bound", "no_groups")
+NO_UPDATE_CAUSES = ("no_variance", "filtered", "draw_bound", "no_groups", "infra")
 
 
 @dataclass(frozen=True, slots=True)
@@ -160,11 +160,12 @@ class StepMetrics:
     mismatch_masked: float = 0.0  # fraction of loss tokens the IS correction cut or masked
     # policy versions behind the trainer: the step's version minus the oldest version that
     # sampled a turn of a trained sample (partial rollout and async runs mix versions)
+    infra_excluded: int = 0  # samples left out: failed for the infrastructure's reasons
     staleness_max: int = 0
     staleness_mean: float = 0.0
     prompts: list[str] = field(default_factory=list)  # problem ids of the groups trained on
     #: problem ids of the groups drawn and not trained on, by reason (no_variance, filtered,
-    #: surplus); a problem drawn twice in a step is listed twice
+    #: surplus, infra); a problem drawn twice in a step is listed twice
     prompts_dropped: dict[str, list[str]] = field(default_factory=dict)
     extra: StepExtra = field(default_factory=StepExtra)
     events: list[RunEvent] = field(default_factory=list)  # this step's (a line has none if none)

@@ -200,6 +200,7 @@ class RLRun:
             pass_rate_dropped=collected.pass_rate_dropped, void_dropped=collected.void_dropped,
             void_groups_dropped=collected.void_groups_dropped,
             roc_dropped=collected.roc_dropped, groups_surplus=len(collected.surplus),
+            infra_excluded=collected.infra_excluded,
             staleness_max=stale_max, staleness_mean=stale_mean, prompts=prompts,
             prompts_dropped=prompts_dropped,
             extra=StepExtra(collected.rounds, sorted(

@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import random
 import signal
 import time
 from typing import Any
@@ -27,6 +28,27 @@ PROTECTIONS = ("network_namespace", "minimal_root", "landlock_fs", "landlock_net
                "landlock_scope", "seccomp", "setuid", "rlimits", "no_new_privs",
                "ipc_namespace", "idle_freeze")  # fmt: skip
 _EXIT_WAIT_S = 1.0
+
+
+#: Signals a worker dies of by its own doing: its CPU-time limit, or a fault of the code it
+#: ran (a C stack overflow, an abort, a bad instruction, a call the seccomp filter forbids).
+#: Any other death (SIGKILL or SIGTERM from outside, the host's OOM killer, a lost channel)
+#: is the infrastructure's.
+_CODE_SIGNALS = frozenset({signal.SIGXCPU, signal.SIGSEGV, signal.SIGABRT, signal.SIGBUS,
+                           signal.SIGFPE, signal.SIGILL, signal.SIGSYS})
+
+
+def _infra_death(status: dict[str, Any] | None, violation: object) -> bool:
+    """Whether a worker's death was the infrastructure's rather than its code's: a protocol
+    violation or an exit code is the code's doing (it wrote to the channel, it exited), as
+    are the signals of ``_CODE_SIGNALS``; no status at all (the channel failed and the
+    process said nothing) or another signal is not."""
+    if violation is not None:
+        return False
+    if status is None:
+        return True
+    sig = status.get("signal")
+    return bool(sig) and sig not in _CODE_SIGNALS
 
 
 def _death_reason(status: dict[str, Any] | None) -> str:
@@ -48,6 +70,7 @@ class SandboxPool:
     def __init__(self, config: SandboxConfig | None = None) -> None:
         self.config = config or SandboxConfig()
         self._zygote = _Zygote(self.config)
+        self._fault_rng = random.Random(self.config.fault_seed)
         limit = self.config.max_sessions
         self._session_slots = asyncio.Semaphore(limit)
         self._exec_slots = asyncio.Semaphore(self.config.max_concurrency
@@ -176,6 +199,11 @@ class SandboxPool:
         """Kill a worker that is no longer needed (its state must never be reused)."""
         self._zygote.kill_worker(worker)
 
+    def draw_fault(self) -> bool:
+        """Whether a new session is one the fault injector kills (never when its rate is 0)."""
+        rate = self.config.fault_kill_rate
+        return rate > 0 and self._fault_rng.random() < rate
+
     def session(self) -> Session:
         """A new session; its worker is taken on first use (or by ``await session.start()``)."""
         return Session(self)
@@ -228,6 +256,9 @@ class Session:
         self.restarts = 0
         self.snippets = 0
         self._lost_between = False
+        # the fault injector (SandboxConfig.fault_kill_rate): this session's first snippet
+        # has its process killed from outside
+        self._doomed = pool.draw_fault()
 
     async def __aenter__(self) -> Session:
         return self
@@ -283,6 +314,10 @@ class Session:
         assert worker is not None
         start = time.perf_counter()
         fut = worker.request({"op": "exec", "code": code})
+        if self._doomed:
+            self._doomed = False
+            if not worker.signal(signal.SIGKILL):  # no pidfd: through the zygote
+                self.pool.release_worker(worker)
         # A timer on the reply future is much cheaper than asyncio.wait_for (no extra task).
         timer = asyncio.get_running_loop().call_later(limit, _expire, fut)
         try:
@@ -310,6 +345,7 @@ class Session:
                 error=f"SandboxCrash: {reason}; the session was restarted and earlier "
                       "variables are lost",
                 error_type="SandboxCrash", crashed=True, state_lost=True,
+                infra=_infra_death(status, worker.channel.violation),
                 duration_ms=(time.perf_counter() - start) * 1000.0)
         finally:
             timer.cancel()
