@@ -20,6 +20,7 @@ from typing import Any
 
 from agentmath.config import SandboxConfig
 from agentmath.errors import SandboxError
+from agentmath.sandbox.deaths import death_reason, infra_death
 from agentmath.sandbox.host import _Worker, _Zygote
 from agentmath.sandbox.result import ExecResult, sanitize_text
 from agentmath.sandbox.uids import UidLease, lease_uids
@@ -28,40 +29,6 @@ PROTECTIONS = ("network_namespace", "minimal_root", "landlock_fs", "landlock_net
                "landlock_scope", "seccomp", "setuid", "rlimits", "no_new_privs",
                "ipc_namespace", "idle_freeze")  # fmt: skip
 _EXIT_WAIT_S = 1.0
-
-
-#: Signals a worker dies of by its own doing: its CPU-time limit, or a fault of the code it
-#: ran (a C stack overflow, an abort, a bad instruction, a call the seccomp filter forbids).
-#: Any other death (SIGKILL or SIGTERM from outside, the host's OOM killer, a lost channel)
-#: is the infrastructure's.
-_CODE_SIGNALS = frozenset({signal.SIGXCPU, signal.SIGSEGV, signal.SIGABRT, signal.SIGBUS,
-                           signal.SIGFPE, signal.SIGILL, signal.SIGSYS})
-
-
-def _infra_death(status: dict[str, Any] | None, violation: object) -> bool:
-    """Whether a worker's death was the infrastructure's rather than its code's: a protocol
-    violation or an exit code is the code's doing (it wrote to the channel, it exited), as
-    are the signals of ``_CODE_SIGNALS``; no status at all (the channel failed and the
-    process said nothing) or another signal is not."""
-    if violation is not None:
-        return False
-    if status is None:
-        return True
-    sig = status.get("signal")
-    return bool(sig) and sig not in _CODE_SIGNALS
-
-
-def _death_reason(status: dict[str, Any] | None) -> str:
-    if status is None:
-        return "the sandbox process died"
-    sig = status.get("signal")
-    if sig == signal.SIGXCPU:
-        return "the session used up its CPU-time limit and was killed"
-    if sig == signal.SIGSEGV:
-        return "the sandbox process crashed (segmentation fault, e.g. C stack overflow)"
-    if sig:
-        return f"the sandbox process was killed by {signal.Signals(sig).name}"
-    return f"the sandbox process exited with code {status.get('code')}"
 
 
 class SandboxPool:
@@ -340,12 +307,12 @@ class Session:
                 reason = (f"the sandbox process broke the protocol "
                           f"({worker.channel.violation}) and was stopped")
             else:
-                reason = _death_reason(status) if status else f"the sandbox channel failed ({exc})"
+                reason = death_reason(status) if status else f"the sandbox channel failed ({exc})"
             return ExecResult(
                 error=f"SandboxCrash: {reason}; the session was restarted and earlier "
                       "variables are lost",
                 error_type="SandboxCrash", crashed=True, state_lost=True,
-                infra=_infra_death(status, worker.channel.violation),
+                infra=infra_death(status, worker.channel.violation),
                 duration_ms=(time.perf_counter() - start) * 1000.0)
         finally:
             timer.cancel()

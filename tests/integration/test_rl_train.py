@@ -207,3 +207,20 @@ def test_a_larger_generation_batch_trains_the_need_and_counts_the_rest(
     assert [(r.groups_trained, r.groups_surplus, r.extra.rounds, r.samples) for r in rows] \
         == [(4, 4, 1, 16)] * 2
     assert result.policy_version == 2
+
+
+def test_killed_sandbox_sessions_are_left_out_of_their_groups(tiny_model_dir: Path,
+                                                               tmp_path: Path) -> None:
+    """The fault injector kills half the sandbox sessions' processes on their first snippet:
+    those samples are excluded from their groups (infra_excluded), the rest train, and the
+    step log says which prompts were trained on and which were lost to the infrastructure."""
+    cfg = _config(tiny_model_dir, steps=2, sandbox__fault_kill_rate=0.5,
+                  sandbox__fault_seed=3)
+    result = train_rl(cfg, tmp_path / "run", progress=False)
+    rows = read_steps(result.metrics)
+    assert sum(r.infra_excluded for r in rows) > 0
+    for r in rows:
+        kept = r.samples  # trained samples: every group's valid ones only
+        assert kept <= 4 * r.groups_trained and len(r.prompts) == r.groups_trained
+        lost = len(r.prompts_dropped.get("infra", []))
+        assert r.infra_excluded >= 3 * lost  # a group drops with at most one valid sample

@@ -342,3 +342,72 @@ def test_staleness_counts_versions_behind_the_trainer_from_the_oldest_turn() -> 
     samples = [sampled(3, 5), sampled(5), sampled(None)]
     assert staleness_stats(samples, 5) == (2, pytest.approx(2 / 3))
     assert staleness_stats([], 5) == (0, 0.0)
+
+
+# ---------------------------------------------------------------- infrastructure failures
+KILLED = ExecResult(error="SandboxCrash: the sandbox process was killed by SIGKILL",
+                    error_type="SandboxCrash", crashed=True, state_lost=True, infra=True)
+OWN_CRASH = ExecResult(error="SandboxCrash: the sandbox process exited with code 3",
+                       error_type="SandboxCrash", crashed=True, state_lost=True)
+
+
+def with_result(result: ExecResult, correct: bool | None = None) -> Trajectory:
+    return traj(model("code"), Segment("tool", "out", [3], code="x", result=result),
+                model(r"\boxed{3}"), correct=correct)
+
+
+@pytest.mark.parametrize("trajectory, why", [
+    (CLEAN, None),
+    (BROKEN, None),  # the model's own NameError
+    (with_result(OWN_CRASH), None),  # its code exited the process
+    (with_result(ExecResult(error="TimeoutError", timed_out=True)), None),  # its own timeout
+    (with_result(KILLED), "SandboxCrash: the sandbox process was killed by SIGKILL"),
+    (traj(model("x"), finish="error"), "the episode ended in an error"),
+    (dataclasses.replace(traj(model("x"), finish="error"), error="HTTPStatusError: 503"),
+     "HTTPStatusError: 503"),
+    (dataclasses.replace(CLEAN, grade=Grade.error("grading timed out")),
+     "grading failed: grading timed out"),
+    # an unparsable gold is every sample's: not a failure of this one
+    (dataclasses.replace(CLEAN, grade=Grade.error("bad gold", ungradable=True)), None),
+])
+def test_infra_failure_is_the_infrastructures_never_the_models(
+        trajectory: Trajectory, why: str | None) -> None:
+    assert trajectory.infra_failure == why
+
+
+def test_infra_failures_leave_their_group_and_a_group_left_with_one_drops() -> None:
+    from agentmath.rl.rollouts import Collected, exclude_infra_failures
+
+    killed_right, killed_wrong = with_result(KILLED, True), with_result(KILLED, False)
+    groups = [
+        scored("one-killed", [CLEAN, killed_wrong, CLEAN, NO_TOOL], [True, False, False, True]),
+        scored("three-killed", [CLEAN, killed_wrong, killed_right, killed_wrong],
+               [True, False, True, False]),
+        scored("clean", [CLEAN, NO_TOOL], [True, False]),
+    ]
+    out = Collected([])
+    kept = exclude_infra_failures(groups, out)
+    assert [g.group.request.task.id for g in kept] == ["one-killed", "clean"]
+    assert indices(kept[0]) == [0, 2, 3] and kept[0].rewards == [1.0, 0.0, 1.0]
+    assert out.infra_excluded == 1 + 3
+    assert [g.group.request.task.id for g in out.infra_dropped] == ["three-killed"]
+    assert [s.index for s in out.removed] == [1]  # the kept group's excluded sample
+    out.groups = kept
+    # every sample generated: the kept ones, the dropped group whole, the excluded one
+    assert len(out.all_samples) == 3 + 2 + 4 + 1
+    assert out.prompt_ids() == (["one-killed", "clean"], {"infra": ["three-killed"]})
+    lost = Collected([])
+    exclude_infra_failures(groups[1:2], lost)
+    assert lost.no_update(3).cause == "infra"
+
+
+def test_collect_groups_excludes_infra_failures_unless_told_not_to() -> None:
+    killed = with_result(KILLED, False)
+    groups = [rollout_group("g", [ok(True), killed, ok(False), ok(True)])]
+    rewards = RewardModel([{"name": "accuracy"}])
+    for exclude, samples, excluded in ((True, 3, 1), (False, 4, 0)):
+        plan = FilterPlan(FilterConfig(exclude_infra_failures=exclude), group_size=4, seed=0,
+                          step=1)
+        got = asyncio.run(collect_groups(FakeRollout(groups), rewards, 1,  # type: ignore[arg-type]
+                                         dynamic_sampling=True, max_rounds=1, filters=plan))
+        assert len(got.groups[0].samples) == samples and got.infra_excluded == excluded
