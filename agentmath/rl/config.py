@@ -235,6 +235,10 @@ class RLConfig(StrictModel):
     checkpoint_every: int = Field(10, ge=0, le=10**7, description=(
         "Save OUT/checkpoint-STEP every this many steps and at the end; 0: only at the end."))
     keep_checkpoints: int = Field(2, ge=0, le=10**5, description="Newest kept; 0 keeps all.")
+    dump_rollouts: bool = Field(False, description=(
+        "Write every trajectory of each step (trained or left out, and why; rewards, "
+        "advantages, token ids and logprobs) to OUT/rollouts/step-NNNNNN.jsonl.gz, for "
+        "inspection, the viewer and replay (agentmath/rl/dump.py)."))
     trackers: list[TrackerName] = Field(["jsonl", "tensorboard"], max_length=3, description=(
         "Where the step metrics go (agentmath.tracking): jsonl (OUT/metrics.jsonl, always "
         "written), tensorboard (OUT/tensorboard; skipped with a warning when the package is "

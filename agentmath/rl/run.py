@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from agentmath.backends.base import Backend, ModelThread
 from agentmath.rl.config import RLConfig
+from agentmath.rl.dump import write_rollout_dump
 from agentmath.rl.filters import FilterPlan
 from agentmath.rl.metrics import advantage_stats, sample_stats, staleness_stats
 from agentmath.rl.records import (
@@ -148,6 +149,8 @@ class RLRun:
                                     self.controller.stage))
         self.events += events
         metrics = self._metrics(collected, samples, upd, (started, rolled, trained), events)
+        if cfg.dump_rollouts:
+            write_rollout_dump(self.out_dir, self.step, collected)
         record = metrics.to_dict()
         self.sink.log(metrics.step, record, metrics.scalars())
         for event in events:

@@ -214,11 +214,18 @@ def test_killed_sandbox_sessions_are_left_out_of_their_groups(tiny_model_dir: Pa
     """The fault injector kills half the sandbox sessions' processes on their first snippet:
     those samples are excluded from their groups (infra_excluded), the rest train, and the
     step log says which prompts were trained on and which were lost to the infrastructure."""
+    from agentmath.rl.dump import dump_path, read_rollout_dump
+
     cfg = _config(tiny_model_dir, steps=2, sandbox__fault_kill_rate=0.5,
-                  sandbox__fault_seed=3)
+                  sandbox__fault_seed=3, dump_rollouts=True)
     result = train_rl(cfg, tmp_path / "run", progress=False)
     rows = read_steps(result.metrics)
     assert sum(r.infra_excluded for r in rows) > 0
+    for r in rows:  # the dump holds every sample generated, and what became of it
+        dumped = read_rollout_dump(dump_path(tmp_path / "run", r.step))
+        assert sum(d.status == "trained" for d in dumped) == r.samples
+        assert sum(d.status in ("infra", "removed_infra") and d.trajectory.infra_failure
+                   is not None for d in dumped) == r.infra_excluded
     for r in rows:
         kept = r.samples  # trained samples: every group's valid ones only
         assert kept <= 4 * r.groups_trained and len(r.prompts) == r.groups_trained

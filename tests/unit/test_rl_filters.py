@@ -411,3 +411,33 @@ def test_collect_groups_excludes_infra_failures_unless_told_not_to() -> None:
         got = asyncio.run(collect_groups(FakeRollout(groups), rewards, 1,  # type: ignore[arg-type]
                                          dynamic_sampling=True, max_rounds=1, filters=plan))
         assert len(got.groups[0].samples) == samples and got.infra_excluded == excluded
+
+
+def test_a_rollout_dump_holds_every_sample_of_the_step_and_what_became_of_it(
+        tmp_path) -> None:
+    from agentmath.errors import DataError
+    from agentmath.rl.dump import dump_path, read_rollout_dump, write_rollout_dump
+    from agentmath.rl.rollouts import Collected, exclude_infra_failures
+
+    killed = with_result(KILLED, False)
+    groups = [scored("kept", [CLEAN, killed, NO_TOOL], [True, False, False]),
+              scored("flat", [CLEAN, CLEAN], [True, True])]
+    out = Collected([])
+    kept = exclude_infra_failures(groups, out)
+    out.groups, out.dropped = kept[:1], kept[1:]
+    out.groups[0].samples[0].advantage = 1.0
+    path = write_rollout_dump(tmp_path, 7, out)
+    assert path == dump_path(tmp_path, 7) and path.name == "step-000007.jsonl.gz"
+    records = read_rollout_dump(path)
+    assert [(r.problem_id, r.sample_index, r.status) for r in records] == [
+        ("kept", 0, "trained"), ("kept", 2, "trained"), ("flat", 0, "no_variance"),
+        ("flat", 1, "no_variance"), ("kept", 1, "removed_infra")]
+    assert records[0].advantage == 1.0 and records[0].step == 7
+    assert records[0].trajectory.token_ids == CLEAN.token_ids  # the whole trajectory
+    assert records[-1].trajectory.infra_failure is not None
+    import gzip
+
+    with gzip.open(path, "wt") as fh:
+        fh.write('{"step": 1, "status": "lost"}\n')
+    with pytest.raises(DataError, match=r"step-000007\.jsonl\.gz:1: field 'status'"):
+        read_rollout_dump(path)
