@@ -84,6 +84,12 @@ class SandboxConfig(StrictModel):
         "Protections to switch off, to measure what each one costs (benchmarks/sandbox.py). "
         "Never for real use: a disabled protection is reported inactive in `protections` and "
         "fails require_isolation."))
+    fault_kill_rate: float = Field(0.0, ge=0, le=1, description=(
+        "For tests and benchmarks of infrastructure failures only: the fraction of sessions "
+        "whose process is killed from outside (SIGKILL) while their first snippet runs, "
+        "drawn per session with fault_seed. The snippet's result is a crash marked as the "
+        "infrastructure's (ExecResult.infra). 0 in real use."))
+    fault_seed: int = Field(0, ge=0, description="Seed of fault_kill_rate's draws.")
 
     #: Fields that change how many snippets run at once or how the pool starts, never what a
     #: snippet returns: a resumed evaluation may change them (not its identity).

@@ -8,6 +8,7 @@ through :func:`parse_line`, so a bad line is reported the same way everywhere:
 
 from __future__ import annotations
 
+import gzip
 import json
 import math
 import os
@@ -65,8 +66,12 @@ def iter_jsonl(path: str | Path, require: Sequence[str] = (),
     """``(line number, object)`` for every non-blank line of ``path`` (UTF-8)."""
     path = Path(path)
     try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
+        if path.suffix == ".gz":  # a compressed file (an RL rollout dump)
+            with gzip.open(path, "rt", encoding="utf-8") as fh:
+                text = fh.read()
+        else:
+            text = path.read_text(encoding="utf-8")
+    except (OSError, EOFError, UnicodeDecodeError) as exc:
         raise DataError(f"{path}: cannot read {what}: {exc}") from exc
     for lineno, line in enumerate(text.splitlines(), 1):
         if line.strip():
@@ -83,12 +88,16 @@ def write_jsonl(records: Iterable[dict[str, Any]], path: str | Path, *, append: 
     """Write one JSON object per line (UTF-8, parents created); returns how many.
 
     ``append`` adds to the file instead of replacing it; ``durable`` fsyncs before returning,
-    so a rename or a record that follows the write cannot be seen without it.
+    so a rename or a record that follows the write cannot be seen without it. A path ending in
+    ``.gz`` is written gzip-compressed.
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     count = 0
-    with path.open("a" if append else "w", encoding="utf-8") as fh:
+    mode = "a" if append else "w"
+    opened = (gzip.open(path, mode + "t", encoding="utf-8") if path.suffix == ".gz"
+              else path.open(mode, encoding="utf-8"))
+    with opened as fh:
         for record in records:
             fh.write(json.dumps(record, ensure_ascii=False) + "\n")
             count += 1

@@ -344,7 +344,7 @@ class Episode:
             result = await session.run(code, timeout=self.config.tool_timeout_s)
         except SandboxError as exc:
             return ExecResult(error=f"SandboxError: {exc}", error_type="SandboxError",
-                              crashed=True, state_lost=True)
+                              crashed=True, state_lost=True, infra=True)
         if result.timed_out or result.crashed:
             self.cells = []  # the session restarted: nothing before (or from) this cell holds
         elif result.state_lost:

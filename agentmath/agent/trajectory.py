@@ -194,6 +194,24 @@ class Trajectory:
                        if s.source == "model" and s.policy_version is not None})
 
     @property
+    def infra_failure(self) -> str | None:
+        """Why this episode's outcome says nothing about the model, or None when it does: it
+        ended in an error (a server failing after its retries, a tokenizer or episode
+        failure: ``finish_reason`` ``error``), a tool call failed for the sandbox's reasons
+        rather than its code's (:attr:`ExecResult.infra`), or grading it crashed or timed out
+        (an error grade that is not the row's own: an unparsable gold is ungradable for every
+        sample alike). A model's own syntax error, exception, timeout or crash is not one."""
+        if self.finish_reason == "error":
+            return self.error or "the episode ended in an error"
+        for seg in self.tool_calls:
+            if seg.result is not None and seg.result.infra:
+                return seg.result.error or "the sandbox failed"
+        grade = self.grade
+        if grade is not None and grade.verdict == "error" and not grade.ungradable:
+            return f"grading failed: {grade.reason or 'timed out'}"
+        return None
+
+    @property
     def completion_text(self) -> str:
         """Everything after the prompt, as text (model and tool segments)."""
         return "".join(s.text for s in self.segments if s.source != "prompt")

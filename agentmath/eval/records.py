@@ -72,7 +72,10 @@ class SampleRecord:
             tool_errors=sum(1 for r in results if r.error and not r.timed_out),
             tool_timeouts=sum(1 for r in results if r.timed_out),
             output_truncations=sum(1 for r in results if r.truncated),
-            finish_reason=traj.finish_reason, error=traj.error, duration_ms=traj.duration_ms,
+            # a sandbox failure that was not the model's is an error (retried by
+            # --retry-errors), never a wrong answer
+            finish_reason=traj.finish_reason, error=traj.error or traj.infra_failure,
+            duration_ms=traj.duration_ms,
             problem=task.problem,
             problem_meta={k: v for k, v in task.meta.items() if k != "solution"},
             trajectory=traj)

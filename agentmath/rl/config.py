@@ -40,9 +40,21 @@ class LossConfig(StrictModel):
         "Ratio clip above: 1 + clip_high (DAPO clip-higher; = clip_low for symmetric PPO)."))
     aggregation: Literal["token", "sequence"] = Field("token", description=(
         "token: mean over all loss tokens of a step (DAPO); sequence: mean of sequence means."))
+    is_correction: Literal["none", "token_tis", "sequence_tis", "token_mask", "sequence_mask",
+                           "geo_mask"] = Field("token_tis", description=(
+        "Correction for the sampler's and the trainer's log-probabilities differing (another "
+        "engine's kernels, a stale policy): token_tis / sequence_tis weigh each token by the "
+        "token's / the sequence's ratio capped at tis_cap; token_mask / sequence_mask keep the "
+        "ratio inside [is_band_low, is_band_high] and drop the token / sequence outside it "
+        "(masked IS, IcePop); geo_mask drops a sequence whose geometric-mean ratio leaves the "
+        "band (set a narrow band, e.g. 0.99-1.01); none: no correction. The mismatch is "
+        "logged whatever this is (mismatch_kl, mismatch_max, mismatch_masked)."))
     tis_cap: float | None = Field(2.0, gt=0, le=1000, description=(
-        "Truncated importance sampling against the sampler's logprobs, weights capped here "
-        "(the off-policy correction async and partial-rollout samples need); None: off."))
+        "Cap of the token_tis and sequence_tis weights; None turns those corrections off."))
+    is_band_low: float = Field(0.5, gt=0, le=1, description=(
+        "Lower end of the ratio band of token_mask, sequence_mask and geo_mask."))
+    is_band_high: float = Field(2.0, ge=1, le=1000, description=(
+        "Upper end of the ratio band of token_mask, sequence_mask and geo_mask."))
     kl_coef: float = Field(0.0, ge=0, le=100, description=(
         "k3 KL penalty to the starting model (0: none, and no reference model is kept)."))
     mask_tool_tokens: bool = Field(True, description=(
@@ -150,6 +162,13 @@ class FilterConfig(StrictModel):
     group), void turns, resample-on-correct; then dynamic sampling as before. Each has its
     counter in metrics.jsonl (docs/rl.md, "Filters")."""
 
+    exclude_infra_failures: bool = Field(True, description=(
+        "Leave out of the group's advantage statistics and of the loss every sample whose "
+        "episode failed for the infrastructure's reasons (the sandbox killed or unreachable, "
+        "a server error after retries, a grader crash or timeout: Trajectory.infra_failure), "
+        "and drop a group left with fewer than two samples; infra_excluded counts them. "
+        "False scores them as the model's (reward 0 for a wrong answer), the poisoned "
+        "baselines the option exists to avoid. A model's own code error stays the model's."))
     oversample: int = Field(1, ge=1, le=16, description=(
         "Episodes generated per prompt = group_size * oversample; more than 1 needs "
         "resample_on_correct, which keeps group_size of them (rStar2-Agent: 2)."))
@@ -217,6 +236,10 @@ class RLConfig(StrictModel):
     checkpoint_every: int = Field(10, ge=0, le=10**7, description=(
         "Save OUT/checkpoint-STEP every this many steps and at the end; 0: only at the end."))
     keep_checkpoints: int = Field(2, ge=0, le=10**5, description="Newest kept; 0 keeps all.")
+    dump_rollouts: bool = Field(False, description=(
+        "Write every trajectory of each step (trained or left out, and why; rewards, "
+        "advantages, token ids and logprobs) to OUT/rollouts/step-NNNNNN.jsonl.gz, for "
+        "inspection, the viewer and replay (agentmath/rl/dump.py)."))
     trackers: list[TrackerName] = Field(["jsonl", "tensorboard"], max_length=3, description=(
         "Where the step metrics go (agentmath.tracking): jsonl (OUT/metrics.jsonl, always "
         "written), tensorboard (OUT/tensorboard; skipped with a warning when the package is "

@@ -14,7 +14,7 @@ from typing import Any
 from agentmath.rl.batch import ScoredGroup, ScoredSample
 from agentmath.rl.records import StepMetrics
 
-__all__ = ["StepMetrics", "advantage_stats", "sample_stats"]
+__all__ = ["StepMetrics", "advantage_stats", "sample_stats", "staleness_stats"]
 
 
 def sample_stats(samples: list[ScoredSample]) -> dict[str, Any]:
@@ -52,3 +52,14 @@ def advantage_stats(groups: list[ScoredGroup]) -> dict[str, float]:
         return {"advantage_mean": 0.0, "advantage_std": 0.0, "advantage_abs_mean": 0.0}
     return {"advantage_mean": statistics.fmean(adv), "advantage_std": statistics.pstdev(adv),
             "advantage_abs_mean": statistics.fmean(abs(a) for a in adv)}
+
+
+def staleness_stats(samples: list[ScoredSample], version: int) -> tuple[int, float]:
+    """(largest, mean) staleness of the trained ``samples`` at policy ``version``: how many
+    versions behind it the oldest turn of each sample was sampled (0: on-policy). A sample
+    whose turns carry no version (a backend that does not say) counts as 0."""
+    lags = [version - min(s.trajectory.policy_versions) if s.trajectory.policy_versions else 0
+            for s in samples]
+    if not lags:
+        return 0, 0.0
+    return max(lags), statistics.fmean(lags)

@@ -39,7 +39,7 @@ CHECKPOINT_FORMAT = 1
 #: partial rollout reached its draw bound (``RolloutConfig.max_new_groups``: every episode it
 #: drew outlasted its segments, parked for the next step); no group came back for another
 #: reason (the prompts ran out).
-NO_UPDATE_CAUSES = ("no_variance", "filtered", "draw_bound", "no_groups")
+NO_UPDATE_CAUSES = ("no_variance", "filtered", "draw_bound", "no_groups", "infra")
 
 
 @dataclass(frozen=True, slots=True)
@@ -127,7 +127,7 @@ class StepMetrics:
     loss: float
     clip_frac: float
     is_weight_mean: float
-    is_capped_frac: float
+    is_capped_frac: float  # loss tokens whose token_tis / sequence_tis weight hit its cap
     kl: float
     entropy: float
     grad_norm: float
@@ -154,6 +154,19 @@ class StepMetrics:
     void_groups_dropped: int = 0  # groups left with < 2 samples or no variance by it
     roc_dropped: int = 0  # samples resample-on-correct left out (filters)
     groups_surplus: int = 0  # with signal, beyond the step's need (generation_batch_factor)
+    # the sampler-trainer mismatch over the step's loss tokens (rl/losses.py)
+    mismatch_kl: float = 0.0  # mean k3 estimate of KL(sampler || trainer) per token
+    mismatch_max: float = 0.0  # largest |log pi_trainer - log pi_sampler|
+    mismatch_masked: float = 0.0  # fraction of loss tokens the IS correction cut or masked
+    # policy versions behind the trainer: the step's version minus the oldest version that
+    # sampled a turn of a trained sample (partial rollout and async runs mix versions)
+    infra_excluded: int = 0  # samples left out: failed for the infrastructure's reasons
+    staleness_max: int = 0
+    staleness_mean: float = 0.0
+    prompts: list[str] = field(default_factory=list)  # problem ids of the groups trained on
+    #: problem ids of the groups drawn and not trained on, by reason (no_variance, filtered,
+    #: surplus, infra); a problem drawn twice in a step is listed twice
+    prompts_dropped: dict[str, list[str]] = field(default_factory=dict)
     extra: StepExtra = field(default_factory=StepExtra)
     events: list[RunEvent] = field(default_factory=list)  # this step's (a line has none if none)
     #: read back from a line written before these fields existed (their defaults are not data)
@@ -166,6 +179,9 @@ class StepMetrics:
         record = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)
                   if f.name not in ("extra", "events", "absent", *self.absent)}
         record["reward_terms"] = dict(self.reward_terms)
+        if "prompts" in record:
+            record["prompts"] = list(self.prompts)
+            record["prompts_dropped"] = {k: list(v) for k, v in self.prompts_dropped.items()}
         record["extra"] = asdict(self.extra)
         if self.events:
             record["events"] = [e.to_dict() for e in self.events]
@@ -196,6 +212,12 @@ class StepMetrics:
                             f"{', '.join(map(repr, missing))}")
         if not isinstance(values["reward_terms"], Mapping):
             raise DataError("field 'reward_terms': expected an object")
+        if not _str_list(values.get("prompts", [])):
+            raise DataError("field 'prompts': expected a list of problem ids")
+        dropped = values.get("prompts_dropped", {})
+        if not isinstance(dropped, Mapping) or not all(map(_str_list, dropped.values())):
+            raise DataError("field 'prompts_dropped': expected an object of lists of problem "
+                            "ids")
         extra = data.get("extra") or {}
         events = data.get("events") or []
         if not isinstance(extra, Mapping):
@@ -211,6 +233,10 @@ class StepMetrics:
                                                                       "absent"))
         return cls(**values, extra=details,
                    events=[event_from_dict(e) for e in events], absent=absent)
+
+
+def _str_list(value: object) -> bool:
+    return isinstance(value, list) and all(isinstance(v, str) for v in value)
 
 
 def read_steps(path: str | Path) -> list[StepMetrics]:

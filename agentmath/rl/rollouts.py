@@ -119,19 +119,31 @@ class Collected:
     void_dropped: int = 0  # samples with a void turn
     roc_dropped: int = 0  # samples resample-on-correct left out
     surplus: list[ScoredGroup] = field(default_factory=list)  # with signal, beyond the need
+    infra_excluded: int = 0  # samples left out: their episode failed for the infra's reasons
+    infra_dropped: list[ScoredGroup] = field(default_factory=list)  # < 2 valid samples left
 
     @property
     def all_samples(self) -> list[ScoredSample]:
         """Every sample generated this step: trained, dropped by a filter or for no signal,
         or with signal beyond the groups the step needed (``draw_factor``)."""
-        groups = self.groups + self.dropped + self.filtered + self.surplus
+        groups = self.groups + self.dropped + self.filtered + self.surplus + self.infra_dropped
         return [s for g in groups for s in g.samples] + self.removed
+
+    def prompt_ids(self) -> tuple[list[str], dict[str, list[str]]]:
+        """The problem ids of the groups trained on, and of those drawn and not trained on
+        by reason (only the reasons that occurred)."""
+        def ids(groups: list[ScoredGroup]) -> list[str]:
+            return [g.group.request.task.id for g in groups]
+
+        dropped = {"no_variance": ids(self.dropped), "filtered": ids(self.filtered),
+                   "surplus": ids(self.surplus), "infra": ids(self.infra_dropped)}
+        return ids(self.groups), {k: v for k, v in dropped.items() if v}
 
     def no_update(self, step: int) -> NoUpdate:
         """The record of step ``step`` when it has no group to train on, with its own reason:
         a partial rollout that reached its draw bound with no group complete is not a step
         whose groups had no reward variance (it had none to look at)."""
-        came_back = len(self.dropped) + len(self.filtered)
+        came_back = len(self.dropped) + len(self.filtered) + len(self.infra_dropped)
         stopped = self.stats.draws_stopped
         if came_back == 0 and stopped:
             return NoUpdate(step, (
@@ -142,6 +154,10 @@ class Collected:
             ran_out = " (the prompts ran out)" if self.exhausted else ""
             return NoUpdate(step, f"no group completed in {self.rounds} round(s){ran_out}",
                             "no_groups")
+        if not self.dropped and not self.filtered:
+            return NoUpdate(step, f"every group lost its samples to infrastructure failures "
+                                  f"({len(self.infra_dropped)} group(s) left with fewer "
+                                  f"than two valid samples)", "infra")
         if not self.dropped:
             return NoUpdate(step, f"the filters dropped every group ({len(self.filtered)})",
                             "filtered")
@@ -170,6 +186,27 @@ async def score_group(group: Group, rewards: RewardModel) -> ScoredGroup:
         scored.samples.append(ScoredSample(sample.group_id, sample.index, sample.trajectory,
                                            b.total, dict(b.terms), b.correct))
     return scored
+
+
+def exclude_infra_failures(scored: list[ScoredGroup], out: Collected) -> list[ScoredGroup]:
+    """The groups without the samples whose episodes failed for the infrastructure's reasons
+    (:attr:`~agentmath.agent.trajectory.Trajectory.infra_failure`): a fake zero reward would
+    drag the group's mean and std (open-instruct found 5-15% of rewards were such zeros).
+    The samples left out are counted in ``out.infra_excluded`` (and kept in
+    ``out.removed``); a group left with fewer than two goes to ``out.infra_dropped`` whole."""
+    kept = []
+    for group in scored:
+        valid = [s for s in group.samples if s.trajectory.infra_failure is None]
+        if len(valid) == len(group.samples):
+            kept.append(group)
+            continue
+        out.infra_excluded += len(group.samples) - len(valid)
+        if len(valid) < 2:
+            out.infra_dropped.append(group)
+            continue
+        out.removed += [s for s in group.samples if s.trajectory.infra_failure is not None]
+        kept.append(ScoredGroup(group.group, valid))
+    return kept
 
 
 def apply_filters(scored: list[ScoredGroup], plan: FilterPlan, out: Collected,
@@ -213,6 +250,8 @@ async def collect_groups(rollout: Iterations, rewards: RewardModel, need: int, *
         out.exhausted = result.exhausted
         out.stats.add(result.stats)
         scored = [await score_group(g, rewards) for g in result.groups]
+        if filters is not None and filters.config.exclude_infra_failures:
+            scored = exclude_infra_failures(scored, out)
         if filters is not None:
             scored = apply_filters(scored, filters, out, seen)
         if dynamic_sampling:

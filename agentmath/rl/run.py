@@ -16,8 +16,9 @@ from typing import TYPE_CHECKING, Any
 
 from agentmath.backends.base import Backend, ModelThread
 from agentmath.rl.config import RLConfig
+from agentmath.rl.dump import write_rollout_dump
 from agentmath.rl.filters import FilterPlan
-from agentmath.rl.metrics import advantage_stats, sample_stats
+from agentmath.rl.metrics import advantage_stats, sample_stats, staleness_stats
 from agentmath.rl.records import (
     BoundSettings,
     CheckpointState,
@@ -148,6 +149,8 @@ class RLRun:
                                     self.controller.stage))
         self.events += events
         metrics = self._metrics(collected, samples, upd, (started, rolled, trained), events)
+        if cfg.dump_rollouts:
+            write_rollout_dump(self.out_dir, self.step, collected)
         record = metrics.to_dict()
         self.sink.log(metrics.step, record, metrics.scalars())
         for event in events:
@@ -179,11 +182,17 @@ class RLRun:
         done = time.monotonic()
         trained_samples = [s for g in collected.groups for s in g.samples]
         stats = sample_stats(samples)
+        # the version that trained on them: _update has counted the update in already
+        trained_at = self.version - (1 if collected.groups else 0)
+        stale_max, stale_mean = staleness_stats(trained_samples, trained_at)
+        prompts, prompts_dropped = collected.prompt_ids()
         return StepMetrics(
             step=self.step, policy_version=self.version, stage=self.controller.index,
             temperature=self.sampling.temperature, lr=upd.lr, **stats,
             **advantage_stats(collected.groups), loss=upd.loss, clip_frac=upd.clip_frac,
             is_weight_mean=upd.is_weight_mean, is_capped_frac=upd.is_capped_frac, kl=upd.kl,
+            mismatch_kl=upd.mismatch_kl, mismatch_max=upd.mismatch_max,
+            mismatch_masked=upd.mismatch_masked,
             entropy=upd.entropy, grad_norm=upd.grad_norm, loss_tokens=upd.loss_tokens,
             groups_trained=len(collected.groups), groups_dropped=len(collected.dropped),
             samples=len(trained_samples),
@@ -194,6 +203,9 @@ class RLRun:
             pass_rate_dropped=collected.pass_rate_dropped, void_dropped=collected.void_dropped,
             void_groups_dropped=collected.void_groups_dropped,
             roc_dropped=collected.roc_dropped, groups_surplus=len(collected.surplus),
+            infra_excluded=collected.infra_excluded,
+            staleness_max=stale_max, staleness_mean=stale_mean, prompts=prompts,
+            prompts_dropped=prompts_dropped,
             extra=StepExtra(collected.rounds, sorted(
                 {v for s in trained_samples for v in s.trajectory.policy_versions})),
             events=list(events))

@@ -29,8 +29,24 @@ from agentmath.rl.batch import (
     prefix_micro_batches,
     to_train_sample,
 )
-from agentmath.rl.config import RLConfig
-from agentmath.rl.losses import entropy, group_advantages, policy_loss, token_logprobs
+from agentmath.rl.config import LossConfig, RLConfig
+from agentmath.rl.losses import (
+    ISCorrection,
+    entropy,
+    group_advantages,
+    policy_loss,
+    token_logprobs,
+)
+
+
+def sampler_correction(cfg: LossConfig) -> ISCorrection | None:
+    """The loss's sampler correction from its settings (None: none; a ``*_tis`` mode with
+    ``tis_cap`` None is none too, as ``tis_cap = None`` always meant)."""
+    mode = cfg.is_correction
+    if mode == "none" or (mode.endswith("_tis") and cfg.tis_cap is None):
+        return None
+    return ISCorrection(mode, cap=cfg.tis_cap or 2.0, low=cfg.is_band_low,
+                        high=cfg.is_band_high)
 
 
 def assign_advantages(groups: list[ScoredGroup], std_normalize: bool) -> None:
@@ -59,10 +75,18 @@ class UpdateStats:
     is_weight_mean: float = 1.0
     is_capped_frac: float = 0.0
     kl: float = 0.0
+    mismatch_kl: float = 0.0  # mean over the loss tokens of the step
+    mismatch_max: float = 0.0  # the step's largest
+    mismatch_masked: float = 0.0  # fraction of the step's loss tokens
     entropy: float = 0.0
     grad_norm: float = 0.0
     loss_tokens: int = 0
     lr: float = 0.0
+
+
+#: the per-token means of LossStats that a step averages over its loss tokens
+_TOKEN_MEANS = ("clip_frac", "is_weight_mean", "is_capped_frac", "kl", "mismatch_kl",
+                "mismatch_masked")
 
 
 def forward_logprobs(model: Any, batch: TensorBatch) -> tuple[Any, Any]:
@@ -131,7 +155,7 @@ class PolicyUpdater:
             loss, st = policy_loss(
                 logp, old_logp, batch.advantages, batch.mask, clip_low=loss_cfg.clip_low,
                 clip_high=loss_cfg.clip_high, sampler_logp=batch.sampler_logp,
-                tis_cap=loss_cfg.tis_cap, ref_logp=self._ref_logps(batch),
+                correction=sampler_correction(loss_cfg), ref_logp=self._ref_logps(batch),
                 kl_coef=loss_cfg.kl_coef, aggregation=loss_cfg.aggregation,
                 denominator=denominator)
             self.accelerator.backward(loss)
@@ -141,8 +165,9 @@ class PolicyUpdater:
                 w = st.tokens
                 acc.entropy += float((ent * m).sum() / m.sum().clamp(min=1)) * w
             acc.loss += float(loss.detach())
-            for name in ("clip_frac", "is_weight_mean", "is_capped_frac", "kl"):
+            for name in _TOKEN_MEANS:
                 setattr(acc, name, getattr(acc, name) + getattr(st, name) * w)
+            acc.mismatch_max = max(acc.mismatch_max, st.mismatch_max)
             acc.loss_tokens += int(st.tokens)
         params = [p for p in self.model.parameters() if p.requires_grad]
         max_norm = self.config.optim.max_grad_norm
@@ -173,7 +198,7 @@ class PolicyUpdater:
         for batches, old in zip(tensor_minis, olds, strict=True):
             self._optimizer_step(batches, old, acc)
         tokens = max(1, acc.loss_tokens)
-        for name in ("clip_frac", "is_weight_mean", "is_capped_frac", "kl", "entropy"):
+        for name in (*_TOKEN_MEANS, "entropy"):
             setattr(acc, name, getattr(acc, name) / tokens)
         acc.loss /= n_mini
         return acc

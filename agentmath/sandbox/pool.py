@@ -13,12 +13,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import random
 import signal
 import time
 from typing import Any
 
 from agentmath.config import SandboxConfig
 from agentmath.errors import SandboxError
+from agentmath.sandbox.deaths import death_reason, infra_death
 from agentmath.sandbox.host import _Worker, _Zygote
 from agentmath.sandbox.result import ExecResult, sanitize_text
 from agentmath.sandbox.uids import UidLease, lease_uids
@@ -29,25 +31,13 @@ PROTECTIONS = ("network_namespace", "minimal_root", "landlock_fs", "landlock_net
 _EXIT_WAIT_S = 1.0
 
 
-def _death_reason(status: dict[str, Any] | None) -> str:
-    if status is None:
-        return "the sandbox process died"
-    sig = status.get("signal")
-    if sig == signal.SIGXCPU:
-        return "the session used up its CPU-time limit and was killed"
-    if sig == signal.SIGSEGV:
-        return "the sandbox process crashed (segmentation fault, e.g. C stack overflow)"
-    if sig:
-        return f"the sandbox process was killed by {signal.Signals(sig).name}"
-    return f"the sandbox process exited with code {status.get('code')}"
-
-
 class SandboxPool:
     """Owns the zygote and hands out sessions. Use as ``async with SandboxPool() as pool``."""
 
     def __init__(self, config: SandboxConfig | None = None) -> None:
         self.config = config or SandboxConfig()
         self._zygote = _Zygote(self.config)
+        self._fault_rng = random.Random(self.config.fault_seed)
         limit = self.config.max_sessions
         self._session_slots = asyncio.Semaphore(limit)
         self._exec_slots = asyncio.Semaphore(self.config.max_concurrency
@@ -176,6 +166,11 @@ class SandboxPool:
         """Kill a worker that is no longer needed (its state must never be reused)."""
         self._zygote.kill_worker(worker)
 
+    def draw_fault(self) -> bool:
+        """Whether a new session is one the fault injector kills (never when its rate is 0)."""
+        rate = self.config.fault_kill_rate
+        return rate > 0 and self._fault_rng.random() < rate
+
     def session(self) -> Session:
         """A new session; its worker is taken on first use (or by ``await session.start()``)."""
         return Session(self)
@@ -228,6 +223,9 @@ class Session:
         self.restarts = 0
         self.snippets = 0
         self._lost_between = False
+        # the fault injector (SandboxConfig.fault_kill_rate): this session's first snippet
+        # has its process killed from outside
+        self._doomed = pool.draw_fault()
 
     async def __aenter__(self) -> Session:
         return self
@@ -283,6 +281,10 @@ class Session:
         assert worker is not None
         start = time.perf_counter()
         fut = worker.request({"op": "exec", "code": code})
+        if self._doomed:
+            self._doomed = False
+            if not worker.signal(signal.SIGKILL):  # no pidfd: through the zygote
+                self.pool.release_worker(worker)
         # A timer on the reply future is much cheaper than asyncio.wait_for (no extra task).
         timer = asyncio.get_running_loop().call_later(limit, _expire, fut)
         try:
@@ -305,11 +307,12 @@ class Session:
                 reason = (f"the sandbox process broke the protocol "
                           f"({worker.channel.violation}) and was stopped")
             else:
-                reason = _death_reason(status) if status else f"the sandbox channel failed ({exc})"
+                reason = death_reason(status) if status else f"the sandbox channel failed ({exc})"
             return ExecResult(
                 error=f"SandboxCrash: {reason}; the session was restarted and earlier "
                       "variables are lost",
                 error_type="SandboxCrash", crashed=True, state_lost=True,
+                infra=infra_death(status, worker.channel.violation),
                 duration_ms=(time.perf_counter() - start) * 1000.0)
         finally:
             timer.cancel()

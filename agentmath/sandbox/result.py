@@ -31,6 +31,11 @@ class ExecResult:
     offending line of the snippet, never a host traceback. Output over the configured limit
     keeps its head and tail and sets ``truncated``. ``state_lost`` says the session's process
     was restarted (after a timeout or a crash), so the variables of earlier snippets are gone.
+    ``infra`` says the failure was the executor's, not the snippet's: the session's process was
+    killed from outside (not by its own limits or a fault of its code), its channel was lost,
+    or the sandbox service could not be reached; RL leaves such a sample out of its group's
+    statistics and evaluation records it as an error, where a snippet's own error, timeout or
+    crash stays the model's.
     """
 
     stdout: str = ""
@@ -43,6 +48,7 @@ class ExecResult:
     truncated: bool = False
     state_lost: bool = False
     crashed: bool = False
+    infra: bool = False
     sanitized: int = 0
     duration_ms: float = 0.0
     extra: dict[str, Any] = field(default_factory=dict)
@@ -63,7 +69,7 @@ class ExecResult:
                 "error": self.error, "error_type": self.error_type,
                 "error_line": self.error_line, "timed_out": self.timed_out,
                 "truncated": self.truncated, "state_lost": self.state_lost,
-                "crashed": self.crashed, "sanitized": self.sanitized,
+                "crashed": self.crashed, "infra": self.infra, "sanitized": self.sanitized,
                 "duration_ms": self.duration_ms,
                 "extra": copy.deepcopy(self.extra) if self.extra else {}}
 

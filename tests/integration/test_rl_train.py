@@ -62,6 +62,13 @@ def test_grpo_raises_a_learnable_reward(tiny_model_dir: Path, tmp_path: Path) ->
     assert all(r.loss_tokens > 0 for r in rows if r.groups_trained)
     assert Path(result.final_dir, "config.json").exists()
     assert rows[0].reward_terms.keys() == {"brevity", "accuracy"}
+    for r in rows:  # what a step trained on, and how far sampler and trainer were apart
+        assert len(r.prompts) == r.groups_trained
+        assert sum(map(len, r.prompts_dropped.values())) == r.groups_dropped
+        assert r.staleness_max == 0 and r.staleness_mean == 0.0  # sync rollout: on-policy
+        # the in-process generator and the trainer run the same weights: float rounding only
+        assert 0.0 <= r.mismatch_kl < 1e-3 and 0.0 <= r.mismatch_max < 0.1
+        assert r.mismatch_masked == 0.0
 
 
 def test_resume_after_a_kill_gives_the_same_next_step(tiny_model_dir: Path,
@@ -200,3 +207,27 @@ def test_a_larger_generation_batch_trains_the_need_and_counts_the_rest(
     assert [(r.groups_trained, r.groups_surplus, r.extra.rounds, r.samples) for r in rows] \
         == [(4, 4, 1, 16)] * 2
     assert result.policy_version == 2
+
+
+def test_killed_sandbox_sessions_are_left_out_of_their_groups(tiny_model_dir: Path,
+                                                               tmp_path: Path) -> None:
+    """The fault injector kills half the sandbox sessions' processes on their first snippet:
+    those samples are excluded from their groups (infra_excluded), the rest train, and the
+    step log says which prompts were trained on and which were lost to the infrastructure."""
+    from agentmath.rl.dump import dump_path, read_rollout_dump
+
+    cfg = _config(tiny_model_dir, steps=2, sandbox__fault_kill_rate=0.5,
+                  sandbox__fault_seed=3, dump_rollouts=True)
+    result = train_rl(cfg, tmp_path / "run", progress=False)
+    rows = read_steps(result.metrics)
+    assert sum(r.infra_excluded for r in rows) > 0
+    for r in rows:  # the dump holds every sample generated, and what became of it
+        dumped = read_rollout_dump(dump_path(tmp_path / "run", r.step))
+        assert sum(d.status == "trained" for d in dumped) == r.samples
+        assert sum(d.status in ("infra", "removed_infra") and d.trajectory.infra_failure
+                   is not None for d in dumped) == r.infra_excluded
+    for r in rows:
+        kept = r.samples  # trained samples: every group's valid ones only
+        assert kept <= 4 * r.groups_trained and len(r.prompts) == r.groups_trained
+        lost = len(r.prompts_dropped.get("infra", []))
+        assert r.infra_excluded >= 3 * lost  # a group drops with at most one valid sample

@@ -191,3 +191,22 @@ async def test_progress_and_metrics_go_through_the_metrics_sink(tmp_path: Path) 
     assert again.ran == 0
     lines_again = (out / "eval_log.jsonl").read_text().splitlines()
     assert [json.loads(x)["kind"] for x in lines_again[len(lines):]] == ["metrics"]
+
+
+def test_a_sandbox_failure_that_was_not_the_models_is_an_error_not_a_wrong_answer() -> None:
+    from agentmath.agent.trajectory import Segment, Trajectory
+    from agentmath.grading import Grade
+    from agentmath.sandbox.result import ExecResult
+    from agentmath.tasks import Task
+
+    def record(result: ExecResult) -> SampleRecord:
+        traj = Trajectory("p", [Segment("prompt", "p", [0]), Segment("model", "m", [1]),
+                                Segment("tool", "t", [2], code="x", result=result),
+                                Segment("model", "m", [3])], finish_reason="answered")
+        return SampleRecord.build(Task("1", "p", "3"), 0, traj, Grade.from_record(False, "4"))
+
+    killed = record(ExecResult(error="SandboxCrash: killed by SIGKILL", crashed=True,
+                               infra=True))
+    assert killed.is_error and killed.error == "SandboxCrash: killed by SIGKILL"
+    own = record(ExecResult(error="SandboxCrash: exited with code 3", crashed=True))
+    assert not own.is_error and own.error is None  # the model's crash: graded as it stands

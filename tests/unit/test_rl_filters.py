@@ -31,7 +31,7 @@ from agentmath.rl.filters import (
     tool_error_ratio,
     void_survivors,
 )
-from agentmath.rl.metrics import StepMetrics, sample_stats
+from agentmath.rl.metrics import StepMetrics, sample_stats, staleness_stats
 from agentmath.rl.rewards import RewardModel
 from agentmath.rl.rollouts import RequestStream, collect_groups
 from agentmath.rollout.partial import IterationResult
@@ -268,6 +268,7 @@ def test_collect_groups_applies_the_filters_and_counts_each() -> None:
     assert (got.pass_rate_dropped, got.void_groups_dropped, got.void_dropped,
             got.roc_dropped) == (1, 1, 4, 3)
     assert got.dropped == []  # dynamic sampling found nothing left to drop
+    assert got.prompt_ids() == (["mixed", "roc"], {"filtered": ["all-right", "void"]})
     assert len(got.all_samples) == 18  # every sample generated, trained or not
     again = asyncio.run(collect_groups(FakeRollout(groups), rewards, 4,  # type: ignore[arg-type]
                                        dynamic_sampling=True, max_rounds=1, filters=plan))
@@ -281,6 +282,7 @@ def test_collect_groups_without_filters_is_unchanged() -> None:
     assert [g.group.request.task.id for g in got.groups] == ["a"]
     assert [g.group.request.task.id for g in got.dropped] == ["b"]
     assert got.filtered == [] and got.removed == [] and len(got.all_samples) == 4
+    assert got.prompt_ids() == (["a"], {"no_variance": ["b"]})
     assert (got.pass_rate_dropped, got.void_groups_dropped, got.void_dropped,
             got.roc_dropped) == (0, 0, 0, 0)
 
@@ -326,3 +328,116 @@ def test_tool_call_rate_and_old_metric_records_load() -> None:
     old = StepMetrics(**{**required, "reward_terms": {}})  # a line written before the filters
     assert (old.tool_call_rate, old.pass_rate_dropped, old.void_dropped,
             old.void_groups_dropped, old.roc_dropped) == (0.0, 0, 0, 0, 0)
+
+
+def test_staleness_counts_versions_behind_the_trainer_from_the_oldest_turn() -> None:
+    def sampled(*versions: int | None) -> ScoredSample:
+        segments = [Segment("prompt", "p", [0])]
+        segments += [Segment("model", "m", [1], [-0.1], "stop", policy_version=v)
+                     for v in versions]
+        return ScoredSample("g", 0, Trajectory("p", segments), 1.0, {}, True)
+
+    # a partial episode begun under version 3 and finished under 5; one on-policy; one
+    # from a backend that reports no version
+    samples = [sampled(3, 5), sampled(5), sampled(None)]
+    assert staleness_stats(samples, 5) == (2, pytest.approx(2 / 3))
+    assert staleness_stats([], 5) == (0, 0.0)
+
+
+# ---------------------------------------------------------------- infrastructure failures
+KILLED = ExecResult(error="SandboxCrash: the sandbox process was killed by SIGKILL",
+                    error_type="SandboxCrash", crashed=True, state_lost=True, infra=True)
+OWN_CRASH = ExecResult(error="SandboxCrash: the sandbox process exited with code 3",
+                       error_type="SandboxCrash", crashed=True, state_lost=True)
+
+
+def with_result(result: ExecResult, correct: bool | None = None) -> Trajectory:
+    return traj(model("code"), Segment("tool", "out", [3], code="x", result=result),
+                model(r"\boxed{3}"), correct=correct)
+
+
+@pytest.mark.parametrize("trajectory, why", [
+    (CLEAN, None),
+    (BROKEN, None),  # the model's own NameError
+    (with_result(OWN_CRASH), None),  # its code exited the process
+    (with_result(ExecResult(error="TimeoutError", timed_out=True)), None),  # its own timeout
+    (with_result(KILLED), "SandboxCrash: the sandbox process was killed by SIGKILL"),
+    (traj(model("x"), finish="error"), "the episode ended in an error"),
+    (dataclasses.replace(traj(model("x"), finish="error"), error="HTTPStatusError: 503"),
+     "HTTPStatusError: 503"),
+    (dataclasses.replace(CLEAN, grade=Grade.error("grading timed out")),
+     "grading failed: grading timed out"),
+    # an unparsable gold is every sample's: not a failure of this one
+    (dataclasses.replace(CLEAN, grade=Grade.error("bad gold", ungradable=True)), None),
+])
+def test_infra_failure_is_the_infrastructures_never_the_models(
+        trajectory: Trajectory, why: str | None) -> None:
+    assert trajectory.infra_failure == why
+
+
+def test_infra_failures_leave_their_group_and_a_group_left_with_one_drops() -> None:
+    from agentmath.rl.rollouts import Collected, exclude_infra_failures
+
+    killed_right, killed_wrong = with_result(KILLED, True), with_result(KILLED, False)
+    groups = [
+        scored("one-killed", [CLEAN, killed_wrong, CLEAN, NO_TOOL], [True, False, False, True]),
+        scored("three-killed", [CLEAN, killed_wrong, killed_right, killed_wrong],
+               [True, False, True, False]),
+        scored("clean", [CLEAN, NO_TOOL], [True, False]),
+    ]
+    out = Collected([])
+    kept = exclude_infra_failures(groups, out)
+    assert [g.group.request.task.id for g in kept] == ["one-killed", "clean"]
+    assert indices(kept[0]) == [0, 2, 3] and kept[0].rewards == [1.0, 0.0, 1.0]
+    assert out.infra_excluded == 1 + 3
+    assert [g.group.request.task.id for g in out.infra_dropped] == ["three-killed"]
+    assert [s.index for s in out.removed] == [1]  # the kept group's excluded sample
+    out.groups = kept
+    # every sample generated: the kept ones, the dropped group whole, the excluded one
+    assert len(out.all_samples) == 3 + 2 + 4 + 1
+    assert out.prompt_ids() == (["one-killed", "clean"], {"infra": ["three-killed"]})
+    lost = Collected([])
+    exclude_infra_failures(groups[1:2], lost)
+    assert lost.no_update(3).cause == "infra"
+
+
+def test_collect_groups_excludes_infra_failures_unless_told_not_to() -> None:
+    killed = with_result(KILLED, False)
+    groups = [rollout_group("g", [ok(True), killed, ok(False), ok(True)])]
+    rewards = RewardModel([{"name": "accuracy"}])
+    for exclude, samples, excluded in ((True, 3, 1), (False, 4, 0)):
+        plan = FilterPlan(FilterConfig(exclude_infra_failures=exclude), group_size=4, seed=0,
+                          step=1)
+        got = asyncio.run(collect_groups(FakeRollout(groups), rewards, 1,  # type: ignore[arg-type]
+                                         dynamic_sampling=True, max_rounds=1, filters=plan))
+        assert len(got.groups[0].samples) == samples and got.infra_excluded == excluded
+
+
+def test_a_rollout_dump_holds_every_sample_of_the_step_and_what_became_of_it(
+        tmp_path) -> None:
+    from agentmath.errors import DataError
+    from agentmath.rl.dump import dump_path, read_rollout_dump, write_rollout_dump
+    from agentmath.rl.rollouts import Collected, exclude_infra_failures
+
+    killed = with_result(KILLED, False)
+    groups = [scored("kept", [CLEAN, killed, NO_TOOL], [True, False, False]),
+              scored("flat", [CLEAN, CLEAN], [True, True])]
+    out = Collected([])
+    kept = exclude_infra_failures(groups, out)
+    out.groups, out.dropped = kept[:1], kept[1:]
+    out.groups[0].samples[0].advantage = 1.0
+    path = write_rollout_dump(tmp_path, 7, out)
+    assert path == dump_path(tmp_path, 7) and path.name == "step-000007.jsonl.gz"
+    records = read_rollout_dump(path)
+    assert [(r.problem_id, r.sample_index, r.status) for r in records] == [
+        ("kept", 0, "trained"), ("kept", 2, "trained"), ("flat", 0, "no_variance"),
+        ("flat", 1, "no_variance"), ("kept", 1, "removed_infra")]
+    assert records[0].advantage == 1.0 and records[0].step == 7
+    assert records[0].trajectory.token_ids == CLEAN.token_ids  # the whole trajectory
+    assert records[-1].trajectory.infra_failure is not None
+    import gzip
+
+    with gzip.open(path, "wt") as fh:
+        fh.write('{"step": 1, "status": "lost"}\n')
+    with pytest.raises(DataError, match=r"step-000007\.jsonl\.gz:1: field 'status'"):
+        read_rollout_dump(path)

@@ -12,12 +12,14 @@ torch = pytest.importorskip("torch")
 from agentmath.agent.trajectory import Segment, Trajectory  # noqa: E402
 from agentmath.rl.batch import ScoredSample, collate_samples, to_train_sample  # noqa: E402
 from agentmath.rl.losses import (  # noqa: E402
+    ISCorrection,
     aggregate,
+    correction_weights,
     group_advantages,
     kl_k3,
     policy_loss,
+    sampler_log_ratios,
     token_logprobs,
-    truncated_is_weights,
 )
 
 
@@ -45,10 +47,10 @@ def test_on_policy_loss_is_minus_advantage_token_and_sequence_mean() -> None:
     logp = torch.tensor([[-1.0, -2.0], [-0.5, -0.5]])
     mask = torch.tensor([[1, 1], [1, 0]])
     adv = torch.tensor([1.0, -1.0])
-    loss, stats = policy_loss(logp, logp.detach(), adv, mask, tis_cap=None)
+    loss, stats = policy_loss(logp, logp.detach(), adv, mask, correction=None)
     assert float(loss) == pytest.approx((-1 - 1 + 1) / 3)  # token-level: 3 masked tokens
     assert stats.tokens == 3 and stats.clip_frac == 0 and stats.ratio_mean == pytest.approx(1)
-    loss, _ = policy_loss(logp, logp.detach(), adv, mask, tis_cap=None,
+    loss, _ = policy_loss(logp, logp.detach(), adv, mask, correction=None,
                           aggregation="sequence")
     assert float(loss) == pytest.approx((-1 + 1) / 2)  # mean of per-sequence means
 
@@ -63,7 +65,7 @@ def test_clip_higher_is_asymmetric_and_pessimistic() -> None:
     for log_ratio, a, want, frac in cases:
         loss, st = policy_loss(torch.tensor([[log_ratio]]), torch.zeros(1, 1),
                                torch.tensor([a]), mask, clip_low=0.2, clip_high=0.28,
-                               tis_cap=None)
+                               correction=None)
         assert float(loss) == pytest.approx(want, rel=1e-5)
         assert st.clip_frac == frac
 
@@ -71,19 +73,93 @@ def test_clip_higher_is_asymmetric_and_pessimistic() -> None:
 def test_truncated_importance_weights() -> None:
     old = torch.tensor([[-1.0, -1.0, -1.0]])
     sampler = torch.tensor([[-2.0, -1.0, math.nan]])
-    w = truncated_is_weights(old, sampler, cap=2.0)
+    mask = torch.ones(1, 3)
+    d = sampler_log_ratios(old, sampler, mask)
+    assert d[0].tolist() == pytest.approx([1.0, 0.0, 0.0])  # unknown -> 0 (not corrected)
+    w, changed = correction_weights(d, mask, ISCorrection("token_tis", cap=2.0))
     assert w[0].tolist() == pytest.approx([2.0, 1.0, 1.0])  # e^1 capped; equal; unknown -> 1
-    loss, st = policy_loss(old.clone(), old, torch.tensor([1.0]), torch.ones(1, 3),
-                           sampler_logp=sampler, tis_cap=2.0)
+    assert changed[0].tolist() == [True, False, False]
+    loss, st = policy_loss(old.clone(), old, torch.tensor([1.0]), mask,
+                           sampler_logp=sampler, correction=ISCorrection("token_tis", cap=2.0))
     assert float(loss) == pytest.approx(-(2 + 1 + 1) / 3)
     assert st.is_capped_frac == pytest.approx(1 / 3)
+    assert st.mismatch_masked == pytest.approx(1 / 3)
+
+
+# Two sequences of three loss tokens (the second's last position is padding). Log-ratios
+# d = log pi_trainer - log pi_sampler: row 0 [1.0, -0.2, 0.1], row 1 [-1.0, 0.05, (pad)].
+OLD = torch.tensor([[-1.0, -1.0, -1.0], [-2.0, -1.0, -3.0]])
+SAMPLER = torch.tensor([[-2.0, -0.8, -1.1], [-1.0, -1.05, -9.0]])
+MASK = torch.tensor([[1, 1, 1], [1, 1, 0]])
+
+
+@pytest.mark.parametrize("correction, weights, changed", [
+    (None, [[1, 1, 1], [1, 1, 0]], [[0, 0, 0], [0, 0, 0]]),
+    (ISCorrection("none"), [[1, 1, 1], [1, 1, 0]], [[0, 0, 0], [0, 0, 0]]),
+    (ISCorrection("token_tis", cap=2.0),
+     [[2.0, math.exp(-0.2), math.exp(0.1)], [math.exp(-1.0), math.exp(0.05), 0]],
+     [[1, 0, 0], [0, 0, 0]]),
+    # the band [0.5, 2]: e^1 and e^-1 leave it, the rest keep their ratio
+    (ISCorrection("token_mask", low=0.5, high=2.0),
+     [[0, math.exp(-0.2), math.exp(0.1)], [0, math.exp(0.05), 0]],
+     [[1, 0, 0], [1, 0, 0]]),
+    # sequence log-ratios 0.9 and -0.95: e^0.9 = 2.46 is under a cap of 3, over one of 2
+    (ISCorrection("sequence_tis", cap=3.0),
+     [[math.exp(0.9)] * 3, [math.exp(-0.95)] * 2 + [0]], [[0, 0, 0], [0, 0, 0]]),
+    (ISCorrection("sequence_tis", cap=2.0),
+     [[2.0] * 3, [math.exp(-0.95)] * 2 + [0]], [[1, 1, 1], [0, 0, 0]]),
+    # e^0.9 = 2.46 leaves [0.5, 2]: row 0 dropped; e^-0.95 = 0.39 leaves it too
+    (ISCorrection("sequence_mask", low=0.5, high=2.0),
+     [[0, 0, 0], [0, 0, 0]], [[1, 1, 1], [1, 1, 0]]),
+    (ISCorrection("sequence_mask", low=0.3, high=3.0),
+     [[math.exp(0.9)] * 3, [math.exp(-0.95)] * 2 + [0]], [[0, 0, 0], [0, 0, 0]]),
+    # geometric means e^0.3 = 1.35 and e^-0.475 = 0.62: with [0.6, 1.4] both stay at weight 1,
+    # with [0.7, 1.4] the second sequence is dropped
+    (ISCorrection("geo_mask", low=0.6, high=1.4), [[1, 1, 1], [1, 1, 0]],
+     [[0, 0, 0], [0, 0, 0]]),
+    (ISCorrection("geo_mask", low=0.7, high=1.4), [[1, 1, 1], [0, 0, 0]],
+     [[0, 0, 0], [1, 1, 0]]),
+])
+def test_each_sampler_correction_on_hand_made_logprobs(
+        correction: ISCorrection | None, weights: list[list[float]],
+        changed: list[list[int]]) -> None:
+    d = sampler_log_ratios(OLD, SAMPLER, MASK)
+    assert d.tolist() == [pytest.approx([1.0, -0.2, 0.1]), pytest.approx([-1.0, 0.05, 0.0])]
+    w, hit = correction_weights(d, MASK, correction)
+    got = (w * MASK).tolist()  # the padding's weight does not matter: it carries no loss
+    for row, want in zip(got, weights, strict=True):
+        assert row == pytest.approx(want, abs=1e-6)
+    assert hit.int().tolist() == changed
+    loss, st = policy_loss(OLD.clone(), OLD, torch.tensor([1.0, 1.0]), MASK,
+                           sampler_logp=SAMPLER, correction=correction)
+    # on-policy (ratio 1), advantage 1: the loss is minus the mean weight over the 5 tokens
+    assert float(loss) == pytest.approx(-sum(map(sum, weights)) / 5, abs=1e-6)
+    assert st.mismatch_masked == pytest.approx(sum(map(sum, changed)) / 5)
+
+
+def test_the_mismatch_is_measured_whatever_the_correction() -> None:
+    k3 = [math.exp(x) - x - 1 for x in (1.0, -0.2, 0.1, -1.0, 0.05)]
+    for correction in (None, ISCorrection("token_tis"), ISCorrection("geo_mask", 0.9, 0.9)):
+        _, st = policy_loss(OLD.clone(), OLD, torch.tensor([1.0, 1.0]), MASK,
+                            sampler_logp=SAMPLER, correction=correction)
+        assert st.mismatch_kl == pytest.approx(sum(k3) / 5)
+        assert st.mismatch_max == pytest.approx(1.0)
+    _, st = policy_loss(OLD.clone(), OLD, torch.tensor([1.0, 1.0]), MASK)  # no sampler logprobs
+    assert (st.mismatch_kl, st.mismatch_max, st.mismatch_masked) == (0.0, 0.0, 0.0)
+
+
+def test_a_correction_band_must_hold_one() -> None:
+    with pytest.raises(ValueError, match="band must hold 1"):
+        ISCorrection("token_mask", low=1.2, high=2.0)
+    with pytest.raises(ValueError, match="cap must be positive"):
+        ISCorrection("token_tis", cap=0.0)
 
 
 def test_kl_k3_value_and_penalty() -> None:
     assert float(kl_k3(torch.tensor(-1.0), torch.tensor(-2.0))) == pytest.approx(math.exp(-1))
     assert float(kl_k3(torch.tensor(-1.0), torch.tensor(-1.0))) == 0.0
     logp = torch.tensor([[-1.0]])
-    loss, st = policy_loss(logp, logp, torch.tensor([0.0]), torch.ones(1, 1), tis_cap=None,
+    loss, st = policy_loss(logp, logp, torch.tensor([0.0]), torch.ones(1, 1), correction=None,
                            ref_logp=torch.tensor([[-2.0]]), kl_coef=0.5)
     assert float(loss) == pytest.approx(0.5 * math.exp(-1))
     assert st.kl == pytest.approx(math.exp(-1))

@@ -117,3 +117,18 @@ def test_the_result_json_keeps_its_shape() -> None:
     data = json.loads(json.dumps(result.to_dict()))
     assert data["last"] == json.loads((RUN / "metrics.jsonl").read_text().splitlines()[1])
     assert [e["event"] for e in data["events"]] == ["no_update", "stage"]
+
+
+def test_a_step_line_keeps_its_prompts_and_rejects_malformed_ones() -> None:
+    row = json.loads((RUN / "metrics.jsonl").read_text().splitlines()[1])
+    step = StepMetrics.from_dict({**row, "prompts": ["p1", "p2"],
+                                  "prompts_dropped": {"no_variance": ["p3"]},
+                                  "staleness_max": 2, "staleness_mean": 0.5})
+    assert step.prompts == ["p1", "p2"] and step.prompts_dropped == {"no_variance": ["p3"]}
+    again = StepMetrics.from_dict(json.loads(json.dumps(step.to_dict())))
+    assert again.to_dict() == step.to_dict()
+    assert again.scalars()["staleness_max"] == 2 and "prompts" not in again.scalars()
+    with pytest.raises(DataError, match="field 'prompts'"):
+        StepMetrics.from_dict({**row, "prompts": "p1"})
+    with pytest.raises(DataError, match="field 'prompts_dropped'"):
+        StepMetrics.from_dict({**row, "prompts_dropped": {"surplus": [1]}})
