@@ -21,6 +21,9 @@ if TYPE_CHECKING:
 
 
 MAX_TOOL_CALLS = 6  # per episode, in evaluation and in GRPO's last stage
+# episodes in flight per evaluation run: the model's batches fill up (a tiny model's decode
+# step costs about the same for 64 rows as for 128, so wider batches need less CPU per sample)
+EVAL_CONCURRENCY = 128
 
 
 @dataclass(frozen=True, slots=True)
@@ -160,6 +163,7 @@ def sft_job(job: SFTJob) -> str:
 
     from agentmath.recipes.tool_model import train_model
 
+    _quiet()
     cfg = job.cfg
     tokenizer = transformers.AutoTokenizer.from_pretrained(job.tokenizer_dir)
     result = train_model(job.examples, tokenizer, Path(job.out), size=cfg.model_size,
@@ -184,6 +188,7 @@ def grpo_job(job: GRPOJob) -> GRPOResult:
     runs right away (so the run that ends first does not wait for the other)."""
     from agentmath.rl.trainer import train_rl
 
+    _quiet()
     result = train_rl(rl_config(job.cfg, job.start, Path(job.train_file), masked=job.masked),
                       job.out, resume=False, progress=False)
     moves = [e for e in result.events if isinstance(e, StageMove)]
@@ -191,6 +196,14 @@ def grpo_job(job: GRPOJob) -> GRPOResult:
     evaluated = eval_job(EvalJob(job.cfg, final, TOOL_SYSTEM, job.evaluate)) \
         if job.evaluate else ()
     return GRPOResult(final, moves, evaluated)
+
+
+def _quiet() -> None:
+    """No transformers progress bars (loading and saving a tiny model's weights) on the
+    demo's screen: its stage messages say what runs."""
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()
 
 
 def eval_job(job: EvalJob) -> tuple[RunMetrics, ...]:
@@ -213,10 +226,12 @@ async def _evaluate(job: EvalJob) -> tuple[RunMetrics, ...]:
     from agentmath.sandbox.factory import open_sandbox
 
     cfg = job.cfg
-    backend = HFBackend(job.model_dir, max_batch=64 * len(job.runs),
+    _quiet()
+    backend = HFBackend(job.model_dir, max_batch=EVAL_CONCURRENCY * len(job.runs),
                         device=None if cfg.device == "auto" else cfg.device)
     try:
-        # sessions for every run's episodes in flight (each run keeps 64 of them)
+        # 64 sandbox sessions per run (an episode holds one from its first tool call; more
+        # wait their turn), half its episodes in flight, as in the demo's GRPO runs
         sandbox_cfg = _sandbox(cfg).model_copy(update={"max_sessions": 64 * len(job.runs)})
         async with open_sandbox(sandbox_cfg) as sandbox:
             done = await asyncio.gather(*(
@@ -229,7 +244,7 @@ async def _evaluate(job: EvalJob) -> tuple[RunMetrics, ...]:
 
 def _eval_config(cfg: DemoConfig, job: EvalJob, run: EvalRun) -> EvalConfig:
     return EvalConfig(dataset=run.data, model=job.model_dir, backend="hf", samples=run.samples,
-                      temperature=run.temperature, seed=cfg.seed, concurrency=64,
+                      temperature=run.temperature, seed=cfg.seed, concurrency=EVAL_CONCURRENCY,
                       limit=run.limit, sandbox=_sandbox(cfg),
                       loop=LoopConfig(system_prompt=job.system,
                                       max_model_tokens=cfg.eval_max_tokens,
