@@ -29,10 +29,10 @@ def _render(summary: DemoSummary) -> None:
 
     console = out_console()
     sampling = summary.sampling
-    sampled = "sampled" if sampling is None else (
-        f"sampled ({sampling.samples} at T={sampling.temperature:g}, {sampling.problems} "
-        "problems)")
-    table = Table(title="agentmath demo: held-out test problems")
+    sampled = "sampled accuracy" if sampling is None else (
+        f"sampled accuracy ({sampling.samples} at T={sampling.temperature:g} on "
+        f"{sampling.problems})")
+    table = Table(title="agentmath demo: held-out test problems (greedy: 1 sample each)")
     for col in ("model", "greedy accuracy", sampled, "mean model tokens",
                 "tool calls / sample", "problems"):
         table.add_column(col, justify="right" if col != "model" else "left")

@@ -139,7 +139,7 @@ def test_render_prints_headroom_and_stage_transitions(capsys: pytest.CaptureFixt
     assert "90.0%" in out and "greedy pass@1 0.0%, pass@8 77.0%" in out
     assert "(100 validation problems)" in out
     # every row's sampled accuracy beside its greedy one, under how it was sampled
-    assert "sampled (8 at T=1, 100 problems)" in out
+    assert "sampled accuracy (8 at T=1 on 100)" in out
     cells = [[c.strip() for c in line.split("│")[1:-1]]
              for line in out.splitlines() if "│ tool + grpo" in line]
     assert cells[0][:3] == ["tool + grpo", "90.0%", "87.1%"]
