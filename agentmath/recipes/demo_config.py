@@ -82,11 +82,13 @@ class DemoConfig(StrictModel):
         "stays fp32); for a GPU, or a CPU with bf16 instructions (AVX512-BF16, AMX). It weakens "
         "the demo's start: on an H200 in bf16 seed 0 never learned to copy numbers into code "
         "(0% after GRPO; fp32 94.3%; docs/gpu.md)."))
-    sandbox_preload: tuple[str, ...] | None = Field(None, description=(
+    sandbox_preload: tuple[str, ...] | None = Field(("math",), description=(
         "Modules the sandbox imports before its first cell in evaluation and GRPO (None: the "
         "sandbox's default set, numpy, sympy and scipy among them). The problems need only "
-        "arithmetic; a toy run (the tests') may take ('math',), which starts the sandbox of "
-        "each evaluation and GRPO run in about 0.2 s instead of 2 s on 2 CPU cores."))
+        "arithmetic, so the demo preloads math alone: each of its evaluations and GRPO runs "
+        "starts its sandbox without importing numpy, sympy and scipy first. A cell that "
+        "imports a module left out fails like any failed tool call; the demo's trajectories "
+        "never import one (their code is arithmetic)."))
 
     @field_validator("model_size")
     @classmethod

@@ -21,14 +21,12 @@ def toy_config(seed: int = 0, **changes: Any):
     from agentmath.recipes.demo import DemoConfig
 
     # min_start_pass_at_k 1.0: no toy start passes, so the demo grows the tool model again
-    # (its second attempt) and runs GRPO from the last one. sandbox_preload: the cells still
-    # run in the real sandbox, whose start (numpy, sympy, scipy imported up front) is the one
-    # thing a toy demo's many evaluations do not need.
+    # (its second attempt) and runs GRPO from the last one.
     settings: dict[str, Any] = dict(
         seed=seed, steps=3, copy_steps=2, train_problems=20, test_problems=6,
         validation_problems=5, sampled_problems=4, sampled_samples=2, eval_max_tokens=48,
         vocab_size=400, batch_size=4, rl_steps=2, rl_group_size=2, rl_prompts=2, headroom_k=2,
-        start_attempts=2, min_start_pass_at_k=1.0, sandbox_preload=("math",))
+        start_attempts=2, min_start_pass_at_k=1.0)
     return DemoConfig(**{**settings, **changes})
 
 
