@@ -109,3 +109,16 @@ def test_solve_gets_grpo_unless_its_start_does_better_on_validation() -> None:
         grpo = _Model("tool + grpo", "g", TOOL_SYSTEM, validation_accuracy=grpo_acc)
         assert _choose(said.append, tool, grpo).name == expected
     assert "greedy on the validation problems: tool 10.0%, tool + grpo 5.0%" in said[-1]
+
+
+def test_a_job_submitted_without_a_pool_runs_at_once() -> None:
+    """On a one-core machine the demo has no pool: a submitted job runs in this process
+    and its future is already done (an error in it handed back through the future)."""
+    from agentmath.recipes._parallel import submit
+
+    ran: list[int] = []
+    done = submit(None, lambda x: ran.append(x) or x * 2, 21)
+    assert ran == [21] and done.done() and done.result() == 42
+    failed = submit(None, lambda: 1 / 0)
+    with pytest.raises(ZeroDivisionError):
+        failed.result()
