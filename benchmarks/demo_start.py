@@ -14,7 +14,8 @@ steps after. This benchmark
 grows the demo's first start of the tool model (its data, tokenizer and SFT:
 ``agentmath.recipes.demo.prepare_data`` and ``sft_job``) for every combination of ``--size``,
 ``--lr``, ``--steps``, ``--train-problems``, ``--copy-steps`` and ``--seeds``, and measures
-the start's headroom as the demo does (pass@8 at temperature 1.0 on 100 held-out problems).
+the start's headroom as the demo does (pass@8 at temperature 1.0 on its 100 validation
+problems).
 Per row: SFT seconds, the final SFT loss, the step at which the loss (mean of 50 steps) first
 fell below 0.5 (the copy edge), and the headroom. ``--parallel`` runs that many rows at once,
 one core each (default 2: the demo's own arrangement of two SFTs side by side).
@@ -36,7 +37,7 @@ from _common import print_table  # noqa: E402
 
 EDGE_LOSS, EDGE_WINDOW = 0.5, 50
 QUICK = {"steps": 3, "copy_steps": 2, "train_problems": 20, "test_problems": 5, "vocab_size": 400,
-         "batch_size": 4, "eval_max_tokens": 48, "headroom_problems": 2, "headroom_k": 2}
+         "batch_size": 4, "eval_max_tokens": 48, "validation_problems": 5, "headroom_k": 2}
 
 
 def copy_edge(losses: list[float]) -> int | None:
@@ -56,7 +57,10 @@ def grow_and_measure(settings: dict[str, Any], out: str, attempt: int = 1) -> di
     from agentmath.recipes.demo import (
         TOOL_SYSTEM,
         DemoConfig,
+        EvalJob,
+        SFTJob,
         eval_job,
+        headroom_runs,
         prepare_data,
         sft_job,
         start_seed,
@@ -66,15 +70,14 @@ def grow_and_measure(settings: dict[str, Any], out: str, attempt: int = 1) -> di
     root = Path(out)
     data = prepare_data(cfg, root, stage=lambda _: None)
     started = time.monotonic()
-    model_dir, _ = sft_job(cfg.model_dump(), data.mixed, str(data.tokenizer_dir),
-                           str(root / "model-tool"), TOOL_SYSTEM,
-                           seed=start_seed(cfg.seed, attempt))
+    model_dir = sft_job(SFTJob(cfg, data.mixed, str(data.tokenizer_dir),
+                               str(root / "model-tool"), TOOL_SYSTEM,
+                               seed=start_seed(cfg.seed, attempt)))
     sft_s = time.monotonic() - started
     losses = [row["loss"] for row in read_jsonl(root / "model-tool" / "loss.jsonl",
                                                  require=["loss"])]
-    metrics = eval_job(cfg.model_dump(), model_dir, TOOL_SYSTEM, str(data.test_file),
-                       str(root / "headroom"), cfg.headroom_k, cfg.rl_temperature,
-                       cfg.headroom_problems)
+    _, sampled = headroom_runs(cfg, data, root / "validation")  # the demo's pass@k run
+    (metrics,) = eval_job(EvalJob(cfg, model_dir, TOOL_SYSTEM, (sampled,)))
     return {**settings, "attempt": attempt, "sft_s": round(sft_s, 1),
             "final_loss": round(losses[-1], 4),
             "copy_edge_step": copy_edge(losses), f"pass@{cfg.headroom_k}":
@@ -132,7 +135,7 @@ def main() -> None:
         return
     k = f"pass@{default.headroom_k}"
     print_table(f"the demo's start ({k} at temperature {default.rl_temperature} on "
-                f"{default.headroom_problems} held-out problems)",
+                f"{default.validation_problems} validation problems)",
                 ["size", "lr", "SFT steps", "train problems", "copy steps", "seed", "start",
                  "SFT s", "final loss", "copy edge (step)", k, "sampled pass@1"],
                 [[r["model_size"], f"{r['learning_rate']:g}", str(r["steps"]),

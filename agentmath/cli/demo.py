@@ -33,17 +33,24 @@ def _render(summary: DemoSummary) -> None:
     from rich.table import Table
 
     console = out_console()
-    table = Table(title="agentmath demo: held-out synthetic problems (greedy, 1 sample each)")
-    for col in ("model", "accuracy", "mean model tokens", "tool calls / sample", "problems"):
+    sampling = summary.sampling
+    sampled = "sampled accuracy" if sampling is None else (
+        f"sampled accuracy ({sampling.samples} at T={sampling.temperature:g} on "
+        f"{sampling.problems})")
+    table = Table(title="agentmath demo: held-out test problems (greedy: 1 sample each)")
+    for col in ("model", "greedy accuracy", sampled, "mean model tokens",
+                "tool calls / sample", "problems"):
         table.add_column(col, justify="right" if col != "model" else "left")
     for row in summary.models:
-        table.add_row(row.model, f"{row.accuracy:.1%}", f"{row.mean_model_tokens:.0f}",
-                      f"{row.tool_calls_per_sample:.2f}", str(row.n))
+        table.add_row(row.model, f"{row.accuracy:.1%}",
+                      "-" if row.sampled_accuracy is None else f"{row.sampled_accuracy:.1%}",
+                      f"{row.mean_model_tokens:.0f}", f"{row.tool_calls_per_sample:.2f}",
+                      str(row.n))
     console.print(table)
     head = summary.headroom
     console.print(f"the tool model's headroom before GRPO: greedy pass@1 "
                   f"{head.greedy_pass_at_1:.1%}, pass@{head.k} {head.pass_at_k:.1%} at "
-                  f"temperature {head.temperature} ({head.problems} problems)")
+                  f"temperature {head.temperature} ({head.problems} {head.split} problems)")
     if len(summary.starts) > 1:  # the first start failed its headroom: others were grown
         for start in summary.starts:
             console.print(f"  start {start.attempt} (SFT seed {start.sft_seed}): pass@"
@@ -59,8 +66,12 @@ def _render(summary: DemoSummary) -> None:
                   f"(dropped {conv.dropped or 'none'}) and {conv.text or 0} text "
                   f"chain-of-thoughts; total time {summary.seconds:.0f} s")
     console.print(f"report: {summary.report.viewer} (and plots beside it)")
-    console.print(f"tool model saved to {summary.tool_model} (the default for "
-                  "`agentmath solve`)")
+    chosen_by = ", ".join(f"{row.model} {row.validation_accuracy:.1%}"
+                          for row in summary.models if row.validation_accuracy is not None)
+    console.print(f"tool model saved to {summary.tool_model} ({summary.tool_model_is}, the "
+                  "default for `agentmath solve`" + (
+                      f"; chosen by greedy accuracy on the validation problems: {chosen_by})"
+                      if chosen_by else ")"))
 
 
 CONFIG_OPTION = config_option("DemoConfig", "demo")

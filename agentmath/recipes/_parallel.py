@@ -16,10 +16,12 @@ from __future__ import annotations
 import importlib
 import os
 from collections.abc import Callable, Iterator, Sequence
-from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures import Future, ProcessPoolExecutor
 from contextlib import contextmanager
 from multiprocessing import get_context
-from typing import Any
+from typing import Any, TypeVar
+
+T = TypeVar("T")
 
 
 def _init_worker(threads: int, preload: Sequence[str] = ()) -> None:
@@ -67,3 +69,17 @@ def run_parallel(fn: Callable[..., Any], jobs: Sequence[tuple[Any, ...]],
             return run_parallel(fn, jobs, pool=own)
     futures = [pool.submit(fn, *job) for job in jobs]
     return [f.result() for f in futures]
+
+
+def submit(pool: ProcessPoolExecutor | None, fn: Callable[..., T], *args: Any) -> Future[T]:
+    """``fn(*args)`` queued in ``pool`` (its first free worker runs it), for a recipe that
+    starts a job as soon as what it needs is ready; without a pool (a one-core machine) it
+    runs now, in this process, and the future is done."""
+    if pool is not None:
+        return pool.submit(fn, *args)
+    done: Future[T] = Future()
+    try:
+        done.set_result(fn(*args))
+    except Exception as exc:  # noqa: BLE001 - handed to the caller through the future
+        done.set_exception(exc)
+    return done

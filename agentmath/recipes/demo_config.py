@@ -18,7 +18,12 @@ class DemoConfig(StrictModel):
     seed: int = Field(0, ge=0, description="Seeds data, models, training and sampling.")
     train_problems: int = Field(1500, ge=10, le=1_000_000, description="Training problems.")
     test_problems: int = Field(300, ge=5, le=100_000, description=(
-        "Held-out problems (300: a 10-point difference is well outside the noise)."))
+        "Held-out test problems, read only by the final evaluation (300: a 10-point "
+        "difference is well outside the noise)."))
+    validation_problems: int = Field(100, ge=5, le=100_000, description=(
+        "Validation problems, drawn from the same seeded generator and disjoint from the "
+        "training and test problems: every choice the demo makes (the start's headroom, "
+        "growing a start again, the tool model saved for `solve`) is measured on them."))
     model_size: str = Field("nano", description=(
         "Tiny model size: nano (0.14 M parameters), micro, tiny, small or base."))
     max_digits: int = Field(3, ge=3, le=6, description=(
@@ -56,9 +61,15 @@ class DemoConfig(StrictModel):
     min_start_pass_at_k: float = Field(0.2, ge=0, le=1, description=(
         "The headroom pass@k a start needs for GRPO to start from it (a start below it has "
         "little for the accuracy reward to find; the default's starts reach 0.8-0.95)."))
-    headroom_problems: int = Field(100, ge=1, le=100_000, description=(
-        "Held-out problems on which the start's pass@k at the RL temperature is measured."))
-    headroom_k: int = Field(8, ge=1, le=256, description="k of that pass@k (samples each).")
+    headroom_k: int = Field(8, ge=1, le=256, description=(
+        "k of the start's headroom pass@k at the RL temperature on the validation problems "
+        "(samples each)."))
+    sampled_samples: int = Field(8, ge=1, le=256, description=(
+        "Samples per problem of every model's sampled accuracy (mean accuracy at the RL "
+        "temperature), beside its greedy accuracy."))
+    sampled_problems: int = Field(100, ge=1, le=100_000, description=(
+        "Test problems of that sampled accuracy: the first N of the test split (all of them "
+        "when there are fewer), the same for every model."))
     device: str = Field("cpu", pattern=r"^(cpu|auto|cuda(:[0-9]+)?)$", description=(
         "Where SFT, GRPO and evaluation run: 'cpu' (where the README's figures come from, "
         "one core per stage), 'cuda', 'cuda:N', or 'auto' (cuda when there is one)."))
@@ -69,8 +80,10 @@ class DemoConfig(StrictModel):
     sandbox_preload: tuple[str, ...] | None = Field(None, description=(
         "Modules the sandbox imports before its first cell in evaluation and GRPO (None: the "
         "sandbox's default set, numpy, sympy and scipy among them). The problems need only "
-        "arithmetic; a toy run (the tests') may take ('math',), which starts the sandbox of "
-        "each evaluation and GRPO run in about 0.2 s instead of 2 s on 2 CPU cores."))
+        "arithmetic, so the demo preloads math alone: each of its evaluations and GRPO runs "
+        "starts its sandbox without importing numpy, sympy and scipy first. A cell that "
+        "imports a module left out fails like any failed tool call; the demo's trajectories "
+        "never import one (their code is arithmetic)."))
 
     @field_validator("model_size")
     @classmethod
@@ -78,3 +91,7 @@ class DemoConfig(StrictModel):
         from agentmath.models.tiny import known_size
 
         return known_size(size)
+
+    def sampled_on(self) -> int:
+        """How many test problems the sampled accuracy is measured on."""
+        return min(self.sampled_problems, self.test_problems)

@@ -291,7 +291,8 @@ class PartialRollout:
         state.episodes.clear()
 
     def _session_bound(self) -> int:
-        """``max_parked_sessions``, lowered to what the sandbox can spare (logged once)."""
+        """``max_parked_sessions``, lowered to what the sandbox can spare (noted once in the
+        debug log: the lowering is automatic and needs nothing of the user)."""
         config = self.engine.config
         bound = parked_session_bound(config.max_parked_sessions, self.engine.sandbox,
                                      config.max_in_flight)
@@ -299,10 +300,10 @@ class PartialRollout:
             self._bound_noted = True
             sandbox = self.engine.sandbox  # lowered only for a SessionLimited one
             held = sandbox.max_sessions if isinstance(sandbox, SessionLimited) else "?"
-            log.warning("max_parked_sessions %d lowered to %d: the sandbox holds %s live "
-                        "sessions and max_in_flight is %d (parked episodes beyond it replay "
-                        "their cells when they resume)", config.max_parked_sessions, bound,
-                        held, config.max_in_flight)
+            log.debug("max_parked_sessions %d lowered to %d: the sandbox holds %s live "
+                      "sessions and max_in_flight is %d (parked episodes beyond it replay "
+                      "their cells when they resume)", config.max_parked_sessions, bound,
+                      held, config.max_in_flight)
         return bound
 
     async def _over_parked_bound(self, parked: list[Slot]) -> None:

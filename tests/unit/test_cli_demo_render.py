@@ -15,26 +15,32 @@ from agentmath.recipes.summary import DemoSummary, Headroom, ModelRow
 from tests.fixtures.rundirs.make_eval_run import RUN
 
 
-def _row(name: str, acc: float, stages: bool) -> dict[str, Any]:
+def _row(name: str, acc: float, stages: bool, sampled: float = 0.25,
+         validation: float | None = None) -> dict[str, Any]:
     row: dict[str, Any] = {
-        "model": name, "accuracy": acc, "accuracy_ci95": [acc, acc], "mean_model_tokens": 120.0,
+        "model": name, "accuracy": acc, "accuracy_ci95": [acc, acc],
+        "sampled_accuracy": sampled, "mean_model_tokens": 120.0,
         "tool_calls_per_sample": 2.5, "failed_tool_calls_per_sample": 0.0, "n": 300}
     if stages:
         row["stage_transitions"] = [{"event": "stage", "step": 1, "old": 0, "new": 1,
                                      "rate": 0.199, "budgets": {
                                          "max_total_tokens": 4096, "max_model_tokens": 320,
                                          "max_tool_calls": 6, "segment_tokens": None}}]
+    if validation is not None:
+        row["validation_accuracy"] = validation
     return row
 
 
 def _headroom(pass_at_8: float) -> dict[str, Any]:
-    return {"greedy_pass@1": 0.0, "k": 8, "temperature": 1.0, "pass@8": pass_at_8,
-            "sampled_pass@1": 0.2, "sampled_tool_calls_per_sample": 1.5, "problems": 100}
+    return {"split": "validation", "greedy_pass@1": 0.0, "k": 8, "temperature": 1.0,
+            "pass@8": pass_at_8, "sampled_pass@1": 0.2, "sampled_tool_calls_per_sample": 1.5,
+            "problems": 100}
 
 
 SUMMARY: dict[str, Any] = {
-    "models": [_row("text-only", 0.0, False), _row("tool", 0.0, False),
-               _row("tool + grpo", 0.9, True)],
+    "models": [_row("text-only", 0.0, False, 0.0), _row("tool", 0.0, False, 0.199, 0.01),
+               _row("tool + grpo", 0.9, True, 0.871, 0.93)],
+    "sampling": {"samples": 8, "temperature": 1.0, "problems": 100, "split": "test"},
     "headroom": _headroom(0.77),
     "conversion": {"kept": 442, "dropped": {}, "seconds": 3.5, "text": 1058},
     "config": {"seed": 0, "steps": 800},
@@ -65,10 +71,13 @@ def test_rows_and_headroom_of_a_run_keep_the_old_figures() -> None:
            "failed_tool_calls_per_sample":
                (tools.calls_per_sample or 0.0) * (tools.error_rate or 0.0),
            "n": metrics.n_samples}
-    assert ModelRow.of("tool", metrics).to_dict() == old
+    assert ModelRow.of("tool", metrics, None).to_dict() == {
+        **old, "sampled_accuracy": None}
+    assert ModelRow.of("tool", metrics, metrics).sampled_accuracy == avg.value
     k = metrics.k
     head = Headroom.measure(k, 1.0, metrics, metrics).to_dict()
-    assert head == {"greedy_pass@1": avg.value, "k": k, "temperature": 1.0,
+    assert head == {"split": "validation", "greedy_pass@1": avg.value, "k": k,
+                    "temperature": 1.0,
                     f"pass@{k}": metrics.pass_at[str(k)], "sampled_pass@1": avg.value,
                     "sampled_tool_calls_per_sample": tools.calls_per_sample,
                     "problems": metrics.n_problems}
@@ -88,6 +97,20 @@ def test_a_saved_summary_reads_back(tmp_path: Path) -> None:
 def test_a_summary_written_before_starts_could_be_regrown_reads_back() -> None:
     older = {k: v for k, v in SUMMARY.items() if k != "starts"}
     assert DemoSummary.from_dict(older).starts == []
+
+
+def test_a_summary_written_before_the_validation_split_reads_back_as_what_it_was() -> None:
+    """Before the validation split the headroom was measured on the test problems, and the
+    rows had no sampled accuracy: an older file reads back saying so."""
+    older = json.loads(json.dumps(SUMMARY))
+    del older["sampling"]
+    del older["headroom"]["split"]
+    for row in older["models"]:
+        del row["sampled_accuracy"]
+        row.pop("validation_accuracy", None)
+    summary = DemoSummary.from_dict(older)
+    assert summary.headroom.split == "test" and summary.sampling is None
+    assert all(row.sampled_accuracy is None for row in summary.models)
 
 
 def test_render_lists_the_starts_when_the_first_was_grown_again(
@@ -114,6 +137,14 @@ def test_render_prints_headroom_and_stage_transitions(capsys: pytest.CaptureFixt
     _render(DemoSummary.from_dict(SUMMARY))
     out = capsys.readouterr().out
     assert "90.0%" in out and "greedy pass@1 0.0%, pass@8 77.0%" in out
+    assert "(100 validation problems)" in out
+    # every row's sampled accuracy beside its greedy one, under how it was sampled
+    assert "sampled accuracy (8 at T=1 on 100)" in out
+    cells = [[c.strip() for c in line.split("│")[1:-1]]
+             for line in out.splitlines() if "│ tool + grpo" in line]
+    assert cells[0][:3] == ["tool + grpo", "90.0%", "87.1%"]
+    assert "tool + grpo, the default for `agentmath solve`; chosen by greedy accuracy on " \
+        "the validation problems: tool 1.0%, tool + grpo 93.0%" in out
     assert "tool + grpo: budget stage 0 -> 1 at step 1 (truncation rate 19.9%" in out
     assert "442 verified tool trajectories" in out and "1058 text" in out
     assert "runs/demo/report/viewer.html" in out

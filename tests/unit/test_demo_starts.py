@@ -11,7 +11,8 @@ from typing import Any
 import pytest
 
 import agentmath.recipes.demo as recipe
-from agentmath.recipes.demo import DemoConfig, DemoData, start_seed
+from agentmath.recipes.demo import DemoConfig, DemoData, StartJob, start_seed
+from agentmath.recipes.demo_jobs import StartResult
 
 
 def _metrics(pass_at_8: float) -> Any:
@@ -22,34 +23,41 @@ def _metrics(pass_at_8: float) -> Any:
 
 def _start(attempt: int, pass_at_8: float) -> Any:
     run = _metrics(pass_at_8)
-    return recipe._Start.measured(DemoConfig(), attempt, f"model-{attempt}",
-                                  Path(f"run-{attempt}"), run, run)
+    return recipe._Start.measured(DemoConfig(), attempt, f"model-{attempt}", run, run)
 
 
 def _prepared(tmp_path: Path) -> DemoData:
     return DemoData(mixed=[{"id": "p"}], text_examples=[], conversion=None,
-                    test_file=tmp_path / "test.jsonl", train_file=tmp_path / "train.jsonl",
-                    tokenizer_dir=tmp_path / "tokenizer", n_test=1)
+                    train_file=tmp_path / "train.jsonl",
+                    validation_file=tmp_path / "validation.jsonl",
+                    test_file=tmp_path / "test.jsonl", tokenizer_dir=tmp_path / "tokenizer",
+                    n_validation=1, n_test=1)
 
 
 def _grow(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, cfg: DemoConfig, first: Any,
-          later: dict[int, float]) -> tuple[list[Any], Any, list[Any], list[str]]:
+          later: dict[int, float]) -> tuple[list[Any], Any, list[StartJob], list[str]]:
     """Run the recipe's start logic with the jobs replaced: ``later`` maps an attempt to the
     pass@8 its start would reach. Returns (starts, chosen, the jobs asked for, messages)."""
-    asked: list[Any] = []
+    asked: list[StartJob] = []
 
-    def fake_parallel(fn: Any, jobs: list[tuple], pool: Any = None) -> list[Any]:
+    def fake_parallel(fn: Any, jobs: list[tuple[StartJob]], pool: Any = None) -> list[Any]:
         assert fn is recipe.start_job
-        asked.extend(jobs)
-        # start_job's contract: model dir, greedy run dir (in the job's folder), two runs
-        return [(f"model-{job[-1]}", f"{job[3]}/run-tool", _metrics(later[job[-1]]),
-                 _metrics(later[job[-1]])) for job in jobs]
+        asked.extend(job for (job,) in jobs)
+        attempts = [_attempt(job) for (job,) in jobs]
+        # start_job's contract: the model dir and the two headroom runs, greedy and sampled
+        return [StartResult(f"model-{a}", (_metrics(later[a]), _metrics(later[a])))
+                for a in attempts]
 
     monkeypatch.setattr(recipe, "run_parallel", fake_parallel)
     messages: list[str] = []
     starts, chosen = recipe._more_starts(cfg, _prepared(tmp_path), tmp_path, messages.append,
                                          None, first)
     return starts, chosen, asked, messages
+
+
+def _attempt(job: StartJob) -> int:
+    """The attempt a start job grows (its folder is ``start-N``)."""
+    return int(Path(job.sft.out).parent.name.removeprefix("start-"))
 
 
 def test_a_start_with_headroom_is_used_and_nothing_is_grown_again(
@@ -64,11 +72,15 @@ def test_a_failed_start_is_grown_again_side_by_side_and_the_first_passing_one_us
     cfg = DemoConfig(seed=3, start_attempts=4, min_start_pass_at_k=0.2)
     starts, chosen, asked, messages = _grow(monkeypatch, tmp_path, cfg, _start(1, 0.0),
                                             {2: 0.1, 3: 0.9, 4: 0.95})
-    assert [job[-1] for job in asked] == [2, 3, 4]  # every remaining attempt, one batch
-    assert [job[3] for job in asked] == [str(tmp_path / f"start-{a}") for a in (2, 3, 4)]
+    assert [_attempt(job) for job in asked] == [2, 3, 4]  # every remaining attempt, one batch
+    assert [job.sft.seed for job in asked] == [start_seed(3, a) for a in (2, 3, 4)]
+    for job in asked:  # each start's headroom is measured on the validation problems
+        assert [run.data for run in job.headroom] == [str(tmp_path / "validation.jsonl")] * 2
+        assert [(run.samples, run.temperature) for run in job.headroom] == [(1, 0.0), (8, 1.0)]
+        assert all(Path(run.out).is_relative_to(Path(job.sft.out).parent)
+                   for run in job.headroom)
     assert [s.attempt for s in starts] == [1, 2, 3, 4]
     assert chosen.attempt == 3 and chosen.model_dir == "model-3"  # the first that passes
-    assert chosen.run_dir == tmp_path / "start-3" / "run-tool"
     assert any("below 20%" in m and "attempts 2-4 of 4" in m for m in messages)
 
 

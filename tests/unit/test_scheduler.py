@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import logging
 from collections.abc import Iterator, Sequence
 from typing import Any
 
@@ -179,8 +180,10 @@ async def test_parked_episodes_never_hold_every_session_of_the_sandbox(
         caplog: pytest.LogCaptureFixture) -> None:
     """max_parked_sessions (the default, 512) above what the sandbox holds (8 sessions, 4
     episodes running): parked episodes kept every session and the running ones waited for
-    one without end. The bound is lowered to what the sandbox can spare (logged), the rest
-    replay their cells when they resume, and every iteration ends."""
+    one without end. The bound is lowered to what the sandbox can spare (in the debug log:
+    nothing for the user to do), the rest replay their cells when they resume, and every
+    iteration ends."""
+    caplog.set_level(logging.DEBUG, logger="agentmath.rollout.partial")
     sandbox = FakeSandbox(max_sessions=8)
     eng = RolloutEngine(Tracing(), sandbox, FMT, loop=LoopConfig(), config=RolloutConfig(
         segment_tokens=1000, segment_tool_calls=1, max_in_flight=4, max_new_groups=4,
@@ -191,7 +194,9 @@ async def test_parked_episodes_never_hold_every_session_of_the_sandbox(
         eng.set_policy_version(version)
         groups += (await asyncio.wait_for(run.iteration(2), 10)).groups
         assert sandbox.open <= 4 and sandbox.waiting == 0
-    assert "max_parked_sessions 512 lowered to 4" in caplog.text
+    assert [(r.levelno, r.getMessage()[:36]) for r in caplog.records
+            if "lowered" in r.getMessage()] == [(logging.DEBUG,
+                                                  "max_parked_sessions 512 lowered to 4")]
     done = [s.trajectory for g in groups for s in g.samples]
     assert done and all("NameError" not in t.completion_text for t in done)
     assert sum(t.session_replays for t in done) > 0
