@@ -80,10 +80,10 @@ class DemoConfig(StrictModel):
     sandbox_preload: tuple[str, ...] | None = Field(None, description=(
         "Modules the sandbox imports before its first cell in evaluation and GRPO (None: the "
         "sandbox's default set, numpy, sympy and scipy among them). The problems need only "
-        "arithmetic, so the demo preloads math alone: each of its evaluations and GRPO runs "
-        "starts its sandbox without importing numpy, sympy and scipy first. A cell that "
-        "imports a module left out fails like any failed tool call; the demo's trajectories "
-        "never import one (their code is arithmetic)."))
+        "arithmetic: ('math',) starts each evaluation's and GRPO run's sandbox without "
+        "importing numpy, sympy and scipy first (the tests' toy demos do), but a cell that "
+        "then imports numpy crashes its session (its threads are not allowed after the "
+        "sandbox's limits apply), so the default keeps the full set."))
 
     @field_validator("model_size")
     @classmethod
