@@ -243,7 +243,9 @@ def policy_loss(logp: Any, old_logp: Any, advantages: Any, mask: Any, *,
                           if correction is not None and correction.mode.endswith("_tis")
                           else 0.0,
                           kl=float((kl * m).sum() / n),
-                          mismatch_kl=float(((torch.exp(d) - d - 1.0) * m).sum() / n),
+                          # k3 >= 0 exactly; float32 rounding can dip below
+                          mismatch_kl=float(((torch.exp(d) - d - 1.0).clamp(min=0.0) * m).sum()
+                                            / n),
                           mismatch_max=float((d.abs() * m).max()) if m.any() else 0.0,
                           mismatch_masked=float((changed.float() * m).sum() / n))
     return loss, stats
