@@ -206,8 +206,8 @@ def notes(result: dict[str, Any]) -> list[str]:
         f"agentmath: `train_rl`, format chatml_tools (the native protocol, token-exact), hf "
         f"backend in process, rollout mode {c['agentmath_mode']}.",
         (f"extra row ({ARMS['agentmath+ds'].label}): the same, with dynamic sampling on (up to "
-         f"{c['max_sampling_rounds']} rounds a step; its prompts continue the same stream); "
-         "not in the goal's verdict." if c["dynamic_sampling_row"] else
+         f"{c['max_sampling_rounds']} rounds a step; its extra draws take the next prompts "
+         "of the same stream); not in the goal's verdict." if c["dynamic_sampling_row"] else
          "extra row (agentmath + dynamic sampling): not run."),
         (f"TRL {result['versions'].get('trl', '?')}: GRPOTrainer(use_vllm=False) on CPU, its "
          f"multi-turn tool loop via {result['trl_tool_mode']}, native chat protocol; tool calls "

@@ -30,8 +30,9 @@ extra generation is in its wall time) is run too, at every lr, as a second, labe
 "agentmath + dynamic sampling (extra: more prompts and samples per step)": a different
 objective that consumes more prompts and samples than TRL a step, so it is reported beside
 the goal's verdict, never in it. ``--no-dynamic-sampling-row`` leaves it out. Its extra draws
-continue the training stream into fresh problems (the data holds ``--max-sampling-rounds``
-times the headline's prompts; the headline runs read only the first ones).
+take the next prompts of the same stream, so it runs ahead of the headline's order and past its
+last prompt into fresh problems (the data holds ``--max-sampling-rounds`` times the headline's
+prompts, never a second epoch; the headline runs read only the first ones).
 
 The runs alternate (agentmath, TRL, agentmath + dynamic sampling at lr 1, then at lr 2, ...)
 so that a change in the machine's load hits every arm. Each run saves its model every
