@@ -54,8 +54,9 @@ final. The extra rows' figures against the same target are printed beside the ve
 under ``goal.extra`` in ``--json``). Accuracy is judged in each trainer's own protocol by
 default (``--goal-protocol``: agentmath's text protocol, TRL's native chat protocol); both are
 always reported. A PNG plot of accuracy against wall time for every run goes to the run
-directory under ``--out``. The tables, the goal and the plot are written by
-``_grpo_report.py``.
+directory under ``--out``, with ``result.json`` (the ``--json`` object) and ``runs.jsonl``
+(each training run's record as soon as it ends, before any evaluation: what a stopped run
+keeps). The tables, the goal and the plot are written by ``_grpo_report.py``.
 
 The model. ``build_tool_model`` grows a ``micro`` Qwen3 (``--sft-steps`` of batch
 ``--sft-batch``, 16) on synthetic word problems in ONE protocol, native tool calling (chat
@@ -516,8 +517,15 @@ def run(ns: argparse.Namespace) -> dict[str, Any]:
 
     arms = (["agentmath"] + ([] if ns.skip_trl else ["trl"])
             + (["agentmath+ds"] if ns.dynamic_sampling_row else []))
-    runs = [train_run(ns, arm, lr, model_dir, data, rows, run_dir, max_prompt, system)
-            for lr in ns.lrs for arm in arms]  # alternating: load changes hit every arm
+    runs = []
+    for lr in ns.lrs:  # alternating: load changes hit every arm
+        for arm in arms:
+            runs.append(train_run(ns, arm, lr, model_dir, data, rows, run_dir, max_prompt,
+                                  system))
+            # each run's record as soon as it ends: a benchmark stopped before its
+            # evaluations keeps what its training measured
+            with (run_dir / "runs.jsonl").open("a") as f:
+                f.write(json.dumps(runs[-1]) + "\n")
     eval_started = time.monotonic()
     points = [(r, p) for r in runs for p in r["points"]]
     found = evaluate_all(ns, [(f"evaluating {r['name']} at step {p['step']}",

@@ -69,7 +69,9 @@ def test_grpo_benchmark_quick_json_shape(tmp_path: Path, capsys: pytest.CaptureF
            "--out", str(tmp_path)]
     # one torch thread, as the docs run it (--threads 1): two threads on a shared 2-vCPU runner
     # make the nano model's steps several times slower, not faster
-    env = {**os.environ, "COLUMNS": "200", "OMP_NUM_THREADS": "1"}
+    # and this checkout's package first, whatever the environment's install points at
+    env = {**os.environ, "COLUMNS": "200", "OMP_NUM_THREADS": "1",
+           "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600, cwd=str(ROOT),
                           env=env)
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -151,6 +153,10 @@ def test_grpo_benchmark_quick_json_shape(tmp_path: Path, capsys: pytest.CaptureF
             "accuracy"]
     assert Path(data["plot"]).stat().st_size > 0 and data["notes"]
     assert Path(data["run_dir"], "result.json").exists()
+    written = [json.loads(line) for line in
+               Path(data["run_dir"], "runs.jsonl").read_text().splitlines()]
+    assert [(r["arm"], r["lr"], r["consumed"]) for r in written] == [
+        (r["arm"], r["lr"], r["consumed"]) for r in data["runs"]]
 
     # the printed report: the labelled extra row and the consumption columns
     from _grpo_report import print_report
