@@ -38,11 +38,14 @@ methods become the tools, rendered and parsed exactly like ``tools=``, by the sa
 
 from __future__ import annotations
 
+import json
 import os
 import time
 from collections.abc import Collection
 from pathlib import Path
 from typing import Any
+
+from _grpo_report import Consumed
 
 from agentmath.agent.prompts import CHAT_SYSTEM_PROMPT
 from agentmath.config import SandboxConfig
@@ -124,6 +127,33 @@ def accuracy_reward(completions: list[Any], answer: list[str], **_: Any) -> list
             ok = False
         scores.append(1.0 if ok else 0.0)
     return scores
+
+
+class GenerationTally:
+    """TRL's generations, counted where TRL hands them over: its reward function is called
+    once per generation batch with every completion it generated and the prompt of each
+    (one batch a step here: ``steps_per_generation`` is left at its default, 1). Pass
+    :meth:`accuracy_reward` as the reward function."""
+
+    def __init__(self) -> None:
+        self.batches: list[Consumed] = []
+
+    def accuracy_reward(self, completions: list[Any], answer: list[str], *,
+                        prompts: list[Any], trainer_state: Any, **_: Any) -> list[float]:
+        """:func:`accuracy_reward`, after counting the batch under the step it trains
+        (TRL's ``global_step`` counts the steps already done)."""
+        distinct = {json.dumps(p, sort_keys=True) for p in prompts}
+        self.batches.append(Consumed(trainer_state.global_step + 1, len(distinct),
+                                     len(completions)))
+        return accuracy_reward(completions, answer)
+
+    def per_step(self) -> list[Consumed]:
+        """One record a step, in step order (batches of the same step summed)."""
+        steps: dict[int, Consumed] = {}
+        for b in self.batches:
+            old = steps.get(b.step, Consumed(b.step, 0, 0))
+            steps[b.step] = Consumed(b.step, old.prompts + b.prompts, old.samples + b.samples)
+        return [steps[k] for k in sorted(steps)]
 
 
 def trl_prompt(problem: str) -> list[dict[str, str]]:
@@ -230,7 +260,8 @@ def run_trl(model_dir: str, train_rows: list[dict[str, Any]], out: Path, *, step
 
     The model is saved to ``out/step-N`` after each step N in ``save_steps`` and after the
     last (``final_dir``); ``checkpoints`` lists them with the cumulative training wall time
-    at each (from the first step's start, the saves left out) and the sum of step times."""
+    at each (from the first step's start, the saves left out) and the sum of step times;
+    ``consumed`` the prompts and samples of each step (:class:`GenerationTally`)."""
     global _SANDBOX
     os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
     import datasets
@@ -297,14 +328,14 @@ def run_trl(model_dir: str, train_rows: list[dict[str, Any]], out: Path, *, step
             if logs:
                 self.logs.append({"step": state.global_step, **logs})
 
-    timer = Timer()
+    timer, tally = Timer(), GenerationTally()
     _LIMITS.update(timeout=tool_timeout_s, max_chars=max_output_chars)
     tool_kwargs: dict[str, Any] = ({"environment_factory": PythonEnv} if stateful
                                    else {"tools": [python]})
     _SANDBOX = Sandbox(SandboxConfig(timeout_s=tool_timeout_s))
     trainer = None
     try:
-        trainer = GRPOTrainer(model=model, reward_funcs=[accuracy_reward], args=args,
+        trainer = GRPOTrainer(model=model, reward_funcs=[tally.accuracy_reward], args=args,
                               train_dataset=data, processing_class=tokenizer,
                               callbacks=[timer], **tool_kwargs)
         setup_s = time.monotonic() - started
@@ -319,4 +350,5 @@ def run_trl(model_dir: str, train_rows: list[dict[str, Any]], out: Path, *, step
     return {"final_dir": timer.checkpoints[-1]["dir"], "step_s": timer.step_s,
             "checkpoints": timer.checkpoints, "logs": step_logs, "setup_s": setup_s,
             "saving_s": timer.saving_s, "wall_s": time.monotonic() - started, "checks": checks,
-            "tool_mode": "environment_factory" if stateful else "tools"}
+            "tool_mode": "environment_factory" if stateful else "tools",
+            "consumed": tally.per_step()}

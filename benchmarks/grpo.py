@@ -15,25 +15,48 @@ accuracy a long way by teaching it to choose the tool. Before training, the star
 measured and printed: greedy pass@1, and pass@k (k = 8) at the RL temperature, on the held-out
 problems, in both protocols.
 
-What is compared. For each trainer, a learning-rate sweep (``--lrs``, the same list for both,
-constant schedule) from the same start model, on the same training prompts in the same order,
-group size G = 8, 8 prompts a step, the same step budget (16), temperature 1.0, completion and
-tool-call budgets, objective (token-level DAPO aggregation, group-normalised advantages, clip
-0.2/0.28, no KL) and accuracy reward (agentmath's grader). agentmath runs with async rollouts
-(``--agentmath-mode``). The runs alternate (agentmath at lr 1, TRL at lr 1, agentmath at lr 2,
-...) so that a change in the machine's load hits both. Each run saves its model every
+What is compared: the headline. For each trainer, a learning-rate sweep (``--lrs``, the same
+list for both, constant schedule) from the same start model, on the same training prompts in
+the same order, group size G = 8, 8 prompts a step, the same step budget (16), temperature
+1.0, completion and tool-call budgets, objective (token-level DAPO aggregation,
+group-normalised advantages, clip 0.2/0.28, no KL, no dynamic sampling) and accuracy reward
+(agentmath's grader): the same number of generated samples a step on both sides.
+agentmath runs with async rollouts (``--agentmath-mode``).
+
+The extra row. agentmath's dynamic sampling (``RLConfig.dynamic_sampling``, DAPO: a group
+whose rewards are all equal carries no gradient, so the step draws fresh groups from the same
+prompt stream, up to ``--max-sampling-rounds`` rounds, until 8 with signal are found; the
+extra generation is in its wall time) is run too, at every lr, as a second, labelled row,
+"agentmath + dynamic sampling (extra: more prompts and samples per step)": a different
+objective that consumes more prompts and samples than TRL a step, so it is reported beside
+the goal's verdict, never in it. ``--no-dynamic-sampling-row`` leaves it out. Its extra draws
+take the next prompts of the same stream, so it runs ahead of the headline's order and past its
+last prompt into fresh problems (the data holds ``--max-sampling-rounds`` times the headline's
+prompts, never a second epoch; the headline runs read only the first ones).
+
+The runs alternate (agentmath, TRL, agentmath + dynamic sampling at lr 1, then at lr 2, ...)
+so that a change in the machine's load hits every arm. Each run saves its model every
 ``--eval-every`` steps (4) and at its last; after all the training, every saved model is
 evaluated on the held-out problems (greedy, both protocols): accuracy against the cumulative
 training wall time at which it was saved. Evaluation is not in the training time.
 
-Reported: a table (trainer, lr, step, training wall seconds, held-out accuracy with its 95% CI
-in each protocol), then the summary: TRL's best final accuracy over its lrs (and that run's
-wall time), for each agentmath run the wall time at which it first reaches that accuracy (at a
-saved step; or never) and its ratio to TRL's time; the goal is met when some agentmath run
-reaches it in at most half of TRL's time AND agentmath's best final accuracy is at least TRL's
-best final. Accuracy is judged in each trainer's own protocol by default (``--goal-protocol``:
-agentmath's text protocol, TRL's native chat protocol); both are always reported. A PNG plot of
-accuracy against wall time for every run goes to the run directory under ``--out``.
+Reported: a table (run, headline or extra row, lr, step, training wall seconds, held-out
+accuracy with its 95% CI in each protocol); a table of the runs with the prompts and samples
+each consumed, in total and per step (mean, min-max), read from each trainer's own records:
+agentmath's step metrics (``read_steps``: the groups each step scored, trained or dropped, and
+every sample it generated) and TRL's generations as its reward function received them (every
+completion of a step and the distinct prompts among them), not from the settings; then the
+summary: TRL's best final accuracy over its lrs (and that run's wall time), for each agentmath
+run the wall time at which it first reaches that accuracy (at a saved step; or never) and its
+ratio to TRL's time; the goal is met when some headline agentmath run reaches it in at most
+half of TRL's time AND the headline agentmath's best final accuracy is at least TRL's best
+final. The extra rows' figures against the same target are printed beside the verdict (and
+under ``goal.extra`` in ``--json``). Accuracy is judged in each trainer's own protocol by
+default (``--goal-protocol``: agentmath's text protocol, TRL's native chat protocol); both are
+always reported. A PNG plot of accuracy against wall time for every run goes to the run
+directory under ``--out``, with ``result.json`` (the ``--json`` object) and ``runs.jsonl``
+(each training run's record as soon as it ends, before any evaluation: what a stopped run
+keeps). The tables, the goal and the plot are written by ``_grpo_report.py``.
 
 The model. ``build_tool_model`` grows a ``micro`` Qwen3 (``--sft-steps`` of batch
 ``--sft-batch``, 16) on synthetic word problems in ONE protocol, native tool calling (chat
@@ -52,9 +75,7 @@ very protocol, token for token:
   the ``hf`` backend: each result rendered as the chat template renders a ``tool`` turn and the
   next assistant header (a unit test checks the two renderings byte for byte), under the system
   message that the template writes for the records' system prompt and tools
-  (:func:`chatml_system_prompt`, checked when the benchmark starts). (Before 2026-11-26 the model
-  learned two protocols, ``openai_tools`` text for agentmath and native chat for TRL; half the
-  code trajectories each left both starts without headroom: pass@8 0% at 1,200 SFT steps.)
+  (:func:`chatml_system_prompt`, checked when the benchmark starts).
 
 Timing. The cumulative training wall time at step k runs from the start of the first step to
 the end of step k, as each trainer's hooks see it (agentmath: ``train_rl``'s ``on_step`` and
@@ -81,24 +102,20 @@ Deviations from the issue's sketch, forced by the facts:
   graded by the same grader on the same problems, so the two should agree up to the parsers'
   edge cases (a malformed call).
 * The demo's GRPO uses void-turn filtering and a tool-call budget that grows in stages; here
-  neither (TRL has no equivalent): one budget (6 tool calls) and no filters for both.
-  agentmath runs with dynamic sampling, its default (``RLConfig.dynamic_sampling``, DAPO: a
-  group whose rewards are all equal carries no gradient, so the step draws more groups from
-  the same prompt stream until 8 with signal are found; the extra generation is in its wall
-  time). TRL has none; ``--no-dynamic-sampling`` turns it off for a step-for-step identical
-  objective (the comparison's runs before 2026-11-28 10:00 were made that way).
+  neither (TRL has no equivalent): one budget (6 tool calls) and no filters for both. TRL has
+  no dynamic sampling: agentmath's runs only in the extra row (above).
 * Budgets cannot be made identical: TRL's ``max_completion_length`` counts model AND tool tokens
   after the prompt; agentmath counts model tokens (``max_model_tokens`` = the same number) and a
   context budget (``max_total_tokens`` = the longest training prompt + the same number).
 * "First reaches" is read at the saved steps only (every ``--eval-every`` steps), so it is an
   upper bound on the true time; the start (step 0) does not count as reaching.
 
-Cost (2 idle CPU cores, defaults; an estimate, not yet measured): growing the model once, about
-10 minutes (cached); the start's greedy accuracy and pass@8 (1,600 episodes a protocol; cached),
-about 5 minutes; 3 lrs x 2 trainers x 16 steps of 64 episodes, roughly 2-4 minutes a run for
-agentmath and 3-7 for TRL; then 24 saved models x 2 protocols x 100 held-out problems, about
-10-15 minutes. About an hour for a first run, 40-50 minutes after. ``--lrs``, ``--eval-every``
-and ``--eval-problems`` trade coverage for time.
+Cost (defaults): growing the model once (cached under ``--out``); the start's greedy accuracy
+and pass@8 (1,600 episodes a protocol; cached); 3 lrs x 3 runs x 16 steps of 64 episodes or
+more (the extra row's steps generate up to ``--max-sampling-rounds`` times as many); then 36
+saved models x 2 protocols x 100 held-out problems. ``--lrs``, ``--eval-every``,
+``--eval-problems`` and ``--no-dynamic-sampling-row`` trade coverage for time; measured runs
+and their times are in docs/benchmarks.md.
 """
 
 from __future__ import annotations
@@ -117,8 +134,16 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _common import print_table  # noqa: E402
 from _grpo_eval import evaluate_all  # noqa: E402
+from _grpo_report import (  # noqa: E402
+    ARMS,
+    agentmath_consumed,
+    consumption,
+    goal_summary,
+    notes,
+    print_report,
+    write_plot,
+)
 
 from agentmath.recipes.tool_model import GrownModel, ToolModelConfig  # noqa: E402
 from agentmath.synth.config import NATIVE  # noqa: E402
@@ -208,7 +233,9 @@ def chatml_system_prompt(tokenizer: Any) -> str:
 
 
 def run_agentmath(ns: argparse.Namespace, lr: float, model_dir: str, data: Path, out: Path,
-                  max_prompt_tokens: int, system: str) -> dict[str, Any]:
+                  max_prompt_tokens: int, system: str, dynamic_sampling: bool) -> dict[str, Any]:
+    """One ``train_rl`` run: its step times, saved models and what it consumed (its step
+    metrics)."""
     from agentmath.config import LoopConfig, RolloutConfig
     from agentmath.rl.config import (
         GeneratorConfig,
@@ -225,7 +252,8 @@ def run_agentmath(ns: argparse.Namespace, lr: float, model_dir: str, data: Path,
         model=model_dir, format="chatml_tools",
         data=RLDataConfig(dataset=str(data), shuffle=False), steps=ns.steps,
         group_size=ns.group_size, prompts_per_step=ns.prompts,
-        dynamic_sampling=ns.dynamic_sampling, seed=ns.seed, device="cpu",
+        dynamic_sampling=dynamic_sampling, max_sampling_rounds=ns.max_sampling_rounds,
+        seed=ns.seed, device="cpu",
         loss=LossConfig(clip_low=0.2, clip_high=0.28, aggregation="token", kl_coef=0.0,
                         micro_batch_size=max(16, ns.group_size * ns.prompts)),
         optim=OptimConfig(learning_rate=lr, decay="constant", max_grad_norm=1.0),
@@ -257,7 +285,9 @@ def run_agentmath(ns: argparse.Namespace, lr: float, model_dir: str, data: Path,
             "setup_s": t0 - started,
             "reward_mean": [r.reward_mean for r in rows],
             "tool_calls_mean": [r.tool_calls_mean for r in rows],
-            "truncation_rate": [r.truncation_rate for r in rows]}
+            "truncation_rate": [r.truncation_rate for r in rows],
+            "consumed": agentmath_consumed(rows),
+            "stale_groups_dropped": sum(r.stale_dropped for r in rows)}
 
 
 def run_trl_side(ns: argparse.Namespace, lr: float, model_dir: str, rows: list[dict[str, Any]],
@@ -276,24 +306,31 @@ def run_trl_side(ns: argparse.Namespace, lr: float, model_dir: str, rows: list[d
     return res
 
 
-def train_run(ns: argparse.Namespace, trainer: str, lr: float, model_dir: Path, data: Path,
+def train_run(ns: argparse.Namespace, arm: str, lr: float, model_dir: Path, data: Path,
               rows: list[dict[str, Any]], run_dir: Path, max_prompt: int,
               system: str) -> dict[str, Any]:
-    """One training run and what was measured around it (load, CPU seconds)."""
-    name = f"{trainer}-lr{lr:g}"
-    log(f"{name}: {ns.steps} steps of {ns.prompts} x {ns.group_size}")
+    """One training run of ``arm`` (``ARMS``) and what was measured around it (load, CPU
+    seconds, the prompts and samples it consumed)."""
+    trainer, dynamic_sampling = ARMS[arm].trainer, ARMS[arm].dynamic_sampling
+    name = f"{arm}-lr{lr:g}"
+    log(f"{name}: {ns.steps} steps of {ns.prompts} x {ns.group_size}"
+        + (" (dynamic sampling)" if dynamic_sampling else ""))
     load_before, cpu0 = load_avg(), time.process_time()
     if trainer == "agentmath":
-        res = run_agentmath(ns, lr, str(model_dir), data, run_dir / name, max_prompt, system)
+        res = run_agentmath(ns, lr, str(model_dir), data, run_dir / name, max_prompt, system,
+                            dynamic_sampling)
     else:
-        res = run_trl_side(ns, lr, str(model_dir), rows, run_dir / name)
+        res = run_trl_side(ns, lr, str(model_dir), rows[:ns.steps * ns.prompts],
+                           run_dir / name)
     steps = res["step_s"]
-    run = {"trainer": trainer, "lr": lr, "name": name,
+    consumed = consumption(res["consumed"])
+    run = {"arm": arm, "trainer": trainer, "label": ARMS[arm].label,
+           "headline": ARMS[arm].headline,
+           "dynamic_sampling": dynamic_sampling, "lr": lr, "name": name,
            "mode": ns.agentmath_mode if trainer == "agentmath" else res["tool_mode"],
-           "steps": len(steps), "step_s": steps,
+           "steps": len(steps), "step_s": steps, "consumed": consumed,
            "wall_s_per_step": statistics.fmean(steps) if steps else float("nan"),
-           "samples_per_s": (ns.prompts * ns.group_size * len(steps) / sum(steps)
-                             if steps else float("nan")),
+           "samples_per_s": (consumed["samples"] / sum(steps) if steps else float("nan")),
            "setup_s": res["setup_s"], "cpu_s": time.process_time() - cpu0,
            "load_before": load_before, "load_after": load_avg(),
            "reward_mean": res.get("reward_mean"), "tool_calls_mean": res.get("tool_calls_mean"),
@@ -302,6 +339,8 @@ def train_run(ns: argparse.Namespace, trainer: str, lr: float, model_dir: Path, 
     if trainer == "trl":
         run["trl_checks"] = res["checks"]
         run["saving_s"] = res["saving_s"]
+    else:
+        run["stale_groups_dropped"] = res["stale_groups_dropped"]
     return run
 
 
@@ -342,181 +381,9 @@ def headroom(start: dict[str, Any], k: int) -> dict[str, Any]:
 
 # ----------------------------------------------------------------------------- the goal
 def goal_protocol(ns: argparse.Namespace, trainer: str) -> str:
+    """The protocol ``trainer``'s accuracy is judged in for the goal."""
     protocol = OWN_PROTOCOL[trainer] if ns.goal_protocol == "own" else ns.goal_protocol
     return "text" if ns.no_native_eval else protocol
-
-
-def goal_summary(ns: argparse.Namespace, runs: list[dict[str, Any]]) -> dict[str, Any] | None:
-    """TRL's best final accuracy; when each agentmath run first reaches it; the goal."""
-    trl = [r for r in runs if r["trainer"] == "trl"]
-    ours = [r for r in runs if r["trainer"] == "agentmath"]
-    if not trl or not ours:
-        return None
-
-    def acc(run: dict[str, Any], point: dict[str, Any]) -> float:
-        return point["eval"][goal_protocol(ns, run["trainer"])]["accuracy"]
-
-    best = max(trl, key=lambda r: (acc(r, r["points"][-1]), -r["points"][-1]["wall_s"]))
-    target, trl_s = acc(best, best["points"][-1]), best["points"][-1]["wall_s"]
-    per_run = []
-    for run in ours:
-        hit = next((p for p in run["points"] if acc(run, p) >= target), None)
-        per_run.append({"lr": run["lr"], "final_accuracy": acc(run, run["points"][-1]),
-                        "final_wall_s": run["points"][-1]["wall_s"],
-                        "reaches_at_step": hit["step"] if hit else None,
-                        "reaches_at_s": hit["wall_s"] if hit else None,
-                        "ratio": hit["wall_s"] / trl_s if hit and trl_s > 0 else None})
-    ratios = [r["ratio"] for r in per_run if r["ratio"] is not None]
-    best_ours = max(r["final_accuracy"] for r in per_run)
-    fastest = min(ratios) if ratios else None
-    return {"protocol": {"agentmath": goal_protocol(ns, "agentmath"),
-                         "trl": goal_protocol(ns, "trl")},
-            "trl_best": {"lr": best["lr"], "final_accuracy": target, "wall_s": trl_s,
-                         "final_accuracy_by_lr": {f"{r['lr']:g}": acc(r, r["points"][-1])
-                                                  for r in trl}},
-            "agentmath": per_run, "agentmath_best_final": best_ours,
-            "fastest_ratio": fastest,
-            "met": fastest is not None and fastest <= 0.5 and best_ours >= target,
-            "met_by_one_run": any(r["ratio"] is not None and r["ratio"] <= 0.5
-                                  and r["final_accuracy"] >= target for r in per_run)}
-
-
-# ----------------------------------------------------------------------------- report
-def _acc(ev: dict[str, Any] | None) -> str:
-    if not ev:
-        return "-"
-    lo, hi = ev["ci95"]
-    return f"{ev['accuracy']:.1%} [{lo:.0%}, {hi:.0%}]"
-
-
-def _num(x: Any, fmt: str) -> str:
-    return "-" if x is None or x != x else format(x, fmt)
-
-
-def print_report(result: dict[str, Any]) -> None:
-    c = result["config"]
-    start = result["start"]["greedy"]
-    rows = [["start (SFT model)", "-", "0", "0.0", _acc(start.get("text")),
-             _acc(start.get("native"))]]
-    for run in result["runs"]:
-        for p in run["points"]:
-            rows.append([f"{run['trainer']} ({run['mode']})", f"{run['lr']:g}", str(p["step"]),
-                         f"{p['wall_s']:.1f}", _acc(p["eval"].get("text")),
-                         _acc(p["eval"].get("native"))])
-    n = c["eval_problems"]
-    print_table(f"agentic GRPO on the demo's task ({result['model']['size']} tool model, "
-                f"text share {c['text_share']}, CPU): held-out accuracy against training wall time",
-                ["trainer", "lr", "step", "training wall s",
-                 f"acc, chatml_tools loop (n={n}, 95% CI)",
-                 f"acc, native chat (n={n}, 95% CI)"], rows)
-    print_table("runs", ["run", "s/step (mean)", "samples/s", "set-up s", "CPU s",
-                         "load before / after", "reward (first -> last step)"],
-                [[r["name"], _num(r["wall_s_per_step"], ".2f"), _num(r["samples_per_s"], ".2f"),
-                  _num(r["setup_s"], ".1f"), _num(r["cpu_s"], ".0f"),
-                  f"{r['load_before']} / {r['load_after']}", _reward_trend(r)]
-                 for r in result["runs"]])
-    for note in result["notes"]:
-        print(f"* {note}")
-
-
-def _reward_trend(run: dict[str, Any]) -> str:
-    rewards = [x for x in run.get("reward_mean") or [] if x is not None]
-    return f"{rewards[0]:.2f} -> {rewards[-1]:.2f}" if rewards else "-"
-
-
-def notes(result: dict[str, Any]) -> list[str]:
-    c = result["config"]
-    k = c["headroom_k"]
-    out = []
-    for protocol, h in result["headroom"].items():
-        out.append(f"start headroom ({protocol}): greedy pass@1 {h['greedy_pass@1']:.1%}, "
-                   f"pass@{k} {h[f'pass@{k}']:.1%} and sampled pass@1 "
-                   f"{h['sampled_pass@1']:.1%} at temperature {c['temperature']} "
-                   f"({h['problems']} problems; {h['sampled_tool_calls_per_sample']:.2f} tool "
-                   "calls a sample).")
-    out += [
-        f"same for both: {c['steps']} steps x {c['prompts']} prompts x G={c['group_size']}, "
-        f"lrs {', '.join(f'{lr:g}' for lr in c['lrs'])} (constant), temperature "
-        f"{c['temperature']}, completion budget {c['max_completion']} tokens, "
-        f"{c['max_tool_calls']} tool calls, accuracy reward, token-level loss, clip 0.2/0.28, "
-        "no KL, no filters; the same training prompts in the same order; models saved every "
-        f"{c['eval_every']} steps and at the last.",
-        f"agentmath: `train_rl`, format chatml_tools (the native protocol, token-exact), hf "
-        f"backend in "
-        f"process, rollout mode {c['agentmath_mode']}, dynamic sampling "
-        f"{'on' if c['dynamic_sampling'] else 'off'}.",
-        (f"TRL {result['versions'].get('trl', '?')}: GRPOTrainer(use_vllm=False) on CPU, its "
-         f"multi-turn tool loop via {result['trl_tool_mode']}, native chat protocol; tool calls "
-         "run in agentmath's sandbox." if result.get("trl_tool_mode") else "TRL: not run."),
-        "training wall s: from the first step's start to the end of that step (set-up and "
-        "evaluation not in it; TRL's saves taken out, agentmath's checkpoints left in); "
-        "accuracy greedy, one sample per problem, bootstrap 95% CI.",
-        f"load average (1 min) before / after each run in the runs table; torch threads "
-        f"{result['torch_threads']}; the machine is shared, so timings are noisy.",
-    ]
-    g = result.get("goal")
-    if g:
-        tb = g["trl_best"]
-        proto = g["protocol"]
-        out.append(f"TRL's best final accuracy ({proto['trl']} protocol): "
-                   f"{tb['final_accuracy']:.1%} at lr {tb['lr']:g}, {tb['wall_s']:.1f} s of "
-                   "training (by lr: "
-                   + ", ".join(f"{lr} {a:.1%}" for lr, a in tb["final_accuracy_by_lr"].items())
-                   + ").")
-        start_acc = result["start"]["greedy"].get(proto["trl"], {}).get("accuracy")
-        if start_acc is not None and tb["final_accuracy"] <= start_acc:
-            out.append("TRL did not improve on the start in that protocol: the time comparison "
-                       "says little.")
-        for r in g["agentmath"]:
-            reach = (f"reaches it at step {r['reaches_at_step']}, {r['reaches_at_s']:.1f} s "
-                     f"({r['ratio']:.2f}x TRL's time)" if r["reaches_at_s"] is not None
-                     else "never reaches it")
-            out.append(f"agentmath lr {r['lr']:g} ({proto['agentmath']} protocol): {reach}; "
-                       f"final {r['final_accuracy']:.1%} at {r['final_wall_s']:.1f} s.")
-        ratio = "-" if g["fastest_ratio"] is None else f"{g['fastest_ratio']:.2f}x"
-        out.append(f"goal (reach TRL's best final accuracy in <= 0.5x its wall time, and end at "
-                   f"least as accurate): fastest {ratio}, agentmath's best final "
-                   f"{g['agentmath_best_final']:.1%} vs TRL's {tb['final_accuracy']:.1%} -> "
-                   f"{'met' if g['met'] else 'not met'}"
-                   f" (by a single run: {'yes' if g['met_by_one_run'] else 'no'}).")
-    if result.get("plot"):
-        out.append(f"plot: {result['plot']}")
-    return out
-
-
-def write_plot(result: dict[str, Any], path: Path) -> Path:
-    """Accuracy against training wall time, one panel per protocol, one line per run."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    protocols = list(result["start"]["greedy"])
-    fig, axes = plt.subplots(1, len(protocols), figsize=(6.5 * len(protocols), 4.8),
-                             squeeze=False)
-    lrs = sorted({r["lr"] for r in result["runs"]})
-    colors = {lr: plt.get_cmap("viridis")(i / max(1, len(lrs) - 1) * 0.85)
-              for i, lr in enumerate(lrs)}
-    for ax, protocol in zip(axes[0], protocols, strict=True):
-        start = result["start"]["greedy"][protocol]["accuracy"]
-        for run in result["runs"]:
-            xs = [0.0] + [p["wall_s"] for p in run["points"]]
-            ys = [start] + [p["eval"][protocol]["accuracy"] for p in run["points"]]
-            ax.plot(xs, ys, "-o" if run["trainer"] == "agentmath" else "--s",
-                    color=colors[run["lr"]], label=f"{run['trainer']} lr {run['lr']:g}",
-                    markersize=4)
-        g = result.get("goal")
-        if g and protocol in g["protocol"].values():  # the target, where it is compared
-            ax.axhline(g["trl_best"]["final_accuracy"], color="grey", linestyle=":",
-                       label=f"TRL's best final ({g['protocol']['trl']} protocol)")
-        ax.set(title=f"held-out accuracy, {protocol} protocol", xlabel="training wall s",
-               ylabel="accuracy (greedy)", ylim=(-0.02, 1.02))
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
 
 
 def _torch_threads() -> int:
@@ -567,8 +434,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
                    help="held-out problems for the start's pass@k")
     p.add_argument("--model-size", default="micro", help="tiny model size")
     p.add_argument("--sft-steps", type=int, default=1200,
-                   help="SFT steps of the model (the two-protocol model crosses the copy cliff "
-                        "at ~650-750 steps; 800 left it at pass@8 0%%)")
+                   help="SFT steps of the model")
     p.add_argument("--sft-problems", type=int, default=1500, help="SFT training problems")
     p.add_argument("--sft-batch", type=int, default=16, help="SFT batch size")
     p.add_argument("--text-share", type=float, default=0.7,
@@ -585,9 +451,12 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
                    help="agentmath's rollout mode")
     p.add_argument("--goal-protocol", choices=["own", "text", "native"], default="own",
                    help="protocol the goal's accuracies are read in (own: each trainer's)")
-    p.add_argument("--dynamic-sampling", action=argparse.BooleanOptionalAction, default=True,
-                   help="agentmath's dynamic sampling, its default (TRL has none); "
-                        "--no-dynamic-sampling for the identical objective")
+    p.add_argument("--dynamic-sampling-row", action=argparse.BooleanOptionalAction,
+                   default=True,
+                   help="also run agentmath with dynamic sampling, a labelled extra row that "
+                        "consumes more prompts and samples per step (never in the goal)")
+    p.add_argument("--max-sampling-rounds", type=int, default=3,
+                   help="dynamic sampling's rollout rounds per step at most (the extra row)")
     p.add_argument("--threads", type=int, default=None,
                    help="OMP_NUM_THREADS for the whole run (default: torch's own choice)")
     p.add_argument("--no-native-eval", action="store_true",
@@ -598,8 +467,9 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
         ns = p.parse_args(argv)
     if not 1 <= ns.eval_problems <= HELD_OUT or not 1 <= ns.headroom_problems <= HELD_OUT:
         p.error(f"--eval-problems and --headroom-problems: 1..{HELD_OUT}")
-    if ns.steps < 1 or ns.eval_every < 1 or ns.headroom_k < 1:
-        p.error("--steps, --eval-every and --headroom-k must be at least 1")
+    if min(ns.steps, ns.eval_every, ns.headroom_k, ns.max_sampling_rounds) < 1:
+        p.error("--steps, --eval-every, --headroom-k and --max-sampling-rounds must be at "
+                "least 1")
     return ns
 
 
@@ -625,7 +495,10 @@ def run(ns: argparse.Namespace) -> dict[str, Any]:
     model_dir, test = mdir / "final", mdir / "test.jsonl"
     run_dir = ns.out / f"run-{time.strftime('%Y%m%d-%H%M%S')}"
     run_dir.mkdir(parents=True)
-    rows = training_rows(cfg, ns.steps * ns.prompts, ns.seed)
+    # the headline runs read the first steps x prompts rows; dynamic sampling's extra draws
+    # continue the same stream into the rest (fresh problems, not a second epoch)
+    extra = ns.max_sampling_rounds if ns.dynamic_sampling_row else 1
+    rows = training_rows(cfg, ns.steps * ns.prompts * extra, ns.seed)
     data = write_jsonl(rows, run_dir / "train.jsonl")
 
     from transformers import AutoTokenizer
@@ -642,9 +515,17 @@ def run(ns: argparse.Namespace) -> dict[str, Any]:
         log(f"start ({protocol}): greedy pass@1 {h['greedy_pass@1']:.1%}, pass@{ns.headroom_k} "
             f"{h[f'pass@{ns.headroom_k}']:.1%} at temperature {ns.temperature}")
 
-    trainers = ["agentmath"] + ([] if ns.skip_trl else ["trl"])
-    runs = [train_run(ns, trainer, lr, model_dir, data, rows, run_dir, max_prompt, system)
-            for lr in ns.lrs for trainer in trainers]  # alternating: load changes hit both
+    arms = (["agentmath"] + ([] if ns.skip_trl else ["trl"])
+            + (["agentmath+ds"] if ns.dynamic_sampling_row else []))
+    runs = []
+    for lr in ns.lrs:  # alternating: load changes hit every arm
+        for arm in arms:
+            runs.append(train_run(ns, arm, lr, model_dir, data, rows, run_dir, max_prompt,
+                                  system))
+            # each run's record as soon as it ends: a benchmark stopped before its
+            # evaluations keeps what its training measured
+            with (run_dir / "runs.jsonl").open("a") as f:
+                f.write(json.dumps(runs[-1]) + "\n")
     eval_started = time.monotonic()
     points = [(r, p) for r in runs for p in r["points"]]
     found = evaluate_all(ns, [(f"evaluating {r['name']} at step {p['step']}",
@@ -662,7 +543,8 @@ def run(ns: argparse.Namespace) -> dict[str, Any]:
                   "formats": cfg.formats, "text_share": cfg.text_share,
                   "sft_final_loss": summary.final_loss,
                   "conversion": {k: v.to_dict() for k, v in summary.conversion.items()}},
-        "start": start, "headroom": room, "runs": runs, "goal": goal_summary(ns, runs),
+        "start": start, "headroom": room, "runs": runs,
+        "goal": goal_summary(runs, {t: goal_protocol(ns, t) for t in OWN_PROTOCOL}),
         "versions": versions(), "torch_threads": _torch_threads(),
         "trl_tool_mode": trl_runs[0]["mode"] if trl_runs else None,
         "trl_checks": trl_runs[0]["trl_checks"] if trl_runs else None,
