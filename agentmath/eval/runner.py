@@ -70,6 +70,9 @@ def identity(config: EvalConfig) -> dict[str, Any]:
     out = {k: v for k, v in data.items() if k not in EvalConfig.RESUMABLE_FIELDS}
     out["sandbox"] = {k: v for k, v in out["sandbox"].items()
                       if k not in SandboxConfig.RESUMABLE_FIELDS}
+    if not config.sandbox.fault_kill_rate:  # no fault injector: as runs saved before it
+        for key in ("fault_kill_rate", "fault_seed"):
+            out["sandbox"].pop(key, None)
     return out
 
 

@@ -63,15 +63,18 @@ class ExecResult:
 
         Written out rather than ``dataclasses.asdict``, which walks every field recursively:
         it was 7% of the sandbox service's CPU per cell (py-spy, paced at 1,000 cells/s).
-        A unit test holds it equal to ``asdict`` over every field.
+        A unit test holds it equal to ``asdict`` over every field (``infra`` only when set).
         """
-        return {"stdout": self.stdout, "stderr": self.stderr, "value": self.value,
-                "error": self.error, "error_type": self.error_type,
-                "error_line": self.error_line, "timed_out": self.timed_out,
-                "truncated": self.truncated, "state_lost": self.state_lost,
-                "crashed": self.crashed, "infra": self.infra, "sanitized": self.sanitized,
-                "duration_ms": self.duration_ms,
-                "extra": copy.deepcopy(self.extra) if self.extra else {}}
+        out = {"stdout": self.stdout, "stderr": self.stderr, "value": self.value,
+               "error": self.error, "error_type": self.error_type,
+               "error_line": self.error_line, "timed_out": self.timed_out,
+               "truncated": self.truncated, "state_lost": self.state_lost,
+               "crashed": self.crashed, "infra": self.infra, "sanitized": self.sanitized,
+               "duration_ms": self.duration_ms,
+               "extra": copy.deepcopy(self.extra) if self.extra else {}}
+        if not self.infra:  # only when set: records written before it come back unchanged
+            del out["infra"]
+        return out
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> ExecResult:

@@ -47,5 +47,5 @@ def test_a_model_not_on_disk_is_a_clear_error(tmp_path: Path) -> None:
     from agentmath.train.plumbing import load_for_training
 
     cfg = deepmath(model="Qwen/Qwen3-4B-Thinking-2507")
-    with pytest.raises(ConfigError, match="Qwen/Qwen3-4B-Thinking-2507.*cannot download"):
+    with pytest.raises(ConfigError, match="Qwen/Qwen3-4B-Thinking-2507.*local directories only"):
         load_for_training(cfg.model, None, seed=0, lora=True, what="rl")
