@@ -12,11 +12,13 @@ import gzip
 import json
 import math
 import os
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from agentmath.errors import DataError
+
+T = TypeVar("T")
 
 __all__ = ["finite", "is_number", "iter_jsonl", "parse_line", "read_jsonl", "write_jsonl"]
 
@@ -76,6 +78,19 @@ def iter_jsonl(path: str | Path, require: Sequence[str] = (),
     for lineno, line in enumerate(text.splitlines(), 1):
         if line.strip():
             yield lineno, parse_line(path, lineno, line, require)
+
+
+def read_records(path: str | Path, parse: Callable[[dict[str, Any]], T],
+                 what: str = "JSONL file") -> list[T]:
+    """Every line of ``path`` as a typed record, ``parse`` of its object; a DataError that
+    ``parse`` raises (a missing or malformed field) is said again with the file and line."""
+    out = []
+    for lineno, row in iter_jsonl(path, what=what):
+        try:
+            out.append(parse(row))
+        except DataError as exc:
+            raise DataError(f"{path}:{lineno}: {exc}") from exc
+    return out
 
 
 def read_jsonl(path: str | Path, require: Sequence[str] = ()) -> list[dict[str, Any]]:

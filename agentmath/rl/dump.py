@@ -16,7 +16,7 @@ from typing import Any, Literal
 
 from agentmath.agent.trajectory import Trajectory
 from agentmath.errors import DataError
-from agentmath.jsonl import iter_jsonl, write_jsonl
+from agentmath.jsonl import read_records, write_jsonl
 from agentmath.rl.batch import ScoredGroup, ScoredSample
 from agentmath.rl.rollouts import Collected
 
@@ -98,10 +98,4 @@ def write_rollout_dump(out_dir: str | Path, step: int, collected: Collected) -> 
 
 def read_rollout_dump(path: str | Path) -> list[RolloutRecord]:
     """The records of one dump; a bad line is a DataError naming the file and the line."""
-    out = []
-    for lineno, row in iter_jsonl(path, what="a rollout dump"):
-        try:
-            out.append(RolloutRecord.from_dict(row))
-        except DataError as exc:
-            raise DataError(f"{path}:{lineno}: {exc}") from None
-    return out
+    return read_records(path, RolloutRecord.from_dict, what="a rollout dump")

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from agentmath.errors import DataError
-from agentmath.jsonl import iter_jsonl
+from agentmath.jsonl import read_records
 from agentmath.rl.schedules import Stage, StageState
 from agentmath.runs.files import STEP_METRICS_FILE
 
@@ -246,13 +246,7 @@ def read_steps(path: str | Path) -> list[StepMetrics]:
     file = Path(path)
     if file.is_dir():
         file = file / STEP_METRICS_FILE
-    steps = []
-    for lineno, row in iter_jsonl(file, what="an RL run's step log"):
-        try:
-            steps.append(StepMetrics.from_dict(row))
-        except DataError as exc:
-            raise DataError(f"{file}:{lineno}: {exc}") from exc
-    return steps
+    return read_records(file, StepMetrics.from_dict, what="an RL run's step log")
 
 
 @dataclass(frozen=True, slots=True)

@@ -196,15 +196,16 @@ def exclude_infra_failures(scored: list[ScoredGroup], out: Collected) -> list[Sc
     ``out.removed``); a group left with fewer than two goes to ``out.infra_dropped`` whole."""
     kept = []
     for group in scored:
-        valid = [s for s in group.samples if s.trajectory.infra_failure is None]
-        if len(valid) == len(group.samples):
+        failed = [s.trajectory.infra_failure is not None for s in group.samples]
+        if not any(failed):
             kept.append(group)
             continue
-        out.infra_excluded += len(group.samples) - len(valid)
+        out.infra_excluded += sum(failed)
+        valid = [s for s, f in zip(group.samples, failed, strict=True) if not f]
         if len(valid) < 2:
             out.infra_dropped.append(group)
             continue
-        out.removed += [s for s in group.samples if s.trajectory.infra_failure is not None]
+        out.removed += [s for s, f in zip(group.samples, failed, strict=True) if f]
         kept.append(ScoredGroup(group.group, valid))
     return kept
 

@@ -146,6 +146,7 @@ class PolicyUpdater:
                         acc: UpdateStats) -> None:
         torch = require("torch", "train")
         loss_cfg, device = self.config.loss, self.accelerator.device
+        correction = sampler_correction(loss_cfg)
         denominator = self._denominator(batches)
         for i, batch in enumerate(batches):
             batch = batch.to(device)
@@ -155,7 +156,7 @@ class PolicyUpdater:
             loss, st = policy_loss(
                 logp, old_logp, batch.advantages, batch.mask, clip_low=loss_cfg.clip_low,
                 clip_high=loss_cfg.clip_high, sampler_logp=batch.sampler_logp,
-                correction=sampler_correction(loss_cfg), ref_logp=self._ref_logps(batch),
+                correction=correction, ref_logp=self._ref_logps(batch),
                 kl_coef=loss_cfg.kl_coef, aggregation=loss_cfg.aggregation,
                 denominator=denominator)
             self.accelerator.backward(loss)
