@@ -9,15 +9,21 @@ import pytest
 
 from tests.fixtures.models import tiny_model_dir
 from tests.fixtures.ray_cluster import all_workers_ready
-from tests.fixtures.vllm_server import vllm_server, vllm_server_handle, vllm_server_pair
+from tests.fixtures.vllm_server import (
+    qwen3_vllm_server,
+    vllm_server,
+    vllm_server_handle,
+    vllm_server_pair,
+)
 
-__all__ = ["all_workers_ready", "tiny_model_dir", "vllm_server", "vllm_server_handle",
-           "vllm_server_pair"]
+__all__ = ["all_workers_ready", "qwen3_vllm_server", "tiny_model_dir", "vllm_server",
+           "vllm_server_handle", "vllm_server_pair"]
 
 #: Fixtures whose server is started once per session: every test using one runs in the same
 #: xdist worker, so a session under ``-n 2 --dist loadgroup`` (scripts/test.sh) starts each
 #: server once, not once per worker.
-_VLLM_FIXTURES = frozenset({"vllm_server", "vllm_server_handle", "vllm_server_pair"})
+_VLLM_FIXTURES = frozenset({"vllm_server", "vllm_server_handle", "vllm_server_pair",
+                            "qwen3_vllm_server"})
 
 
 def xdist_group_of(markers: set[str], fixtures: set[str]) -> str | None:
