@@ -41,8 +41,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-__all__ = ["H100_SXM", "LLAMA3_8B", "QWEN3_8B", "Accelerator", "ModelShape",
-           "step_coefficients"]
+__all__ = ["H100_SXM", "LLAMA3_8B", "QWEN3_1_7B", "QWEN3_30B_A3B", "QWEN3_4B", "QWEN3_8B",
+           "Accelerator", "ModelShape", "step_coefficients"]
 
 GIB = 1 << 30
 
@@ -59,6 +59,18 @@ class ModelShape:
     kv_heads: int
     head_dim: int
     dtype_bytes: int = 2  # bf16
+    hidden_size: int = 0  # the residual width; 0: q_heads x head_dim (true of Qwen3-8B)
+
+    @property
+    def hidden(self) -> int:
+        """The residual stream's width (activations scale with it)."""
+        return self.hidden_size or self.q_heads * self.head_dim
+
+    @property
+    def active_params(self) -> float:
+        """Parameters each token's matmuls go through (training FLOPs): the non-embedding
+        ones, which for a mixture of experts are the active experts' (see the presets)."""
+        return self.non_embedding_params
 
     @property
     def weight_bytes(self) -> float:
@@ -95,6 +107,18 @@ class Accelerator:
 #: Qwen3-8B (model card: 8.2B parameters, 6.95B non-embedding; config: 36 layers, 32 q / 8 kv
 #: heads, head_dim 128).
 QWEN3_8B = ModelShape("Qwen3-8B", 8.19e9, 6.95e9, 36, 32, 8, 128)
+#: Qwen3-4B (model card: 4.0B parameters, 3.6B non-embedding; config: 36 layers, 32 q / 8 kv
+#: heads, head_dim 128, hidden 2,560, tied embeddings).
+QWEN3_4B = ModelShape("Qwen3-4B", 4.02e9, 3.6e9, 36, 32, 8, 128, hidden_size=2560)
+#: Qwen3-1.7B (model card: 1.7B, 1.4B non-embedding; 28 layers, 16 q / 8 kv heads, head_dim
+#: 128, hidden 2,048, tied embeddings).
+QWEN3_1_7B = ModelShape("Qwen3-1.7B", 1.7e9, 1.4e9, 28, 16, 8, 128, hidden_size=2048)
+#: Qwen3-30B-A3B, a mixture of experts (model card: 30.5B parameters, 3.3B activated, 29.9B
+#: non-embedding; 48 layers, 32 q / 4 kv heads, head_dim 128, hidden 2,048, 128 experts of
+#: which 8 per token, untied 151,936 x 2,048 embeddings). ``params`` is every weight (memory,
+#: and a decode step at a large batch reads nearly every expert); ``non_embedding_params`` is
+#: what one token goes through: 3.3B activated less the two 0.31B embedding matrices.
+QWEN3_30B_A3B = ModelShape("Qwen3-30B-A3B", 30.5e9, 2.7e9, 48, 32, 4, 128, hidden_size=2048)
 #: Llama-3-8B, the model of the published measurements (32 layers, 32 q / 8 kv heads, head_dim
 #: 128, 128,256-token vocabulary, untied embeddings): used to check the model against them.
 LLAMA3_8B = ModelShape("Llama-3-8B", 8.03e9, 8.03e9 - 2 * 128_256 * 4096, 32, 32, 8, 128)
