@@ -27,11 +27,11 @@ LAZY_COMMANDS: dict[str, tuple[str, str]] = {
     "sandbox": ("sandbox", "app"), "demo": ("demo", "demo"), "solve": ("solve", "solve"),
     "eval": ("eval", "eval_command"),
     "sft": ("sft", "sft"), "rl": ("rl", "rl"), "decontam": ("decontam", "decontam"),
-    "dedup": ("decontam", "dedup"), "synth": ("synth", "synth"),
+    "dedup": ("decontam", "dedup"), "synth": ("synth", "synth"), "serve": ("serve", "serve"),
 }
 #: The order ``agentmath --help`` lists the commands in.
-ORDER = ("sandbox", "demo", "example", "datasets", "grade", "solve", "report", "eval", "sft",
-         "grow", "rl", "decontam", "dedup", "synth")
+ORDER = ("sandbox", "demo", "example", "datasets", "grade", "solve", "report", "serve", "eval",
+         "sft", "grow", "rl", "decontam", "dedup", "synth")
 APP_SETTINGS: dict[str, Any] = {"rich_markup_mode": "markdown", "add_completion": False,
                                 "pretty_exceptions_show_locals": False}
 

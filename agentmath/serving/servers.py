@@ -30,8 +30,8 @@ from typing import Any
 import httpx
 
 __all__ = ["VLLM_ROUTER_POLICIES", "default_bin", "default_model_dir", "free_port",
-           "start_vllm_router", "start_vllm_server", "start_vllm_servers", "stop_server",
-           "with_affinity"]
+           "local_server_env", "start_server_command", "start_vllm_router", "start_vllm_server",
+           "start_vllm_servers", "stop_server", "with_affinity"]
 
 LOG_TAIL_CHARS = 4000
 #: vllm-router 0.1.17's ``--policy`` choices.
@@ -135,6 +135,31 @@ def _spawn(cmd: Sequence[str], log_path: Path, env: dict[str, str], url: str, wh
 SERVER_KEEP_ALIVE_S = 3600
 
 
+def local_server_env(kv_cache_gib: int = 1, cache_dir: Path | None = None,
+                     env: dict[str, str] | None = None) -> dict[str, str]:
+    """The environment of a vLLM server started here: this process's, offline, no usage
+    statistics, a ``kv_cache_gib`` KV cache (the CPU build's), the long keep-alive, vLLM's
+    compile cache in ``cache_dir`` when given, then ``env``."""
+    merged = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": str(kv_cache_gib), "HF_HUB_OFFLINE": "1",
+              "TRANSFORMERS_OFFLINE": "1", "VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1",
+              "VLLM_HTTP_TIMEOUT_KEEP_ALIVE": str(SERVER_KEEP_ALIVE_S)}
+    if cache_dir is not None:
+        Path(cache_dir).mkdir(parents=True, exist_ok=True)
+        merged["VLLM_CACHE_ROOT"] = str(cache_dir)
+    return {**merged, **(env or {})}
+
+
+def start_server_command(argv: Sequence[str], log_path: Path, url: str, *,
+                         env: dict[str, str] | None = None,
+                         timeout_s: float = 300.0) -> subprocess.Popen[bytes]:
+    """Run a server's command line (``vllm serve`` as :func:`agentmath.serving.command.
+    vllm_serve_command` writes it) in its own process group with ``env`` added to this
+    process's; return it once ``url``/health answers (RuntimeError with its log tail
+    otherwise)."""
+    return _spawn(argv, log_path, {**os.environ, **(env or {})}, url, f"server at {url}",
+                  timeout_s)
+
+
 def start_vllm_server(model_dir: Path | str, log_path: Path, *, port: int | None = None,
                       served_name: str = "tiny", max_model_len: int = 2048,
                       kv_cache_gib: int = 1, extra_args: Sequence[str] = (),
@@ -148,12 +173,7 @@ def start_vllm_server(model_dir: Path | str, log_path: Path, *, port: int | None
     ``cpus`` sets the CPUs the server's processes may run on (default: the caller's, which
     they inherit); ``nice`` runs them that many steps below the caller's priority."""
     port = port or free_port()
-    env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": str(kv_cache_gib), "HF_HUB_OFFLINE": "1",
-           "TRANSFORMERS_OFFLINE": "1", "VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1",
-           "VLLM_HTTP_TIMEOUT_KEEP_ALIVE": str(SERVER_KEEP_ALIVE_S), **(env or {})}
-    if cache_dir is not None:
-        Path(cache_dir).mkdir(parents=True, exist_ok=True)
-        env["VLLM_CACHE_ROOT"] = str(cache_dir)
+    env = local_server_env(kv_cache_gib, cache_dir, env)
     cmd = [str(vllm_bin or default_bin("vllm")), "serve", str(model_dir),
            "--served-model-name", served_name, "--host", "127.0.0.1", "--port", str(port),
            "--max-model-len", str(max_model_len), "--generation-config", "vllm",
