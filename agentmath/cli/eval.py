@@ -33,7 +33,10 @@ EVAL_FIELDS = (
     "temperature", "top_p", "top_k", "seed", "limit", "data_dir", "problem_field",
     "answer_field", "id_field", "loop.max_tool_calls", "loop.max_model_tokens",
     "loop.system_prompt", "retry_errors", "http_retries", "http_timeout_s", "max_outage_s",
-    "grade_timeout_s", "sandbox_url", "sandbox_token_file")
+    "grade_timeout_s", "sandbox_url", "sandbox_token_file",
+    # grading: agentmath's leniencies beyond math-verify (agentmath.grading.options)
+    "grading.number_words", "grading.plaintext_math", "grading.word_case",
+    "grading.multiple_choice", "grading.extraction")
 
 
 CONFIG_OPTION = config_option("EvalConfig")

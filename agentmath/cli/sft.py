@@ -15,12 +15,14 @@ from agentmath.cli._common import (
     out_console,
     print_json,
     training_errors,
+    usage_error,
 )
 from agentmath.cli._options import GENERATED, config_options
 
 # Options with a Path/list type, declared once at module level (ruff B008).
-DATA_OPTION = typer.Option(..., "--data", "-d", metavar="FILE", help=(
-    "SFT examples (JSONL): {messages, completion: [{text, train}]} per line."))
+DATA_OPTION = typer.Option(None, "--data", "-d", metavar="FILE", help=(
+    "SFT examples (JSONL): {messages, completion: [{text, train}]} per line (overrides the "
+    "config file's data)."))
 OUT_OPTION = typer.Option(..., "--out", "-o", metavar="DIR", help=(
     "Run directory: checkpoints, loss.jsonl, final/ (resumes if it has checkpoints)."))
 SFT_FIELDS = ("lora", "max_steps", "learning_rate", "batch_size", "grad_accum", "max_length",
@@ -30,12 +32,12 @@ SFT_FIELDS = ("lora", "max_steps", "learning_rate", "batch_size", "grad_accum", 
 CONFIG_OPTION = config_option("SFTConfig", "sft")
 
 
-@config_options("agentmath.train.sft:SFTConfig", SFT_FIELDS, names={"lora": "--lora/--full"},
+@config_options("agentmath.train.sft_config:SFTConfig", SFT_FIELDS, names={"lora": "--lora/--full"},
                 shorts={"learning_rate": "--lr"})
 def sft(
-    data: Path = DATA_OPTION,
-    model: str = typer.Option(..., "--model", "-m", metavar="MODEL",
-                              help="Model directory (HF format) to tune."),
+    data: Path | None = DATA_OPTION,
+    model: str | None = typer.Option(None, "--model", "-m", metavar="MODEL", help=(
+        "Model directory (HF format) to tune (overrides the config file's model).")),
     out: Path = OUT_OPTION,
     settings: dict[str, Any] = GENERATED,
     resume: bool = typer.Option(True, "--resume/--restart", metavar="", help=(
@@ -46,19 +48,25 @@ def sft(
 ) -> None:
     """Fine-tune a model on tool-integrated trajectories; loss only on the model's own tokens
     (prompt and tool output are masked). Needs `pip install 'agentmath[train]'`."""
-    from agentmath.train.sft import SFTConfig
+    from agentmath.train.sft_config import SFTConfig
 
-    config = build_config(SFTConfig, "sft", config_file, sets, settings, section="sft")
+    given = {"data": None if data is None else str(data), "model": model}
+    config = build_config(SFTConfig, "sft", config_file, sets, {**settings, **given},
+                          section="sft")
+    if config.data is None or config.model is None:
+        name, flag = ("data", "--data FILE") if config.data is None else ("model", "--model DIR")
+        usage_error(f"no SFT {name}: give {flag}, or {name} = ... in the --config file")
     with training_errors("sft", ["torch", "transformers"] + (["peft"] if config.lora else [])):
         from agentmath.train.sft import train_sft
 
-        result = train_sft(config, data, model, out, progress=not json_out, resume=resume)
+        result = train_sft(config, config.data, config.model, out, progress=not json_out,
+                           resume=resume)
     if json_out:
         print_json(result.to_dict())
         return
     from rich.table import Table
 
-    table = Table(title=f"sft · {model}")
+    table = Table(title=f"sft · {config.model}")
     table.add_column("")
     table.add_column("value")
     examples = result.examples

@@ -23,6 +23,7 @@ from agentmath.config import (
     WandbConfig,
     default_backend,
 )
+from agentmath.grading.options import GradingOptions
 
 __all__ = ["EvalConfig"]
 
@@ -90,6 +91,11 @@ class EvalConfig(StrictModel):
         "& Biases, offline by default: the wandb extra) (not identity)."))
     wandb: WandbConfig = Field(default_factory=WandbConfig, description=(
         "The wandb tracker's settings (not identity)."))
+    # -- grading: how answers are judged (agentmath.grading.options) --
+    grading: GradingOptions = Field(default_factory=GradingOptions, description=(
+        "Which of agentmath's leniencies beyond math-verify grading applies (number words, "
+        "plain-text math, word case, choice letters) and where answers are looked for; a "
+        "paper's recipe turns them off to grade as math-verify alone would (identity)."))
 
     #: Fields that may differ between a run and its resumption.
     RESUMABLE_FIELDS: ClassVar[frozenset[str]] = frozenset(

@@ -34,6 +34,7 @@ from agentmath.errors import DataError
 if TYPE_CHECKING:
     from agentmath.eval.records import SampleRecord
     from agentmath.eval.results import GroupMetrics, RunMetrics, Score
+    from agentmath.grading.options import GradingOptions
 
 Equivalence = Callable[[str, str], bool]
 _BOOTSTRAP_CHUNK = 256  # resamples per numpy batch (bounds memory for large benchmarks)
@@ -66,6 +67,20 @@ def default_equivalent(a: str, b: str) -> bool:
     from agentmath.grading import verify  # lazy: keep importing metrics cheap
 
     return verify(a, b) is True
+
+
+def equivalence(options: GradingOptions) -> Equivalence:
+    """:func:`default_equivalent` under a run's grading options (its leniencies on or off),
+    so that the majority vote groups answers as the run's grades judge them."""
+
+    def equivalent(a: str, b: str) -> bool:
+        if a == b:
+            return True
+        from agentmath.grading import verify
+
+        return verify(a, b, options=options) is True
+
+    return equivalent
 
 
 def majority_answer(answers: Sequence[str | None], equivalent: Equivalence) -> str | None:

@@ -36,6 +36,7 @@ from agentmath.eval.config import EvalConfig
 from agentmath.eval.records import SampleRecord, read_samples
 from agentmath.eval.results import EvalProgress, EvalResult, RunMetrics
 from agentmath.formats import get_format
+from agentmath.grading.options import GradingOptions
 from agentmath.rollout.records import GroupRequest, Sample
 from agentmath.rollout.scheduler import RolloutEngine, SamplingFn
 from agentmath.runs.files import EVAL_LOG_FILE
@@ -73,6 +74,8 @@ def identity(config: EvalConfig) -> dict[str, Any]:
     if not config.sandbox.fault_kill_rate:  # no fault injector: as runs saved before it
         for key in ("fault_kill_rate", "fault_seed"):
             out["sandbox"].pop(key, None)
+    if config.grading == GradingOptions():  # the default grader: as runs saved before it
+        out.pop("grading", None)
     return out
 
 
@@ -139,7 +142,8 @@ async def _grade(run: _Run, task: Task, traj: Trajectory) -> SampleRecord:
 
     index = int(traj.sample_index)  # type: ignore[arg-type]  # None: a bug, an error record
     grade = await agrade_answer(task.answer, traj.model_text, answer=traj.answer,
-                                timeout=run.config.grade_timeout_s)
+                                timeout=run.config.grade_timeout_s,
+                                options=run.config.grading)
     return SampleRecord.build(task, index, traj, grade)
 
 
@@ -306,21 +310,24 @@ async def run_eval(config: EvalConfig, out_dir: str | Path, backend: Backend | N
                 await _run_pending(run, todo, backend, sandbox)
             finally:
                 writer.close()
-            metrics = compute_run_metrics(out)
+            metrics = compute_run_metrics(out, config.grading)
             log_metrics(sink, run.done, metrics)
         finally:
             sink.close()
     return EvalResult(run_dir=out, metrics=metrics, ran=run.fresh)
 
 
-def compute_run_metrics(out: Path) -> RunMetrics:
+def compute_run_metrics(out: Path, grading: GradingOptions | None = None) -> RunMetrics:
     """Metrics of the run directory's records (one per sample), also written to metrics.json
     (its one writer); ``n_errors`` counts the samples recorded as errors (``--retry-errors``
-    runs them again)."""
-    from agentmath.eval.metrics import compute_metrics
+    runs them again). The majority vote groups answers with the run's ``grading`` options,
+    which metrics.json repeats under ``grading``."""
+    from agentmath.eval.metrics import compute_metrics, equivalence
 
+    grading = grading or GradingOptions()
     records = [SampleRecord.from_dict(r) for r in unique_records(load_records(out))]
-    document = compute_metrics(records)
+    document = compute_metrics(records, equivalent=equivalence(grading))
     document["n_errors"] = sum(1 for r in records if r.is_error)
+    document["grading"] = grading.model_dump(mode="json")
     write_json_atomic(out / METRICS_FILE, document)
     return RunMetrics.from_dict(document)

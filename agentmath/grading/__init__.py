@@ -8,6 +8,7 @@ Public API::
     grade_answer(gold, response, answer=None, timeout) -> Grade  # the seam eval and RL use:
                                                                # correct / wrong / error + reason
     averify / agrade / acheck                                  # the same, awaitable
+    GradingOptions                       # agentmath's leniencies beyond math-verify, as options
 
 Checking runs math-verify in spawned worker processes with a hard, kill-on-overrun timeout
 (:mod:`agentmath.grading.pool`), after cheap string/number shortcuts that never give a wrong
@@ -22,6 +23,7 @@ from agentmath.grading.extract import (
     clean_answer,
     extract_answer,
 )
+from agentmath.grading.options import GradingOptions
 from agentmath.grading.verify import (
     DEFAULT_TIMEOUT_S,
     GradeResult,
@@ -43,6 +45,7 @@ __all__ = [
     "DEFAULT_TIMEOUT_S",
     "Grade",
     "GradeResult",
+    "GradingOptions",
     "acheck",
     "agrade",
     "agrade_answer",

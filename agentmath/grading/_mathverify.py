@@ -16,6 +16,7 @@ from sympy import And, FiniteSet, MatrixBase, Union
 from sympy.core.relational import Relational
 
 from agentmath.grading.fastpath import choice_letters, choice_with_value, same_word
+from agentmath.grading.options import GradingOptions
 from agentmath.grading.plaintext import latex_spelling
 from agentmath.grading.words import number_from_words
 
@@ -82,7 +83,8 @@ def _entries(answer: str) -> list[str] | None:
     return entries if len(entries) > 1 and all(e.strip() for e in entries) else None
 
 
-def _same_vector(vector: MatrixBase, answer: str) -> bool | None:
+def _same_vector(vector: MatrixBase, answer: str,
+                 options: GradingOptions | None = None) -> bool | None:
     """Whether ``answer``, a tuple written in text, has ``vector``'s entries in order; None when
     it is no tuple. A model writes the column vector ``\\begin{pmatrix} 1 \\\\ 2 \\end{pmatrix}``
     as ``(1, 2)``, which math-verify reads as an interval and never equates with a matrix."""
@@ -91,27 +93,31 @@ def _same_vector(vector: MatrixBase, answer: str) -> bool | None:
         return None
     if len(entries) != len(vector):
         return False
-    return all(verify([element], parse_answer(entry), timeout_seconds=None)
+    return all(verify([element], parse_answer(entry, options), timeout_seconds=None)
                for element, entry in zip(vector, entries, strict=True))
 
 
-def parse_answer(answer: str) -> list[Any]:
+def parse_answer(answer: str, options: GradingOptions | None = None) -> list[Any]:
     """Parse one bare answer (no surrounding prose) into math-verify's candidate list.
 
     The answer is wrapped in ``\\boxed{}`` so that math-verify treats all of it as the target
     instead of hunting for a sub-expression; plain-text and Unicode math (``pi/4``, ``√2``,
     ``x**2``) is spelled in LaTeX first (:mod:`.plaintext`), and number words (``three``) as
-    digits (:mod:`.words`). An empty list means it could not be parsed.
+    digits (:mod:`.words`), each unless ``options`` turns it off. An empty list means it
+    could not be parsed.
     """
-    value = number_from_words(answer)
+    value = number_from_words(answer) if options is None or options.number_words else None
     if value is not None:
         answer = str(value)
-    answer = latex_spelling(_NUMERIC_TEXT_RE.sub(r"\1", answer))
+    answer = _NUMERIC_TEXT_RE.sub(r"\1", answer)
+    if options is None or options.plaintext_math:
+        answer = latex_spelling(answer)
     return parse("\\boxed{" + answer + "}", extraction_config=_CONFIG, parsing_timeout=None)
 
 
-def verify_answers(gold: str, predicted: str) -> bool | None:
-    """Compare two bare answers.
+def verify_answers(gold: str, predicted: str,
+                   options: GradingOptions | None = None) -> bool | None:
+    """Compare two bare answers; ``options`` turns agentmath's leniencies off (default: on).
 
     None if the gold does not parse (ungradable), False if the prediction does not. Two
     multiple-choice answers are compared as sets of letters (``\\text{(A), (C)}`` and ``C, A``),
@@ -119,24 +125,25 @@ def verify_answers(gold: str, predicted: str) -> bool | None:
     gold that is no letter; one word against another ignoring case (``\\text{True}``,
     ``true``); a vector against a tuple entry by entry.
     """
-    if same_word(gold, predicted):
+    if (options is None or options.word_case) and same_word(gold, predicted):
         return True
-    gold_letters, predicted_letters = choice_letters(gold), choice_letters(predicted)
-    if gold_letters and predicted_letters:
-        return gold_letters == predicted_letters
-    split = choice_with_value(predicted)
-    if split is not None:  # "(B) 42": the letter against a letter, else the value
-        if gold_letters:
-            return gold_letters == frozenset(split[0])
-        predicted = split[1]
-    gold_parsed = parse_answer(gold)
+    if options is None or options.multiple_choice:
+        gold_letters, predicted_letters = choice_letters(gold), choice_letters(predicted)
+        if gold_letters and predicted_letters:
+            return gold_letters == predicted_letters
+        split = choice_with_value(predicted)
+        if split is not None:  # "(B) 42": the letter against a letter, else the value
+            if gold_letters:
+                return gold_letters == frozenset(split[0])
+            predicted = split[1]
+    gold_parsed = parse_answer(gold, options)
     if not gold_parsed:
         return None
-    predicted_parsed = parse_answer(predicted)
+    predicted_parsed = parse_answer(predicted, options)
     if not predicted_parsed:
         return False
     for vector, text in ((_vector(gold_parsed), predicted), (_vector(predicted_parsed), gold)):
-        same = None if vector is None else _same_vector(vector, text)
+        same = None if vector is None else _same_vector(vector, text, options)
         if same is not None:
             return same
     if is_interval(gold):

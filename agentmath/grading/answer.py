@@ -19,10 +19,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from agentmath.errors import GradingError
 from agentmath.grading.verify import DEFAULT_TIMEOUT_S, GradeResult, agrade, grade
+
+if TYPE_CHECKING:
+    from agentmath.grading.options import GradingOptions
 
 
 class Verdict(StrEnum):
@@ -115,22 +118,25 @@ def _finish(result: GradeResult, answer: str | None) -> Grade:
 
 
 def grade_answer(gold: str, response: str | None, *, answer: str | None = None,
-                 timeout: float = DEFAULT_TIMEOUT_S) -> Grade:
+                 timeout: float = DEFAULT_TIMEOUT_S,
+                 options: GradingOptions | None = None) -> Grade:
     """Grade ``response`` (what the model wrote) against ``gold``, extraction and verification
     under one ``timeout``; ``answer`` is the agent loop's own extracted answer, reported as the
-    graded answer when grading fails before extracting one. Never raises for bad input."""
+    graded answer when grading fails before extracting one; ``options`` says which of
+    agentmath's leniencies apply (None: all). Never raises for bad input."""
     try:
-        result = grade(gold, response, timeout=timeout)
+        result = grade(gold, response, timeout=timeout, options=options)
     except GradingError as exc:  # an ungradable row is graded as such, not raised
         return Grade.error(str(exc), answer, ungradable=True)
     return _finish(result, answer)
 
 
 async def agrade_answer(gold: str, response: str | None, *, answer: str | None = None,
-                        timeout: float = DEFAULT_TIMEOUT_S) -> Grade:
+                        timeout: float = DEFAULT_TIMEOUT_S,
+                        options: GradingOptions | None = None) -> Grade:
     """:func:`grade_answer` for asyncio: anything slow runs in a thread, the loop stays free."""
     try:
-        result = await agrade(gold, response, timeout=timeout)
+        result = await agrade(gold, response, timeout=timeout, options=options)
     except GradingError as exc:
         return Grade.error(str(exc), answer, ungradable=True)
     return _finish(result, answer)

@@ -13,8 +13,12 @@ from __future__ import annotations
 
 import re
 from decimal import Decimal, InvalidOperation
+from typing import TYPE_CHECKING
 
 from agentmath.grading.words import number_from_words, unwrap_text
+
+if TYPE_CHECKING:
+    from agentmath.grading.options import GradingOptions
 
 _REMOVE_RE = re.compile(
     r"\\left(?![A-Za-z])|\\right(?![A-Za-z])|\\[!,;: ]|~"
@@ -120,22 +124,26 @@ def _same_word(g: str, p: str) -> bool:
     return bool(_WORD_RE.fullmatch(g)) and g.lower() == p.lower()
 
 
-def quick_compare(gold: str, predicted: str) -> bool | None:
-    """True/False when the answer is certain from the strings alone, else None (ask math-verify)."""
+def quick_compare(gold: str, predicted: str,
+                  options: GradingOptions | None = None) -> bool | None:
+    """True/False when the answer is certain from the strings alone, else None (ask
+    math-verify); ``options`` turns agentmath's leniencies off (default: all on)."""
     g, p = normalize(gold), normalize(predicted)
     if not g or not braces_balanced(g):
         return None  # the gold may be unparsable: math-verify decides (and says None)
     if g == p:
         return True
-    if _same_word(g, p):
+    if (options is None or options.word_case) and _same_word(g, p):
         return True
-    g_choices, p_choices = _choices(g), _choices(p)
-    if g_choices and p_choices:
-        return g_choices == p_choices
-    if g_choices and (split := choice_with_value(predicted)) is not None:
-        return g_choices == frozenset(split[0])
+    if options is None or options.multiple_choice:
+        g_choices, p_choices = _choices(g), _choices(p)
+        if g_choices and p_choices:
+            return g_choices == p_choices
+        if g_choices and (split := choice_with_value(predicted)) is not None:
+            return g_choices == frozenset(split[0])
     g_num, p_num = _number(g), _number(p)
-    if (g_num is None) != (p_num is None):  # a numeral against a phrase: number words?
+    if (g_num is None) != (p_num is None) and (options is None or options.number_words):
+        # a numeral against a phrase: number words?
         if g_num is None:
             g_num = number_from_words(gold)
         else:

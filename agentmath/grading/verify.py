@@ -21,12 +21,15 @@ import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from agentmath.errors import GradingError
 from agentmath.grading.extract import DEFAULT_STRATEGIES, check_strategies, extract_answer
 from agentmath.grading.fastpath import quick_compare
 from agentmath.grading.pool import VerifierPool
+
+if TYPE_CHECKING:
+    from agentmath.grading.options import GradingOptions
 
 DEFAULT_TIMEOUT_S = 5.0
 # Named, not imported: only worker processes import math-verify (and sympy).
@@ -111,21 +114,24 @@ def _check_args(gold: object, timeout: float) -> None:
         raise GradingError(f"timeout must be > 0 seconds, got {timeout!r}")
 
 
-def _fast(gold: str, predicted: str | None, fast_path: bool) -> GradeResult | None:
+def _fast(gold: str, predicted: str | None, fast_path: bool,
+          options: GradingOptions | None = None) -> GradeResult | None:
     """The grade if it is known without a worker, else None."""
     if predicted is None:
         return GradeResult(predicted, False, method="none")
     if max(len(gold), len(predicted)) > FAST_PATH_MAX_CHARS:
         return None  # normalising a huge answer is real work: it belongs under the timeout
-    decided = quick_compare(gold, predicted) if fast_path else None
+    decided = quick_compare(gold, predicted, options) if fast_path else None
     if decided is None:
         return None
     return GradeResult(predicted, decided, method="fast")
 
 
-def _slow(gold: str, predicted: str, timeout: float) -> GradeResult:
+def _slow(gold: str, predicted: str, timeout: float,
+          options: GradingOptions | None = None) -> GradeResult:
     """Run math-verify in the pool; a timeout or crash grades False and is reported."""
-    outcome = get_pool().call(_VERIFY_TARGET, (gold, predicted), timeout)
+    args = (gold, predicted) if options is None else (gold, predicted, options)
+    outcome = get_pool().call(_VERIFY_TARGET, args, timeout)
     if outcome.status == "ok":
         error = "gold answer could not be parsed" if outcome.value is None else None
         return GradeResult(predicted, outcome.value, error=error, method="math_verify")
@@ -134,25 +140,38 @@ def _slow(gold: str, predicted: str, timeout: float) -> GradeResult:
 
 
 def check(
-    gold: str, predicted: str | None, *, timeout: float = DEFAULT_TIMEOUT_S, fast_path: bool = True
+    gold: str, predicted: str | None, *, timeout: float = DEFAULT_TIMEOUT_S,
+    fast_path: bool = True, options: GradingOptions | None = None,
 ) -> GradeResult:
     """Compare a bare predicted answer with the gold answer and return the full GradeResult.
 
-    ``fast_path=False`` skips the string/number shortcuts (used to test math-verify itself).
+    ``fast_path=False`` skips the string/number shortcuts (used to test math-verify itself);
+    ``options`` says which of agentmath's leniencies apply (None: all, the default).
     """
     _check_args(gold, timeout)
-    return _fast(gold, predicted, fast_path) or _slow(gold, predicted or "", timeout)
+    return (_fast(gold, predicted, fast_path, options)
+            or _slow(gold, predicted or "", timeout, options))
 
 
 def verify(
-    gold: str, predicted: str | None, *, timeout: float = DEFAULT_TIMEOUT_S, fast_path: bool = True
+    gold: str, predicted: str | None, *, timeout: float = DEFAULT_TIMEOUT_S,
+    fast_path: bool = True, options: GradingOptions | None = None,
 ) -> bool | None:
     """True if ``predicted`` is mathematically equal to ``gold`` (both bare answers, LaTeX ok).
 
     None when the gold cannot be parsed; False when ``predicted`` is None or unparsable, or
     when checking took longer than ``timeout`` seconds (a hard limit, safe in any thread).
     """
-    return check(gold, predicted, timeout=timeout, fast_path=fast_path).correct
+    return check(gold, predicted, timeout=timeout, fast_path=fast_path,
+                 options=options).correct
+
+
+def _strategies(strategies: Sequence[str] | None,
+                options: GradingOptions | None) -> Sequence[str]:
+    """The extraction strategies of a call: those named, else the options', else the default."""
+    if strategies is not None:
+        return strategies
+    return DEFAULT_STRATEGIES if options is None else options.extraction
 
 
 def _extract(response: str | None, strategies: Sequence[str],
@@ -178,14 +197,18 @@ def grade(
     response: str | None,
     *,
     timeout: float = DEFAULT_TIMEOUT_S,
-    strategies: Sequence[str] = DEFAULT_STRATEGIES,
+    strategies: Sequence[str] | None = None,
+    options: GradingOptions | None = None,
 ) -> GradeResult:
     """Extract the final answer from a whole ``response`` and verify it against ``gold``.
 
     ``timeout`` bounds extraction and verification together: verification gets what
-    extraction left (a result that ran out of time has ``timed_out`` set).
+    extraction left (a result that ran out of time has ``timed_out`` set). ``strategies``
+    (default: ``options.extraction``, else :data:`DEFAULT_STRATEGIES`) say where the answer
+    is looked for; ``options`` which leniencies the comparison applies.
     """
     _check_args(gold, timeout)
+    strategies = _strategies(strategies, options)
     check_strategies(strategies)
     extracted = _extract(response, strategies, timeout)
     if isinstance(extracted, GradeResult):
@@ -195,25 +218,28 @@ def grade(
     if left <= 0:
         return GradeResult(predicted, False, True, f"answer extraction used the whole "
                            f"{timeout:g} s grading limit")
-    return check(gold, predicted, timeout=left)
+    return check(gold, predicted, timeout=left, options=options)
 
 
 async def acheck(
-    gold: str, predicted: str | None, *, timeout: float = DEFAULT_TIMEOUT_S, fast_path: bool = True
+    gold: str, predicted: str | None, *, timeout: float = DEFAULT_TIMEOUT_S,
+    fast_path: bool = True, options: GradingOptions | None = None,
 ) -> GradeResult:
     """Async :func:`check`: the fast path runs inline, math-verify in a thread (loop stays free)."""
     _check_args(gold, timeout)
-    decided = _fast(gold, predicted, fast_path)
+    decided = _fast(gold, predicted, fast_path, options)
     if decided is not None:
         return decided
-    return await asyncio.to_thread(_slow, gold, predicted or "", timeout)
+    return await asyncio.to_thread(_slow, gold, predicted or "", timeout, options)
 
 
 async def averify(
-    gold: str, predicted: str | None, *, timeout: float = DEFAULT_TIMEOUT_S, fast_path: bool = True
+    gold: str, predicted: str | None, *, timeout: float = DEFAULT_TIMEOUT_S,
+    fast_path: bool = True, options: GradingOptions | None = None,
 ) -> bool | None:
     """Async :func:`verify`, for use inside an event loop without blocking it."""
-    return (await acheck(gold, predicted, timeout=timeout, fast_path=fast_path)).correct
+    return (await acheck(gold, predicted, timeout=timeout, fast_path=fast_path,
+                         options=options)).correct
 
 
 async def agrade(
@@ -221,15 +247,17 @@ async def agrade(
     response: str | None,
     *,
     timeout: float = DEFAULT_TIMEOUT_S,
-    strategies: Sequence[str] = DEFAULT_STRATEGIES,
+    strategies: Sequence[str] | None = None,
+    options: GradingOptions | None = None,
 ) -> GradeResult:
     """Async :func:`grade`, for use inside an event loop without blocking it: a short response
     decided by the shortcuts is graded inline, anything else in a thread (workers do the work)."""
     _check_args(gold, timeout)
+    strategies = _strategies(strategies, options)
     check_strategies(strategies)
     if response is None or len(response) <= INLINE_EXTRACT_MAX_CHARS:
-        decided = _fast(gold, extract_answer(response, strategies=strategies), True)
+        decided = _fast(gold, extract_answer(response, strategies=strategies), True, options)
         if decided is not None:
             return decided
     return await asyncio.to_thread(grade, gold, response, timeout=timeout,
-                                   strategies=strategies)
+                                   strategies=strategies, options=options)

@@ -26,14 +26,11 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from pydantic import Field
-
 from agentmath._lazy import require
 from agentmath.backends.base import chat_prompt_ids
-from agentmath.config import StrictModel
 from agentmath.errors import DataError
 from agentmath.jsonl import iter_jsonl
-from agentmath.tracking import TrackerName, WandbConfig, open_sink
+from agentmath.tracking import open_sink
 from agentmath.train.chat_records import (
     IGNORE_INDEX,
     check_chat_record,
@@ -51,43 +48,9 @@ from agentmath.train.plumbing import (
     save_checkpoint,
     save_final,
 )
+from agentmath.train.sft_config import SFTConfig
 
 _STRUCTURAL = ("lora", "lora_r", "lora_alpha")  # resuming under other values is an error
-
-
-class SFTConfig(StrictModel):
-    """Hyperparameters of one supervised fine-tuning run (see agentmath/train/sft.py)."""
-
-    learning_rate: float = Field(1e-5, gt=0, le=1.0, description="Peak LR; then linear to ~0.")
-    max_steps: int = Field(1000, ge=1, le=10**8, description="Optimizer steps in all.")
-    batch_size: int = Field(8, ge=1, le=4096, description="Examples per micro-batch (padded).")
-    grad_accum: int = Field(1, ge=1, le=4096, description="Micro-batches per optimizer step.")
-    max_length: int = Field(4096, ge=8, le=2**20, description=(
-        "Tokens kept per example; longer ones are cut, and dropped if nothing trainable is left."))
-    warmup_steps: int = Field(0, ge=0, le=10**8, description="Steps of linear warmup.")
-    weight_decay: float = Field(0.0, ge=0, le=10, description="AdamW decay (matrices only).")
-    max_grad_norm: float = Field(1.0, ge=0, le=1e6, description="Gradient clip norm; 0: none.")
-    seed: int = Field(0, ge=0, le=2**63 - 1, description="Seeds torch and the data order.")
-    lora: bool = Field(False, description="Train a LoRA adapter on every linear layer (PEFT).")
-    lora_r: int = Field(16, ge=1, le=4096, description="LoRA rank.")
-    lora_alpha: float = Field(32.0, gt=0, le=1e6, description="LoRA scale numerator (/ lora_r).")
-    lora_dropout: float = Field(0.0, ge=0, lt=1, description="Dropout on the LoRA input.")
-    checkpoint_every: int = Field(500, ge=0, le=10**8, description=(
-        "Save out_dir/checkpoint-STEP every this many steps and at the end; 0: never."))
-    keep_checkpoints: int = Field(2, ge=0, le=10**5, description="Newest kept; 0 keeps all.")
-    log_every: int = Field(1, ge=1, le=10**8, description="Steps per loss.jsonl record.")
-    trackers: list[TrackerName] = Field(["jsonl"], max_length=3, description=(
-        "Where the loss records go (agentmath.tracking): jsonl (out_dir/loss.jsonl, always "
-        "written), tensorboard (out_dir/tensorboard), wandb (Weights & Biases, offline by "
-        "default: the wandb extra)."))
-    wandb: WandbConfig = Field(default_factory=WandbConfig)
-    device: str = Field("auto", min_length=1, description=(
-        "Where the model trains: 'auto' (cuda when there is one), 'cpu', 'cuda' or 'cuda:N'."))
-    bf16: bool = Field(False, description="bfloat16 autocast (weights, optimizer stay fp32).")
-    group_by_length: int = Field(0, ge=0, le=4096, description=(
-        "Batches of similar length: each epoch's shuffled order is cut into windows of this "
-        "many batches, sorted by length inside a window, and the window's batches shuffled "
-        "(less padding: faster steps on mixed lengths); 0: off."))
 
 
 @dataclass
