@@ -7,7 +7,7 @@ generation or training workload for :mod:`agentmath.sim.estimate`. What a recipe
 is assumed, the same way for every recipe (:data:`ASSUMPTIONS`, printed under the table): an
 episode writes half its model-token budget, its prompt and tool outputs add a fifth of that, an
 SFT example is half its maximum length. The model's shape is recognised from its name (Qwen3
-1.7B, 4B, 8B, 30B-A3B); another name is priced as Qwen3-8B and says so.
+1.7B, 4B, 8B, 30B-A3B, DeepMath); another name is priced as Qwen3-8B and says so.
 """
 
 from __future__ import annotations
@@ -47,8 +47,10 @@ ASSUMPTIONS = (
 DATASET_ROWS = {"math500": 500, "aime24": 30, "aime25": 30, "hmmt25": 30, "amc23": 40,
                 "gsm8k": 1319}
 SYNTH_ROWS = 10_000
+#: Name fragment -> shape. Intel's deepmath-v1 is a LoRA on Qwen3-4B-Thinking-2507 (its model
+#: card's base_model).
 _SHAPES = (("30b-a3b", QWEN3_30B_A3B), ("1.7b", QWEN3_1_7B), ("4b", QWEN3_4B),
-           ("8b", QWEN3_8B))
+           ("8b", QWEN3_8B), ("deepmath", QWEN3_4B))
 
 
 @dataclass(frozen=True, slots=True)
