@@ -239,7 +239,9 @@ def tokens(data: Any, url: str, non_empty: bool) -> list[int]:
 
 def chat_message(data: Any, url: str) -> dict[str, Any]:
     """The assistant message of a ``/v1/chat/completions`` reply, plus ``finish_reason`` and,
-    where reported, ``token_ids`` and ``usage``; every one of them checked."""
+    where reported, ``token_ids`` (the sampled ids), ``prompt_token_ids`` (the ids of the
+    prompt the server rendered: vLLM reports both with ``return_token_ids``) and ``usage``;
+    every one of them checked."""
     choice = first_choice(data, url)
     message = dict(expect_object(choice.get("message"), url, "choices[0].message"))
     if message.get("content") is not None:
@@ -259,6 +261,9 @@ def chat_message(data: Any, url: str) -> dict[str, Any]:
     message["finish_reason"] = reason
     if choice.get("token_ids") is not None:
         message["token_ids"] = token_ids(choice["token_ids"], url, "choices[0].token_ids")
+    if data.get("prompt_token_ids") is not None:
+        message["prompt_token_ids"] = token_ids(data["prompt_token_ids"], url,
+                                                "prompt_token_ids")
     counts = usage(data, url)
     if counts is not None:
         message["usage"] = counts
