@@ -110,8 +110,8 @@ def record_prompt(trajectory: Trajectory, prompt_ids: list[int],
     its new ids, to the last tool segment (the template's render of the turn's tool results
     and of the next assistant header; with several tool results the last one holds them all).
     A prompt that does not extend them starts a new sequence: a prompt segment of all its
-    ids (its text: the ``messages`` it was rendered from, as JSON), and the trajectory's ``history_rewrite``
-    becomes ``rewrite`` (kept from the first such turn)."""
+    ids (its text: the ``messages`` it was rendered from, as JSON), and the trajectory's
+    ``history_rewrite`` becomes ``rewrite`` (kept from the first such turn)."""
     segments = trajectory.segments
     if len(segments) == 1 and segments[0].source == "prompt" and not segments[0].token_ids:
         segments[0].token_ids = list(prompt_ids)

@@ -10,8 +10,8 @@ An episode of native chat tool calling whose chat template rewrote its history (
 re-rendered prompt did not extend what the model had seen and sampled before:
 :attr:`~agentmath.agent.trajectory.Trajectory.history_rewrite`) is several sequences, one per
 turn whose prompt did not extend the turn before; it becomes one sample per sequence, each
-with the episode's advantage, or none (``refuse``). A trajectory whose ids are not what the sampler saw
-(``token_exact`` False: a chat server that did not report them) becomes none.
+with the episode's advantage, or none (``refuse``). A trajectory whose ids are not what the
+sampler saw (``token_exact`` False: a chat server that did not report them) becomes none.
 """
 
 from __future__ import annotations
