@@ -5,7 +5,10 @@ tokenizer's chat template and reports the prompt ids it rendered and the ids it 
 vLLM does with ``return_token_ids``. With a template that drops every earlier turn's reasoning
 the episode is flagged and trained as one sequence per turn, each exactly what the sampler saw;
 ``refuse`` keeps it out of the loss (its reward still in its group's baseline); a template that
-extends (ChatML, the tiny test model's) is one sequence and not flagged.
+extends (ChatML, the tiny test model's) is one sequence and not flagged. Against a real vLLM
+server every training sequence is the server's own prompt ids then its sampled ids (there the
+tiny model's episodes are rewritten: vLLM's hermes parser leaves a line break in ``content``
+that the template doubles).
 """
 
 from __future__ import annotations
@@ -137,3 +140,49 @@ async def test_refuse_keeps_a_rewritten_episode_out_of_the_loss(pool):
     # a loss normalised by tokens: the split episode's sampled ids, each once; none refused
     assert both.loss_tokens == 2 * split.model_tokens
     assert one.loss_tokens == split.model_tokens
+
+
+
+class Recording:
+    """A chat backend that keeps the ids of every reply (the prompt the server rendered and
+    the ids it sampled): what the sampler saw, as the server says."""
+
+    def __init__(self, backend: OpenAIBackend) -> None:
+        self.backend = backend
+        self.name = backend.name
+        self.turns: list[tuple[list[int], list[int]]] = []
+
+    async def chat(self, messages, **kwargs):  # noqa: ANN001, ANN201 - OpenAIBackend.chat's
+        message = await self.backend.chat(messages, **kwargs)
+        self.turns.append((message["prompt_token_ids"], message["token_ids"]))
+        return message
+
+
+@pytest.mark.vllm
+@pytest.mark.slow
+async def test_real_vllm_chat_episodes_train_on_what_the_sampler_saw(vllm_server, pool):
+    """Against a real vLLM server (the tiny tool model, hermes tool calls), whether or not its
+    template re-renders a turn as sampled, every training sequence of a multi-turn episode is
+    the server's own prompt ids then its sampled ids."""
+    from agentmath.backends.base import SamplingParams
+    from tests.fixtures.models import held_out_problems
+
+    backend = OpenAIBackend(vllm_server, "tiny", timeout_s=60)
+    runs = []
+    try:
+        for problem in held_out_problems(3):
+            recording = Recording(backend)
+            traj = await run_chat_episode(problem.problem, recording, pool,
+                                          LoopConfig(max_model_tokens=300, max_tool_calls=4),
+                                          SamplingParams(temperature=0.0))
+            runs.append((traj, recording.turns))
+    finally:
+        await backend.aclose()
+    assert any(len(turns) >= 2 for _, turns in runs)  # the conversation was re-rendered
+    for traj, turns in runs:
+        assert traj.finish_reason != "error", traj.error
+        assert traj.token_exact
+        samples = samples_of(traj)
+        assert_sampler_exact(samples, turns)
+        if traj.history_rewrite is None:
+            assert [s.ids for s in samples] == [turns[-1][0] + turns[-1][1]]
