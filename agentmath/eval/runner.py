@@ -73,6 +73,7 @@ def identity(config: EvalConfig) -> dict[str, Any]:
     if not config.sandbox.fault_kill_rate:  # no fault injector: as runs saved before it
         for key in ("fault_kill_rate", "fault_seed"):
             out["sandbox"].pop(key, None)
+    out["loop"].pop("history_rewrite", None)  # what training does with a sample, not eval
     return out
 
 
