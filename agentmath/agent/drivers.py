@@ -266,9 +266,10 @@ class ChatDriver:
         not used: a chat turn cannot be continued from its ids, so it is never cut."""
         ep = self.ep
         started = loop_time()
+        extra = {"logprobs": True} if ep.sampling.logprobs else {}
         message = await _call_model(ep, ep.backend.chat(  # type: ignore[attr-defined]
             self.messages, tools=[tool_spec()], max_tokens=max_tokens, sampling=ep.sampling,
-            return_token_ids=True), deadline)
+            return_token_ids=True, **extra), deadline)
         if isinstance(message, str):
             return message
         text = message.get("content") or ""
@@ -282,8 +283,11 @@ class ChatDriver:
         tokens = usage.get("completion_tokens") or len(ids)
         self.context = (usage.get("prompt_tokens") or self.context) + tokens
         self._record_ids(message)
+        logprobs = message.get("logprobs")
         ep.trajectory.segments.append(Segment(
-            "model", shown, ids, None, message.get("finish_reason"),
+            "model", shown, ids,
+            list(logprobs) if isinstance(logprobs, list) and len(logprobs) == len(ids) else None,
+            message.get("finish_reason"),
             duration_ms=(loop_time() - started) * 1e3, policy_version=ep.policy_version))
         calls = [Call(c.code, c.error, c.id) for c in parse_tool_calls(message)]
         if calls:

@@ -85,6 +85,9 @@ async def test_a_template_that_drops_earlier_thinking_splits_the_episode_per_tur
     assert [s.ids for s in samples] == [p + s for p, s in turns]
     assert_sampler_exact(samples, turns)
     assert {s.advantage for s in samples} == {1.0}
+    for sample, (prompt, sampled) in zip(samples, turns, strict=True):  # the sampler's own
+        assert sample.sampler_logp[len(prompt):] == pytest.approx(
+            [-0.1 * (i + 1) for i in range(len(sampled))])
     back = Trajectory.from_json(traj.to_json())
     assert [s.ids for s in samples_of(back)] == [s.ids for s in samples]
 
@@ -163,7 +166,7 @@ class Recording:
 async def test_real_vllm_chat_episodes_train_on_what_the_sampler_saw(vllm_server, pool):
     """Against a real vLLM server (the tiny tool model, hermes tool calls), whether or not its
     template re-renders a turn as sampled, every training sequence of a multi-turn episode is
-    the server's own prompt ids then its sampled ids."""
+    the server's own prompt ids then its sampled ids, with the server's logprobs."""
     from agentmath.backends.base import SamplingParams
     from tests.fixtures.models import held_out_problems
 
@@ -184,5 +187,8 @@ async def test_real_vllm_chat_episodes_train_on_what_the_sampler_saw(vllm_server
         assert traj.token_exact
         samples = samples_of(traj)
         assert_sampler_exact(samples, turns)
+        # the server's logprobs of what it sampled, on every loss token (the IS correction's)
+        assert all(lp <= 0 for s in samples
+                   for lp, m in zip(s.sampler_logp, s.mask, strict=True) if m)
         if traj.history_rewrite is None:
             assert [s.ids for s in samples] == [turns[-1][0] + turns[-1][1]]
