@@ -245,6 +245,14 @@ class LoopConfig(StrictModel):
         "End the episode as soon as a model turn contains a final answer (\\boxed{...})."))
     system_prompt: str | None = Field(None, description=(
         "System prompt (default: the tool format's own instructions)."))
+    history_rewrite: Literal["per_turn", "refuse"] = Field("per_turn", description=(
+        "Native chat tool calling only: what training does with an episode whose chat "
+        "template rewrote its history (a turn's re-rendered prompt did not extend the ids of "
+        "the turn before, as when Qwen3's template drops earlier reasoning). per_turn: one "
+        "training sequence per turn, its prompt as the server rendered it (masked) and the "
+        "ids it sampled, all with the episode's advantage; refuse: its reward still counts "
+        "in its group, its tokens carry no loss. The trajectory's history_rewrite says "
+        "which."))
 
 
 BACKEND_HELP = (

@@ -8,9 +8,14 @@ answers, parking):
   the ids already recorded (prompt ids, each model segment's sampled ids, each tool segment's
   ids), so what the model conditioned on and what a trainer later sees are the same ids.
 * :class:`ChatDriver`: native tool calling over ``/v1/chat/completions`` (a backend with a
-  ``chat`` method). The server renders the conversation through its chat template at every
-  turn, so this is *not* token-exact: segments carry the ids the server reports where it does,
-  and the trajectory's ``token_exact`` is False. Use a text format for training data.
+  ``chat`` method). The server renders the whole conversation through its chat template at
+  every turn. Where it reports the ids of each prompt it rendered and of what it sampled
+  (vLLM with ``return_token_ids``), every trained sequence is still exactly what the sampler
+  saw: a turn whose prompt extends the previous turn's prompt and sampled ids adds only the
+  new ids (the template's render of the tool results), and one whose prompt does not (a
+  template that rewrites history: Qwen3's drops earlier reasoning) starts a new sequence and
+  flags the trajectory (:func:`record_prompt`). A server that does not report them leaves
+  the trajectory's ``token_exact`` False, and training refuses it.
 """
 
 from __future__ import annotations
@@ -22,7 +27,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from agentmath.agent.prompts import CHAT_SYSTEM_PROMPT, build_messages
-from agentmath.agent.trajectory import Segment, Trajectory
+from agentmath.agent.trajectory import HistoryRewrite, Segment, Trajectory
 from agentmath.backends.base import Backend, Interruptible, SamplingParams
 from agentmath.config import LoopConfig
 from agentmath.errors import BackendError
@@ -93,6 +98,33 @@ async def _call_model(ep: EpisodeState, coro: Any, deadline: float) -> Any:
     except Exception as exc:  # noqa: BLE001 - any backend failure is this episode's error
         ep.trajectory.error = failure(exc)
         return "error"
+
+
+def record_prompt(trajectory: Trajectory, prompt_ids: list[int],
+                  messages: Sequence[dict[str, Any]], rewrite: HistoryRewrite) -> bool:
+    """Record the ids of the prompt a chat server rendered for the next model turn; True
+    when it rewrote the history.
+
+    The first turn's ids fill the (empty) prompt segment. A later prompt that extends the
+    ids of the sequence so far (the previous prompt and every turn sampled since) adds only
+    its new ids, to the last tool segment (the template's render of the turn's tool results
+    and of the next assistant header; with several tool results the last one holds them all).
+    A prompt that does not extend them starts a new sequence: a prompt segment of all its
+    ids (its text: the ``messages`` it was rendered from, as JSON), and the trajectory's
+    ``history_rewrite`` becomes ``rewrite`` (kept from the first such turn)."""
+    segments = trajectory.segments
+    if len(segments) == 1 and segments[0].source == "prompt" and not segments[0].token_ids:
+        segments[0].token_ids = list(prompt_ids)
+        return False
+    seen = [t for seg in trajectory.sequences[-1] for t in seg.token_ids]
+    if segments[-1].source == "tool" and prompt_ids[:len(seen)] == seen:
+        segments[-1].token_ids = segments[-1].token_ids + list(prompt_ids[len(seen):])
+        return False
+    segments.append(Segment("prompt", json.dumps(list(messages), ensure_ascii=False),
+                            list(prompt_ids)))
+    if trajectory.history_rewrite is None:
+        trajectory.history_rewrite = rewrite
+    return True
 
 
 class TextDriver:
@@ -226,7 +258,7 @@ class ChatDriver:
         ep.trajectory.segments.append(
             Segment("prompt", json.dumps(self.messages, ensure_ascii=False), []))
         # the live list: the trajectory's record of the conversation is the one sent
-        ep.trajectory.messages, ep.trajectory.token_exact = self.messages, False
+        ep.trajectory.messages = self.messages
 
     async def model_turn(self, max_tokens: int, deadline: float,
                          interrupt: asyncio.Event | None = None) -> ModelTurn | str:
@@ -234,9 +266,10 @@ class ChatDriver:
         not used: a chat turn cannot be continued from its ids, so it is never cut."""
         ep = self.ep
         started = loop_time()
+        extra = {"logprobs": True} if ep.sampling.logprobs else {}
         message = await _call_model(ep, ep.backend.chat(  # type: ignore[attr-defined]
             self.messages, tools=[tool_spec()], max_tokens=max_tokens, sampling=ep.sampling,
-            return_token_ids=True), deadline)
+            return_token_ids=True, **extra), deadline)
         if isinstance(message, str):
             return message
         text = message.get("content") or ""
@@ -249,15 +282,34 @@ class ChatDriver:
         usage = message.get("usage") or {}
         tokens = usage.get("completion_tokens") or len(ids)
         self.context = (usage.get("prompt_tokens") or self.context) + tokens
+        self._record_ids(message)
+        logprobs = message.get("logprobs")
         ep.trajectory.segments.append(Segment(
-            "model", shown, ids, None, message.get("finish_reason"),
+            "model", shown, ids,
+            list(logprobs) if isinstance(logprobs, list) and len(logprobs) == len(ids) else None,
+            message.get("finish_reason"),
             duration_ms=(loop_time() - started) * 1e3, policy_version=ep.policy_version))
         calls = [Call(c.code, c.error, c.id) for c in parse_tool_calls(message)]
         if calls:
+            # the reasoning goes back too: a template that keeps it (Qwen3's, for the turns
+            # after the last user query) then renders what the model sampled
             self.messages.append({k: v for k, v in message.items()
-                                  if k in ("role", "content", "tool_calls")})
+                                  if k in ("role", "content", "tool_calls") or
+                                  (k in ("reasoning", "reasoning_content") and v is not None)})
         cut = message.get("finish_reason") == "length" and not calls
         return ModelTurn(tokens, message.get("finish_reason"), cut, calls, text)
+
+    def _record_ids(self, message: dict[str, Any]) -> None:
+        """Record the prompt ids the server rendered for this turn (:func:`record_prompt`);
+        a reply without them, or without the sampled ids, makes the trajectory not
+        token-exact from then on (its ids are no longer what the sampler saw)."""
+        traj = self.ep.trajectory
+        prompt = message.get("prompt_token_ids")
+        if prompt is None or message.get("token_ids") is None:
+            traj.token_exact = False
+        if traj.token_exact:
+            record_prompt(traj, list(prompt or []), self.messages,
+                          self.ep.config.history_rewrite)
 
     async def add_tool(self, call: Call, result: ExecResult) -> str | None:
         ep = self.ep

@@ -104,7 +104,8 @@ class Episode:
         self.trajectory = Trajectory(problem=problem, meta={
             "format": self.driver.format_name,
             "backend": backend.name,
-            "budgets": self.config.model_dump(exclude={"system_prompt"}), **(meta or {})},
+            "budgets": self.config.model_dump(exclude={"system_prompt", "history_rewrite"}),
+            **(meta or {})},
             problem_id=problem_id, sample_index=sample_index,
             sampling=dataclasses.replace(self.sampling))
         self.few_shot = tuple(few_shot)

@@ -28,6 +28,9 @@ from agentmath.grading.answer import Grade
 from agentmath.sandbox.result import ExecResult
 
 Source = Literal["prompt", "model", "tool"]
+#: How training takes an episode whose chat template rewrote its history (a re-rendered
+#: prompt that did not extend the ids the model had seen): one sequence per turn, or none.
+HistoryRewrite = Literal["per_turn", "refuse"]
 FINISH_REASONS = ("answered", "eos", "token_budget", "tool_budget", "time_budget", "error")
 
 
@@ -102,9 +105,16 @@ class Trajectory:
       ids, which the segments' texts do not keep), it is what ``samples.jsonl`` keeps of it,
       and it goes with the trajectory to another worker when a parked episode moves
       (:meth:`~agentmath.agent.episode.Episode.restore` hands it to the new driver there).
-    * ``token_exact``: False when the ids are not the exact context the model conditioned
-      on (native chat: the server renders the conversation itself); written by the chat
-      driver.
+    * ``token_exact``: False when the ids are not exactly what the sampler saw and sampled
+      (native chat through a server that does not report its prompt and sampled ids);
+      written by the chat driver.
+    * ``history_rewrite``: None while every model turn continued the ids before it (text
+      formats always; native chat while each re-rendered prompt extends the previous turn's
+      prompt and sampled ids). Written by the chat driver at the first turn whose
+      re-rendered prompt does not (a template that drops earlier reasoning, re-serialises
+      tool calls or re-tokenizes sampled text): the run's ``LoopConfig.history_rewrite``,
+      ``per_turn`` (trained as one sequence per turn, :attr:`sequences`) or ``refuse`` (not
+      trained on).
     * ``advances``: the segments it ran in (calls of ``Episode.advance``; more than 1 only
       under partial rollout's segment budgets) and ``session_replays``: the times a lost
       sandbox session was rebuilt by replaying its cells; written by the episode when it
@@ -128,6 +138,7 @@ class Trajectory:
     grade: Grade | None = None
     messages: list[dict[str, Any]] = field(default_factory=list)
     token_exact: bool = True
+    history_rewrite: HistoryRewrite | None = None
     advances: int = 1
     session_replays: int = 0
     session_close_error: str | None = None
@@ -137,8 +148,24 @@ class Trajectory:
     # ------------------------------------------------------------------ token views
     @property
     def token_ids(self) -> list[int]:
-        """All ids in order: exactly the context the model conditioned on, plus its last turn."""
+        """All ids in order: exactly the context the model conditioned on, plus its last turn
+        (for an episode whose history was rewritten: its :attr:`sequences`, one after the
+        other)."""
         return [t for seg in self.segments for t in seg.token_ids]
+
+    @property
+    def sequences(self) -> list[list[Segment]]:
+        """The segments cut into the sequences the sampler saw: a prompt segment that follows
+        a model or tool segment starts a new one (the chat driver writes one where a turn's
+        re-rendered prompt did not extend the ids before it). One sequence, all segments,
+        for every episode whose history was never rewritten."""
+        out: list[list[Segment]] = []
+        for seg in self.segments:
+            if not out or (seg.source == "prompt" and out[-1][-1].source != "prompt"):
+                out.append([seg])
+            else:
+                out[-1].append(seg)
+        return out
 
     @property
     def loss_mask(self) -> list[int]:
@@ -246,6 +273,8 @@ class Trajectory:
             data["messages"] = self.messages
         if not self.token_exact:
             data["token_exact"] = False
+        if self.history_rewrite is not None:
+            data["history_rewrite"] = self.history_rewrite
         if self.advances != 1:
             data["advances"] = self.advances
         if self.session_replays:

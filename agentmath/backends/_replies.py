@@ -237,9 +237,33 @@ def tokens(data: Any, url: str, non_empty: bool) -> list[int]:
     return ids
 
 
+def _chat_logprobs(choice: dict[str, Any], n_tokens: int, url: str) -> list[float]:
+    """The sampled tokens' logprobs of a chat reply (``logprobs.content[i].logprob``), one
+    per sampled token id."""
+    block = expect_object(choice.get("logprobs"), url, "choices[0].logprobs")
+    content = block.get("content")
+    field = "choices[0].logprobs.content"
+    if not isinstance(content, list):
+        raise malformed(url, field, f"must be a list, not {_kind(content)}", content)
+    if len(content) != n_tokens:
+        raise malformed(url, field, f"has {len(content)} entries for {n_tokens} token ids")
+    out: list[float] = []
+    for index, entry in enumerate(content):
+        value = expect_object(entry, url, f"{field}[{index}]").get("logprob")
+        if isinstance(value, bool) or not isinstance(value, int | float) or math.isnan(value) \
+                or value > _MAX_LOGPROB:
+            raise malformed(url, f"{field}[{index}].logprob", "must be a log-probability (a "
+                            "number <= 0)", value)
+        out.append(float(value))
+    return out
+
+
 def chat_message(data: Any, url: str) -> dict[str, Any]:
     """The assistant message of a ``/v1/chat/completions`` reply, plus ``finish_reason`` and,
-    where reported, ``token_ids`` and ``usage``; every one of them checked."""
+    where reported, ``token_ids`` (the sampled ids), ``prompt_token_ids`` (the ids of the
+    prompt the server rendered: vLLM reports both with ``return_token_ids``), ``logprobs``
+    (the sampled ids' logprobs, a list of floats, when asked for with ``logprobs`` and the
+    ids came back) and ``usage``; every one of them checked."""
     choice = first_choice(data, url)
     message = dict(expect_object(choice.get("message"), url, "choices[0].message"))
     if message.get("content") is not None:
@@ -259,6 +283,11 @@ def chat_message(data: Any, url: str) -> dict[str, Any]:
     message["finish_reason"] = reason
     if choice.get("token_ids") is not None:
         message["token_ids"] = token_ids(choice["token_ids"], url, "choices[0].token_ids")
+        if choice.get("logprobs") is not None:
+            message["logprobs"] = _chat_logprobs(choice, len(message["token_ids"]), url)
+    if data.get("prompt_token_ids") is not None:
+        message["prompt_token_ids"] = token_ids(data["prompt_token_ids"], url,
+                                                "prompt_token_ids")
     counts = usage(data, url)
     if counts is not None:
         message["usage"] = counts

@@ -305,14 +305,15 @@ class OpenAIBackend(RetryingPoster):
                    tools: Sequence[dict[str, Any]] | None = None, max_tokens: int = 1024,
                    sampling: SamplingParams | None = None,
                    **extra: Any) -> dict[str, Any]:
-        """One ``/v1/chat/completions`` turn; returns the assistant message dict
-        (plus ``finish_reason``, and ``token_ids``/``usage`` when the server reports them).
+        """One ``/v1/chat/completions`` turn; returns the assistant message dict (plus
+        ``finish_reason``, and ``token_ids``/``prompt_token_ids``/``usage`` when the server
+        reports them: vLLM does with ``return_token_ids``).
 
-        Not token-exact: the server renders the whole conversation from text on each call
-        (earlier assistant turns are re-tokenized, tool calls are parsed out of generated
-        text and re-serialized by the template), so the ids a trainer would rebuild can
-        differ from what was sampled. Use it for the ``openai_tools`` format and evaluation,
-        not for RL rollouts. ``finish_reason`` is added to the returned dict.
+        The server renders the whole conversation from text on each call (earlier assistant
+        turns are re-tokenized, tool calls are parsed out of generated text and re-serialized
+        by the template, a reasoning model's template may drop earlier reasoning), so a
+        turn's prompt need not extend the ids sampled before; the chat driver checks it with
+        the reported ids (:func:`agentmath.agent.drivers.record_prompt`).
         """
         sampling = sampling or SamplingParams()
         payload: dict[str, Any] = {

@@ -76,6 +76,7 @@ def identity(config: EvalConfig) -> dict[str, Any]:
             out["sandbox"].pop(key, None)
     if config.grading == GradingOptions():  # the default grader: as runs saved before it
         out.pop("grading", None)
+    out["loop"].pop("history_rewrite", None)  # what training does with a sample, not eval
     return out
 
 

@@ -5,6 +5,13 @@ of every tool output, as the model read them), so a training sample is its ids, 
 and the sampler's logprobs, with no re-tokenisation (re-tokenising a multi-turn text is how
 TRL's tool masks drifted off their tokens, huggingface/trl#5144). The loss mask is 1 on model
 tokens only; the unmasked ablation (DeepMath's trainer) also puts 1 on tool-output tokens.
+
+An episode of native chat tool calling whose chat template rewrote its history (a turn's
+re-rendered prompt did not extend what the model had seen and sampled before:
+:attr:`~agentmath.agent.trajectory.Trajectory.history_rewrite`) is several sequences, one per
+turn whose prompt did not extend the turn before; it becomes one sample per sequence, each
+with the episode's advantage, or none (``refuse``). A trajectory whose ids are not what the
+sampler saw (``token_exact`` False: a chat server that did not report them) becomes none.
 """
 
 from __future__ import annotations
@@ -15,7 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from agentmath._lazy import require
-from agentmath.agent.trajectory import Trajectory
+from agentmath.agent.trajectory import Segment, Trajectory
 from agentmath.rollout.records import Group
 
 TRUNCATED = frozenset({"token_budget", "tool_budget", "time_budget"})
@@ -78,13 +85,37 @@ class TrainSample:
 
 
 def to_train_sample(sample: ScoredSample, *, mask_tool_tokens: bool = True) -> TrainSample:
-    """The ids, loss mask and sampler logprobs of a scored sample.
+    """The ids, loss mask and sampler logprobs of a scored sample, all its segments as one
+    sequence (what a trajectory in one sequence is: see :func:`to_train_samples`).
 
     With ``mask_tool_tokens`` False the tool-output tokens carry loss too (the ablation).
     """
-    traj = sample.trajectory
+    return _sequence_sample(sample.trajectory.segments, sample, mask_tool_tokens)
+
+
+def trainable(trajectory: Trajectory) -> bool:
+    """Whether training may take the trajectory: its ids are what the sampler saw, and its
+    history, if rewritten, is not to be refused."""
+    return trajectory.token_exact and trajectory.history_rewrite != "refuse"
+
+
+def to_train_samples(sample: ScoredSample, *, mask_tool_tokens: bool = True
+                     ) -> list[TrainSample]:
+    """The training sequences of a scored sample: one per sequence the sampler saw
+    (:attr:`~agentmath.agent.trajectory.Trajectory.sequences`: one for every trajectory
+    whose history was never rewritten, a new one at each turn whose re-rendered prompt did
+    not extend the turn before), each with the sample's advantage; none when it is not
+    :func:`trainable`."""
+    if not trainable(sample.trajectory):
+        return []
+    return [_sequence_sample(seq, sample, mask_tool_tokens)
+            for seq in sample.trajectory.sequences]
+
+
+def _sequence_sample(segments: list[Segment], sample: ScoredSample,
+                     mask_tool_tokens: bool) -> TrainSample:
     ids, mask, logps = [], [], []
-    for seg in traj.segments:
+    for seg in segments:
         n = len(seg.token_ids)
         ids += seg.token_ids
         trained = seg.source == "model" or (seg.source == "tool" and not mask_tool_tokens)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import statistics
 from typing import Any
 
-from agentmath.rl.batch import ScoredGroup, ScoredSample
+from agentmath.rl.batch import ScoredGroup, ScoredSample, trainable
 from agentmath.rl.records import StepMetrics
 
 __all__ = ["StepMetrics", "advantage_stats", "sample_stats", "staleness_stats"]
@@ -19,11 +19,15 @@ __all__ = ["StepMetrics", "advantage_stats", "sample_stats", "staleness_stats"]
 
 def sample_stats(samples: list[ScoredSample]) -> dict[str, Any]:
     """Reward, accuracy, token and tool figures (calls per sample, the fraction of samples
-    that made any call, the error rate) over the samples of a step."""
+    that made any call, the error rate) over the samples of a step, and how many of them a
+    chat template rewrote the history of (``rewritten_episodes``) or training refuses
+    (``refused_episodes``: rewritten under ``history_rewrite = "refuse"``, or ids that are
+    not what the sampler saw)."""
     if not samples:
         return {"reward_mean": 0.0, "reward_terms": {}, "accuracy": 0.0,
                 "model_tokens_mean": 0.0, "tool_tokens_mean": 0.0, "tool_calls_mean": 0.0,
-                "tool_call_rate": 0.0, "tool_error_rate": 0.0, "truncation_rate": 0.0}
+                "tool_call_rate": 0.0, "tool_error_rate": 0.0, "truncation_rate": 0.0,
+                "rewritten_episodes": 0, "refused_episodes": 0}
     terms: dict[str, list[float]] = {}
     for s in samples:
         for key, value in s.terms.items():
@@ -43,6 +47,8 @@ def sample_stats(samples: list[ScoredSample]) -> dict[str, Any]:
                                            for s in samples),
         "tool_error_rate": errors / calls if calls else 0.0,
         "truncation_rate": statistics.fmean(float(s.truncated) for s in samples),
+        "rewritten_episodes": sum(s.trajectory.history_rewrite is not None for s in samples),
+        "refused_episodes": sum(not trainable(s.trajectory) for s in samples),
     }
 
 

@@ -158,6 +158,11 @@ class StepMetrics:
     mismatch_kl: float = 0.0  # mean k3 estimate of KL(sampler || trainer) per token
     mismatch_max: float = 0.0  # largest |log pi_trainer - log pi_sampler|
     mismatch_masked: float = 0.0  # fraction of loss tokens the IS correction cut or masked
+    # native chat: episodes whose chat template rewrote their history (trained per turn or
+    # refused: LoopConfig.history_rewrite), and episodes training refuses (rewritten under
+    # "refuse", or ids that are not what the sampler saw); over every sample of the step
+    rewritten_episodes: int = 0
+    refused_episodes: int = 0
     # policy versions behind the trainer: the step's version minus the oldest version that
     # sampled a turn of a trained sample (partial rollout and async runs mix versions)
     infra_excluded: int = 0  # samples left out: failed for the infrastructure's reasons

@@ -1,7 +1,10 @@
 """The learning half of an RL step: scored groups -> advantages -> optimizer step(s).
 
 Advantages are computed per group (:func:`~agentmath.rl.losses.group_advantages`), every
-sample becomes ids + loss mask + sampler logprobs (:mod:`agentmath.rl.batch`), and the samples
+sample becomes ids + loss mask + sampler logprobs (:mod:`agentmath.rl.batch`; one per turn,
+sharing the sample's advantage, for a chat episode whose template rewrote its history: with
+the default ``token`` aggregation such an episode weighs exactly its loss tokens, as in one
+sequence; ``sequence`` aggregation counts each of its turns as a sequence), and the samples
 are split into ``mini_batches`` optimizer steps, each accumulated over micro-batches with the
 loss normalised by the mini-batch's total (token or sequence) count, so that the gradient does
 not depend on the micro-batch size. With one mini-batch the update is on-policy (the "old"
@@ -27,7 +30,7 @@ from agentmath.rl.batch import (
     TrainSample,
     collate_samples,
     prefix_micro_batches,
-    to_train_sample,
+    to_train_samples,
 )
 from agentmath.rl.config import LossConfig, RLConfig
 from agentmath.rl.losses import (
@@ -183,8 +186,11 @@ class PolicyUpdater:
         """Advantages, then ``mini_batches`` optimizer steps over the groups' samples."""
         cfg = self.config.loss
         assign_advantages(groups, cfg.std_normalize)
-        samples: list[TrainSample] = [to_train_sample(s, mask_tool_tokens=cfg.mask_tool_tokens)
-                                      for g in groups for s in g.samples]
+        # an episode whose chat template rewrote its history is one sample per turn (all
+        # with its advantage), or none (refused); rl/batch.py
+        samples: list[TrainSample] = [
+            t for g in groups for s in g.samples
+            for t in to_train_samples(s, mask_tool_tokens=cfg.mask_tool_tokens)]
         acc = UpdateStats(is_weight_mean=0.0)
         if not samples:
             return UpdateStats()

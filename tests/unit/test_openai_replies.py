@@ -164,6 +164,12 @@ def chat_body(**changes: Any) -> Body:
     (chat_body(choices__0__token_ids=[None]), "choices[0].token_ids[0]"),
     (chat_body(usage=7), "usage"),
     ({"choices": "none"}, "choices"),
+    (chat_body(prompt_token_ids=[1, -2]), "prompt_token_ids[1]"),
+    (chat_body(choices__0__token_ids=[3], choices__0__logprobs={"content": []}),
+     "choices[0].logprobs.content"),
+    (chat_body(choices__0__token_ids=[3],
+               choices__0__logprobs={"content": [{"logprob": "x"}]}),
+     "choices[0].logprobs.content[0].logprob"),
 ])
 async def test_malformed_chat_is_a_backend_error(body: Body, field: str) -> None:
     rec = Recorder(httpx.Response(200, json=body))
@@ -178,6 +184,21 @@ async def test_chat_keeps_token_ids_and_usage() -> None:
         [{"role": "user", "content": "x"}])
     assert out["token_ids"] == [3, 4] and out["usage"] == {"prompt_tokens": 1}
     assert out["content"] == "hi" and out["finish_reason"] == "stop"
+
+
+async def test_chat_keeps_the_rendered_prompt_ids_and_the_logprobs() -> None:
+    """vLLM's chat reply with ``return_token_ids`` and ``logprobs``: the prompt ids it
+    rendered (top level) and one logprob per sampled id (kept only with the ids)."""
+    body = chat_body(prompt_token_ids=[1, 2], choices__0__token_ids=[3, 4],
+                     choices__0__logprobs={"content": [{"token": "a", "logprob": -0.5},
+                                                       {"token": "b", "logprob": 0.0}]})
+    out = await backend(Recorder(httpx.Response(200, json=body))).chat(
+        [{"role": "user", "content": "x"}], return_token_ids=True, logprobs=True)
+    assert (out["prompt_token_ids"], out["token_ids"], out["logprobs"]) == \
+        ([1, 2], [3, 4], [-0.5, 0.0])
+    plain = await backend(Recorder(httpx.Response(200, json=chat_body()))).chat(
+        [{"role": "user", "content": "x"}])
+    assert "prompt_token_ids" not in plain and "logprobs" not in plain
 
 
 def test_retry_after_parsing() -> None:
