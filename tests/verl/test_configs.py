@@ -23,7 +23,7 @@ from tests.verl.fakes import FakeServerManager, make_agent_loop
 
 ROOT = Path(__file__).resolve().parents[2]
 CONFIGS = ROOT / "configs" / "verl"
-RECIPES = {"deepmath_like": ("deepmath", "deepmath", 4, 16),
+RECIPES = {"deepmath_like": ("deepmath", ["accuracy", "code_use"], 4, 50),
            "agentmath_like": ("code_interpreter", "agentmath", 8, 48)}
 
 
@@ -77,7 +77,9 @@ def test_recipes_agent_loop_yaml_builds_the_agentmath_loop(name: str, tokenizer:
     loop = make_agent_loop(cfg, FakeServerManager(None), tokenizer, entry=item)
     assert isinstance(loop, AgentMathAgentLoop)
     fmt, rewards, _, calls = RECIPES[name]
-    assert loop.fmt.name == fmt and loop.settings.rewards == rewards
+    named = loop.settings.rewards  # a preset's name, or the specs
+    assert loop.fmt.name == fmt
+    assert (named if isinstance(named, str) else [s.name for s in named]) == rewards
     assert loop.settings.loop.max_tool_calls == calls
     assert loop.settings.sandbox_url == [] and loop.settings.mask_tool_tokens
 
