@@ -21,8 +21,18 @@ An RL step needs a batch of complete groups. Three ways to get one, as in AgentM
 
 Staleness: when a parked sample is resumed under policy version v and its oldest model segment
 is older than ``v - max_staleness``, it is stale: regenerated from scratch (``stale =
-"regenerate"``) or its whole group is dropped (``"drop"``). Either is counted in the stats,
-with the tokens thrown away, and logged.
+"regenerate"``) or its whole group is dropped (``"drop"``). A finished group held back for the
+next iteration is checked the same way (under ``"regenerate"`` its stale samples run again).
+With ``stale = "wait"`` no parked sample goes stale: an episode whose oldest segment is
+``max_staleness`` versions old runs to its end in this iteration instead of parking (the
+iteration waits for it, counted ``stale_waited``), and the batch takes the groups that would
+be stale in the next iteration first; a held group that is stale anyway is dropped. Each case is
+counted in the stats, with the tokens thrown away, and logged.
+
+Resume: :meth:`PartialRollout.pending_groups` is what a checkpoint keeps of the groups drawn
+and not yet handed out (their finished samples and each parked episode's
+:class:`~agentmath.agent.episode.Progress`), and :meth:`PartialRollout.restore` puts one back
+after a resume: its parked episodes continue (their cells replayed in a new sandbox session).
 """
 
 from __future__ import annotations
@@ -32,8 +42,9 @@ import logging
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from agentmath.agent.episode import Episode
 from agentmath.config import RolloutConfig
-from agentmath.rollout.records import Group, GroupRequest, RolloutStats
+from agentmath.rollout.records import Group, GroupRequest, PendingGroup, RolloutStats
 from agentmath.rollout.scheduler import GroupState, RolloutEngine, _cancel
 from agentmath.sandbox.client import SessionLimited
 
@@ -57,6 +68,12 @@ def is_stale(versions: list[int], version: int, max_staleness: int) -> bool:
     first) is stale when resumed under ``version``: its oldest segment lags more than
     ``max_staleness`` versions (the rule of the local and the Ray partial rollout)."""
     return bool(versions) and version - versions[0] > max_staleness
+
+
+def oldest_version(group: Group) -> int | None:
+    """The oldest policy version that sampled a segment of ``group`` (None: none did)."""
+    firsts = [s.policy_versions[0] for s in group.samples if s.policy_versions]
+    return min(firsts) if firsts else None
 
 
 def may_draw(config: RolloutConfig, need: int, groups: int, episodes: int) -> bool:
@@ -143,18 +160,54 @@ class PartialRollout:
             groups = await self._lockstep(batch_groups)
         else:
             groups = await self._request_level(batch_groups)
-        groups, self._ready = take_batch(self._ready, groups, batch_groups)
+        held = self._ready
+        if engine.config.stale == "wait":  # what would be stale next iteration goes now
+            groups, held = self._due_first(held + groups), []
+        groups, self._ready = take_batch(held, groups, batch_groups)
         exhausted = self._draws.exhausted and not self._parked and not self._ready
         return IterationResult(engine.version, groups, stats, exhausted)
 
-    def pending_task_ids(self) -> list[str]:
-        """Ids of the problems whose groups are parked or finished but not yet handed out, in
-        order (a checkpoint cannot save live episodes: a resumed run reruns these first)."""
-        ids = [g.request.task.id for g in self._ready]
-        for state, _ in self._parked:
-            if state.request.task.id not in ids:
-                ids.append(state.request.task.id)
-        return ids
+    def pending_groups(self) -> list[PendingGroup]:
+        """The groups drawn and not yet handed out, in order: those finished and held back,
+        then those with parked episodes, each with its finished samples and its parked
+        episodes' progress (what a checkpoint keeps; :meth:`restore` puts it back)."""
+        out = [PendingGroup(g.request.position, g.request.task.id, list(g.samples))
+               for g in self._ready]
+        by_state: dict[int, PendingGroup] = {}
+        for state, index in self._parked:
+            pending = by_state.get(id(state))
+            if pending is None:
+                pending = by_state[id(state)] = PendingGroup(
+                    state.request.position, state.request.task.id, list(state.group.samples))
+                out.append(pending)
+            pending.progress[index] = state.episodes[index].progress()
+        return out
+
+    def restore(self, request: GroupRequest, pending: PendingGroup) -> RolloutStats:
+        """Put back a group a checkpoint kept (``request``: its request, drawn again at its
+        position): finished samples as they were, parked episodes continued from their
+        progress, the other samples run from scratch; how many of each (``resumed_*``)."""
+        counts = RolloutStats()
+        state = GroupState(request)
+        done = {s.index for s in pending.samples}
+        state.group.samples += [s for s in pending.samples if s.index in
+                                request.sample_indices]
+        counts.resumed_kept += len(state.group.samples)
+        for index in request.sample_indices:
+            if index in done:
+                continue
+            episode = self.engine.new_episode(state, index)
+            progress = pending.progress.get(index)
+            if progress is not None:
+                episode.restore(progress)
+                counts.resumed_continued += 1
+            else:
+                counts.resumed_regenerated += 1
+            self._parked.append((state, index))
+        if state.group.complete:
+            state.group.samples.sort(key=lambda s: s.index)
+            self._ready.append(state.group)
+        return counts
 
     async def aclose(self) -> None:
         """Close the parked episodes' sandbox sessions."""
@@ -177,17 +230,21 @@ class PartialRollout:
         ready: list[Group] = []
         parked: list[Slot] = []
         tasks: set[asyncio.Task[None]] = set()
+        regenerated = await self._fresh_ready()
         need = batch_groups - len(self._ready)
-        if need <= 0:
+        if need <= 0 and not regenerated:
             return []
 
         async def run(state: GroupState, index: int) -> None:
             episode = state.episodes[index]
+            wait = partial and self._due(episode)  # parked, it would go stale: finish it
+            engine.stats.stale_waited += wait
             try:
                 finished = await engine.advance(
-                    episode, max_tokens=config.segment_tokens,
-                    max_tool_calls=config.segment_tool_calls, stop=stop if partial else None,
-                    interrupt_turns=partial and config.interrupt_turns,
+                    episode, max_tokens=None if wait else config.segment_tokens,
+                    max_tool_calls=None if wait else config.segment_tool_calls,
+                    stop=stop if partial and not wait else None,
+                    interrupt_turns=partial and config.interrupt_turns and not wait,
                     before_turn=gate.before_turn)
             finally:
                 await gate.release(episode)
@@ -201,10 +258,13 @@ class PartialRollout:
                 if partial and len(ready) >= need:
                     stop.set()
 
+        if need <= 0:
+            stop.set()
+
         async def start(slot: Slot) -> None:
             episode = slot[0].episodes[slot[1]]
             await gate.acquire(episode)
-            if stop.is_set():
+            if stop.is_set() and not (partial and self._due(episode)):
                 await gate.release(episode)
                 parked.append(slot)
                 return
@@ -215,7 +275,7 @@ class PartialRollout:
         drawn: dict[int, int] = {}  # id(request) -> its draw order in this iteration
         episodes, bounded = 0, False
         try:
-            for slot in await self._resumable():
+            for slot in await self._resumable() + regenerated:
                 engine.stats.resumed += 1
                 await start(slot)
             while not stop.is_set() and (partial or len(drawn) < need):
@@ -249,6 +309,56 @@ class PartialRollout:
         return ready
 
     # --------------------------------------------------------------------------- staleness
+    def _due(self, episode: Episode) -> bool:
+        """Under ``stale = "wait"``: whether ``episode``, parked at this iteration's end, would
+        be stale in the next one (its oldest segment, or this one for a new episode, is
+        ``max_staleness`` versions old)."""
+        config, version = self.engine.config, self.engine.version
+        versions = episode.trajectory.policy_versions
+        oldest = versions[0] if versions else version
+        return config.stale == "wait" and version - oldest >= config.max_staleness
+
+    def _due_first(self, groups: list[Group]) -> list[Group]:
+        """``groups`` with those that would be stale in the next iteration first (in order)."""
+        config, version = self.engine.config, self.engine.version
+
+        def later(group: Group) -> bool:
+            oldest = oldest_version(group)
+            return oldest is None or version + 1 - oldest <= config.max_staleness
+
+        return sorted(groups, key=later)
+
+    async def _fresh_ready(self) -> list[Slot]:
+        """The held-back groups checked against the bound like parked samples: a stale one is
+        dropped (``stale = "drop"`` or ``"wait"``), or its stale samples are regenerated
+        (``"regenerate"``: the slots to start, the group held no more)."""
+        engine, config = self.engine, self.engine.config
+        kept: list[Group] = []
+        slots: list[Slot] = []
+        for group in self._ready:
+            oldest = oldest_version(group)
+            if oldest is None or not is_stale([oldest], engine.version, config.max_staleness):
+                kept.append(group)
+                continue
+            if config.stale != "regenerate":
+                state = GroupState(group.request)
+                state.group.samples = list(group.samples)
+                await self._drop(state)
+                continue
+            state = GroupState(group.request)
+            for sample in group.samples:
+                versions = sample.policy_versions
+                if not is_stale(versions, engine.version, config.max_staleness):
+                    state.group.samples.append(sample)
+                    continue
+                engine.stats.regenerated += 1
+                engine.stats.wasted_tokens += sample.trajectory.model_tokens
+                state.restarts[sample.index] = sample.restarts + 1
+                engine.new_episode(state, sample.index)
+                slots.append((state, sample.index))
+        self._ready = kept
+        return slots
+
     async def _resumable(self) -> list[Slot]:
         """The parked slots to continue, stale ones regenerated or their groups dropped."""
         engine, config = self.engine, self.engine.config
@@ -280,6 +390,7 @@ class PartialRollout:
     async def _drop(self, state: GroupState) -> None:
         stats = self.engine.stats
         stats.dropped_groups += 1
+        stats.dropped_ids.append(state.request.group_id)
         wasted = sum(s.trajectory.model_tokens for s in state.group.samples)
         for episode in state.episodes.values():
             wasted += episode.model_used

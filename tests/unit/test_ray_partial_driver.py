@@ -278,7 +278,7 @@ async def test_tool_call_segments_without_a_token_segment_draw_only_the_batch() 
     iterations = RayIterations(engine, requests(3))
     first = await iterations.iteration(2)
     assert first.groups == [] and iterations.parked == 4
-    assert sorted(iterations.pending_task_ids()) == ["p0", "p1"]  # in the order they parked
+    assert sorted(p.task_id for p in iterations.pending_groups()) == ["p0", "p1"]
     rest = await run_iterations(iterations, engine, sampling, 2)
     assert samples([first, *rest]) == samples(reference)
 

@@ -94,7 +94,7 @@ def test_the_stored_checkpoint_state_loads_and_saves_in_the_new_format() -> None
                          weights_only=True)
     state = CheckpointState.from_payload(payload)
     assert (state.step, state.version, state.format_version) == (2, 1, CHECKPOINT_FORMAT)
-    assert state.cursor == 8 and state.requeue == []  # step 1 drew more (no signal)
+    assert state.cursor == 8 and state.pending == []  # step 1 drew more (no signal)
     assert state.stage == StageState(1, [(2, 4)])
     assert [type(e) for e in state.events] == [NoUpdate, StageMove]
     assert state.config.lora and state.config.group_size == 2
