@@ -23,10 +23,12 @@ Staleness: when a parked sample is resumed under policy version v and its oldest
 is older than ``v - max_staleness``, it is stale: regenerated from scratch (``stale =
 "regenerate"``) or its whole group is dropped (``"drop"``). A finished group held back for the
 next iteration is checked the same way (under ``"regenerate"`` its stale samples run again).
-With ``stale = "wait"`` no parked sample goes stale: an episode whose oldest segment is
-``max_staleness`` versions old runs to its end in this iteration instead of parking (the
-iteration waits for it, counted ``stale_waited``), and the batch takes the groups that would
-be stale in the next iteration first; a held group that is stale anyway is dropped. Each case is
+With ``stale = "wait"`` no parked sample goes stale: the episodes of a group whose oldest
+segment is ``max_staleness`` versions old run to their end in this iteration instead of
+parking (the iteration waits for them, counted ``stale_waited``), the batch takes the groups
+that would be stale in the next iteration first, and an iteration draws no more new groups
+than its batch still needs (pacing: the groups one iteration begins are at most a batch, so
+those due together fit one); a held group that is stale anyway is dropped. Each case is
 counted in the stats, with the tokens thrown away, and logged.
 
 Resume: :meth:`PartialRollout.pending_groups` is what a checkpoint keeps of the groups drawn
@@ -42,7 +44,6 @@ import logging
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from agentmath.agent.episode import Episode
 from agentmath.config import RolloutConfig
 from agentmath.rollout.records import Group, GroupRequest, PendingGroup, RolloutStats
 from agentmath.rollout.scheduler import GroupState, RolloutEngine, _cancel
@@ -237,7 +238,7 @@ class PartialRollout:
 
         async def run(state: GroupState, index: int) -> None:
             episode = state.episodes[index]
-            wait = partial and self._due(episode)  # parked, it would go stale: finish it
+            wait = partial and self._due(state)  # parked, it would go stale: finish it
             engine.stats.stale_waited += wait
             try:
                 finished = await engine.advance(
@@ -264,7 +265,7 @@ class PartialRollout:
         async def start(slot: Slot) -> None:
             episode = slot[0].episodes[slot[1]]
             await gate.acquire(episode)
-            if stop.is_set() and not (partial and self._due(episode)):
+            if stop.is_set() and not (partial and self._due(slot[0])):
                 await gate.release(episode)
                 parked.append(slot)
                 return
@@ -279,6 +280,8 @@ class PartialRollout:
                 engine.stats.resumed += 1
                 await start(slot)
             while not stop.is_set() and (partial or len(drawn) < need):
+                if partial and config.stale == "wait" and len(drawn) >= need:
+                    break  # pacing (the module docstring)
                 if partial and not may_draw(config, need, len(drawn), episodes):
                     bounded = True
                     break
@@ -309,14 +312,19 @@ class PartialRollout:
         return ready
 
     # --------------------------------------------------------------------------- staleness
-    def _due(self, episode: Episode) -> bool:
-        """Under ``stale = "wait"``: whether ``episode``, parked at this iteration's end, would
-        be stale in the next one (its oldest segment, or this one for a new episode, is
-        ``max_staleness`` versions old)."""
+    def _due(self, state: GroupState) -> bool:
+        """Under ``stale = "wait"``: whether the group, were it not finished in this
+        iteration, would be stale in the next one (its oldest segment, or this iteration for
+        a group not begun, is ``max_staleness`` versions old). Judged by the group, not the
+        episode: an episode begun late still finishes with its group."""
         config, version = self.engine.config, self.engine.version
-        versions = episode.trajectory.policy_versions
-        oldest = versions[0] if versions else version
-        return config.stale == "wait" and version - oldest >= config.max_staleness
+        if config.stale != "wait":
+            return False
+        firsts = [e.trajectory.policy_versions[0] for e in state.episodes.values()
+                  if e.trajectory.policy_versions]
+        done = oldest_version(state.group)
+        oldest = min(firsts + ([done] if done is not None else []), default=version)
+        return version - oldest >= config.max_staleness
 
     def _due_first(self, groups: list[Group]) -> list[Group]:
         """``groups`` with those that would be stale in the next iteration first (in order)."""
