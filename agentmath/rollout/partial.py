@@ -45,7 +45,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from agentmath.config import RolloutConfig
-from agentmath.rollout.records import Group, GroupRequest, PendingGroup, RolloutStats
+from agentmath.rollout.records import Group, GroupRequest, PendingGroup, RolloutStats, Sample
 from agentmath.rollout.scheduler import GroupState, RolloutEngine, _cancel
 from agentmath.sandbox.client import SessionLimited
 
@@ -354,35 +354,41 @@ class PartialRollout:
                 await self._drop(state)
                 continue
             state = GroupState(group.request)
-            for sample in group.samples:
-                versions = sample.policy_versions
-                if not is_stale(versions, engine.version, config.max_staleness):
-                    state.group.samples.append(sample)
-                    continue
-                engine.stats.regenerated += 1
-                engine.stats.wasted_tokens += sample.trajectory.model_tokens
-                state.restarts[sample.index] = sample.restarts + 1
-                engine.new_episode(state, sample.index)
-                slots.append((state, sample.index))
+            state.group.samples = list(group.samples)
+            slots += self._regenerate_samples(state, [
+                s for s in group.samples
+                if is_stale(s.policy_versions, engine.version, config.max_staleness)])
         self._ready = kept
         return slots
 
     async def _resumable(self) -> list[Slot]:
-        """The parked slots to continue, stale ones regenerated or their groups dropped."""
+        """The parked slots to continue, stale ones regenerated or their groups dropped
+        (``stale = "drop"``, or ``"wait"`` where one went stale anyway). A group's finished
+        samples are checked too: a group is handed out whole, its oldest sample with it."""
         engine, config = self.engine, self.engine.config
         slots, self._parked = self._parked, []
-        dropped: set[str] = set()
+        dropped: set[int] = set()
+        checked: set[int] = set()
         out: list[Slot] = []
         for state, index in slots:
-            if state.request.group_id in dropped:
+            if id(state) in dropped:
                 continue
+            if id(state) not in checked:
+                checked.add(id(state))
+                stale = [s for s in state.group.samples
+                         if is_stale(s.policy_versions, engine.version, config.max_staleness)]
+                if stale and config.stale != "regenerate":
+                    dropped.add(id(state))
+                    await self._drop(state)
+                    continue
+                out += self._regenerate_samples(state, stale)
             episode = state.episodes[index]
             versions = episode.trajectory.policy_versions
             if not is_stale(versions, engine.version, config.max_staleness):
                 out.append((state, index))
                 continue
-            if config.stale == "drop":
-                dropped.add(state.request.group_id)
+            if config.stale != "regenerate":
+                dropped.add(id(state))
                 await self._drop(state)
                 continue
             engine.stats.regenerated += 1
@@ -393,7 +399,20 @@ class PartialRollout:
             state.restarts[index] = state.restarts.get(index, 0) + 1
             engine.new_episode(state, index)
             out.append((state, index))
-        return [slot for slot in out if slot[0].request.group_id not in dropped]
+        return [slot for slot in out if id(slot[0]) not in dropped]
+
+    def _regenerate_samples(self, state: GroupState, stale: list[Sample]) -> list[Slot]:
+        """Finished samples of ``state`` that went stale, taken out and begun anew."""
+        engine = self.engine
+        for sample in stale:
+            state.group.samples.remove(sample)
+            engine.stats.regenerated += 1
+            engine.stats.wasted_tokens += sample.trajectory.model_tokens
+            log.info("sample %s#%d is stale (versions %s, now %d): regenerated",
+                     sample.group_id, sample.index, sample.policy_versions, engine.version)
+            state.restarts[sample.index] = sample.restarts + 1
+            engine.new_episode(state, sample.index)
+        return [(state, sample.index) for sample in stale]
 
     async def _drop(self, state: GroupState) -> None:
         stats = self.engine.stats
