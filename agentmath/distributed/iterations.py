@@ -24,8 +24,9 @@ from collections.abc import Iterable
 
 from agentmath.distributed.engine import RayRolloutEngine
 from agentmath.distributed.partial import SegmentedIterations
-from agentmath.rollout.partial import IterationResult, RequestDraws
+from agentmath.rollout.partial import IterationResult
 from agentmath.rollout.records import Group, GroupRequest, PendingGroup, RolloutStats
+from agentmath.rollout.rules import RequestDraws
 
 
 class RayIterations:

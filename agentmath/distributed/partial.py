@@ -43,8 +43,8 @@ from agentmath.backends.base import SamplingParams
 from agentmath.distributed.cluster import import_ray
 from agentmath.distributed.engine import RayRolloutEngine, Slot, await_ref, failed_sample
 from agentmath.distributed.worker import SegmentOrder, SegmentOutcome
-from agentmath.rollout.partial import is_stale, may_draw, note_draw_bound, take_batch
 from agentmath.rollout.records import Group, GroupRequest, PendingGroup, Sample
+from agentmath.rollout.rules import is_stale, may_draw, note_draw_bound, take_batch
 
 log = logging.getLogger(__name__)
 

@@ -8,8 +8,9 @@ controller and the request stream (at the checkpoint's stage and data cursor); t
 sink; the generators (the backend the episodes sample from and the weight sync that feeds
 it); and the rollouts: in this process the rollout engine over the backend, a sandbox pool or
 the sandbox services, and the tool format, or on a Ray cluster the rollout workers
-(``RLConfig.ray``). Each is typed by its contract (:mod:`agentmath.rollout.contract`), and
-everything is closed when the block ends.
+(``RLConfig.ray``), with the checkpoint's pending groups put back (:func:`put_back`). Each is
+typed by its contract (:mod:`agentmath.rollout.contract`), and everything is closed when the
+block ends.
 """
 
 from __future__ import annotations

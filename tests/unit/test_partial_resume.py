@@ -13,8 +13,9 @@ from agentmath.config import LoopConfig, RolloutConfig
 from agentmath.formats import get_format
 from agentmath.rl.records import BoundSettings, CheckpointState
 from agentmath.rl.schedules import StageState
-from agentmath.rollout.partial import IterationResult, PartialRollout, oldest_version
+from agentmath.rollout.partial import IterationResult, PartialRollout
 from agentmath.rollout.records import GroupRequest
+from agentmath.rollout.rules import oldest_version
 from agentmath.rollout.scheduler import RolloutEngine
 from agentmath.tasks import Task
 from tests.fixtures.sandboxes import FakeSandbox

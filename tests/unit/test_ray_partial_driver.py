@@ -18,14 +18,9 @@ from agentmath.backends.registry import BackendSettings
 from agentmath.backends.scripted import ScriptedBackend
 from agentmath.config import LoopConfig, RayConfig, RolloutConfig
 from agentmath.formats import get_format
-from agentmath.rollout.partial import (
-    PartialRollout,
-    is_stale,
-    may_draw,
-    parked_session_bound,
-    take_batch,
-)
+from agentmath.rollout.partial import PartialRollout
 from agentmath.rollout.records import Group, GroupRequest
+from agentmath.rollout.rules import is_stale, may_draw, parked_session_bound, take_batch
 from agentmath.rollout.scheduler import RolloutEngine
 from agentmath.seeding import derive_seed
 from agentmath.tasks import Task
