@@ -117,3 +117,21 @@ async def test_no_group_handed_out_lags_more_than_the_bound(policy: str) -> None
         assert dropped
     # every group is handed out or dropped, once
     assert sorted(_ids(results) + dropped) == [f"p{i}" for i in range(8)]
+
+
+async def test_put_back_redraws_what_nothing_was_kept_of_at_its_position() -> None:
+    from agentmath.rl.compose import put_back
+    from agentmath.rl.rollouts import RequestStream
+    from agentmath.rollout.records import PendingGroup
+
+    tasks = [Task(f"p{i}", f"problem {i}", "42") for i in range(4)]
+    first = RequestStream(tasks, 2, seed=1, shuffle=True)
+    drawn = [next(first) for _ in range(6)]  # across an epoch boundary
+    stream = RequestStream(tasks, 2, seed=1, shuffle=True, cursor=6)
+    pending = [PendingGroup(1, drawn[1].task.id), PendingGroup(5, drawn[5].task.id)]
+    counts = put_back(pending, stream, PartialRollout(engine(segment_tokens=120), stream))
+    assert counts.resumed_regenerated == 4 and counts.resumed_continued == 0
+    assert stream.requeued() == pending  # a checkpoint now would keep them as they were
+    assert [(r.position, r.task.id) for r in (next(stream), next(stream))] == \
+        [(1, drawn[1].task.id), (5, drawn[5].task.id)]
+    assert next(stream).position == 6  # then on from the cursor
