@@ -321,9 +321,13 @@ class RolloutConfig(StrictModel):
     max_staleness: int = Field(2, ge=0, le=1000, description=(
         "Policy versions a parked sample may lag: resumed under version v, a sample whose "
         "oldest model segment is older than v - max_staleness is stale."))
-    stale: Literal["regenerate", "drop"] = Field("regenerate", description=(
-        "What happens to a stale sample: regenerate it from scratch under the current policy, "
-        "or drop its whole group. Either way it is counted and logged."))
+    stale: Literal["regenerate", "drop", "wait"] = Field("regenerate", description=(
+        "How the staleness bound is kept (partial rollout). regenerate: a stale sample runs "
+        "again from scratch under the current policy; drop: its whole group is dropped; "
+        "wait: no sample goes stale, an episode that would be stale after another park runs "
+        "to its end in this iteration instead (the step waits for it) and the groups that "
+        "would be stale next step are trained first. Each is counted (regenerated, "
+        "stale_dropped, stale_waited) and logged. Local engine only: Ray refuses wait."))
     max_new_groups: int | None = Field(None, ge=1, le=1_000_000, description=(
         "Partial rollout (segment_tokens): new groups one iteration may draw. Without a bound "
         "an iteration whose episodes are all longer than one segment completes no group and "

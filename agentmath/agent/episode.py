@@ -69,6 +69,31 @@ class Progress:
     pending: list[Call]
     context_tokens: int  # the driver's context length (a chat driver cannot recount it)
 
+    def to_dict(self) -> dict[str, Any]:
+        """Plain containers (JSON, or a checkpoint's ``torch.save`` payload read back with
+        ``weights_only``): what an RL checkpoint keeps of a parked episode."""
+        return {"trajectory": self.trajectory.to_dict(),
+                "config": self.config.model_dump(mode="json"), "status": self.status,
+                "model_used": self.model_used, "calls": self.calls, "advances": self.advances,
+                "active_s": self.active_s, "replays": self.replays, "cells": list(self.cells),
+                "pending": [{"code": c.code, "error": c.error, "id": c.id}
+                            for c in self.pending],
+                "context_tokens": self.context_tokens}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Progress:
+        """Inverse of :meth:`to_dict` (KeyError, TypeError or ValueError when malformed)."""
+        status = data["status"]
+        if status not in ("new", "parked", "finished"):
+            raise ValueError(f"unknown episode status {status!r}")
+        return cls(Trajectory.from_dict(data["trajectory"]),
+                   LoopConfig.model_validate(data["config"]), status,
+                   int(data["model_used"]), int(data["calls"]), int(data["advances"]),
+                   float(data["active_s"]), int(data["replays"]),
+                   [str(c) for c in data["cells"]],
+                   [Call(c["code"], c["error"], c["id"]) for c in data["pending"]],
+                   int(data["context_tokens"]))
+
 
 def _extract(text: str) -> str | None:
     from agentmath.grading import extract_answer  # lazy: grading pulls in math-verify

@@ -1,7 +1,7 @@
 """RL iterations on a Ray cluster: the trainer's rollouts placed on Ray rollout workers.
 
 :class:`RayIterations` has the contract the trainer uses of
-:class:`~agentmath.rollout.partial.PartialRollout` (``iteration``, ``pending_task_ids``,
+:class:`~agentmath.rollout.partial.PartialRollout` (``iteration``, ``pending_groups``,
 ``parked``, ``aclose``), in its request-level mode:
 
 * without segment budgets (the stage's ``RolloutConfig`` on the engine), each iteration draws
@@ -24,8 +24,9 @@ from collections.abc import Iterable
 
 from agentmath.distributed.engine import RayRolloutEngine
 from agentmath.distributed.partial import SegmentedIterations
-from agentmath.rollout.partial import IterationResult, RequestDraws
-from agentmath.rollout.records import Group, GroupRequest, RolloutStats
+from agentmath.rollout.partial import IterationResult
+from agentmath.rollout.records import Group, GroupRequest, PendingGroup, RolloutStats
+from agentmath.rollout.rules import RequestDraws
 
 
 class RayIterations:
@@ -65,9 +66,10 @@ class RayIterations:
         groups.sort(key=lambda g: rank[id(g.request)])
         return groups
 
-    def pending_task_ids(self) -> list[str]:
-        """Problems whose groups are parked or held back, in order (none without segments)."""
-        return self._segments.pending_task_ids()
+    def pending_groups(self) -> list[PendingGroup]:
+        """Groups parked or held back, in order, by draw position only (none without
+        segments): a resumed run draws their problems again first, from scratch."""
+        return self._segments.pending_groups()
 
     async def aclose(self) -> None:
         """Forget the parked episodes on the workers (the engine's owner closes them)."""

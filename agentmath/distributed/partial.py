@@ -43,8 +43,8 @@ from agentmath.backends.base import SamplingParams
 from agentmath.distributed.cluster import import_ray
 from agentmath.distributed.engine import RayRolloutEngine, Slot, await_ref, failed_sample
 from agentmath.distributed.worker import SegmentOrder, SegmentOutcome
-from agentmath.rollout.partial import is_stale, may_draw, note_draw_bound, take_batch
-from agentmath.rollout.records import Group, GroupRequest, Sample
+from agentmath.rollout.records import Group, GroupRequest, PendingGroup, Sample
+from agentmath.rollout.rules import is_stale, may_draw, note_draw_bound, take_batch
 
 log = logging.getLogger(__name__)
 
@@ -102,13 +102,14 @@ class SegmentedIterations:
         """Whether episodes are parked or finished groups held for the next iteration."""
         return bool(self._parked or self._ready)
 
-    def pending_task_ids(self) -> list[str]:
-        """The local engine's answer: held groups' problems, then the parked groups'."""
-        ids = [g.request.task.id for g in self._ready]
+    def pending_groups(self) -> list[PendingGroup]:
+        """Held groups, then the parked groups, once each, by draw position (their episodes
+        are not kept: a resumed run runs them again from scratch)."""
+        requests = [g.request for g in self._ready]
         for episode in self._parked:
-            if (task_id := episode.owner.request.task.id) not in ids:
-                ids.append(task_id)
-        return ids
+            if all(r is not episode.owner.request for r in requests):
+                requests.append(episode.owner.request)
+        return [PendingGroup(r.position, r.task.id) for r in requests]
 
     async def iteration(self, batch_groups: int) -> list[Group]:
         """The batch of ``batch_groups`` groups (fewer once the requests run out)."""
@@ -316,6 +317,7 @@ class SegmentedIterations:
     async def _drop(self, owner: _Group, parked: list[_Episode]) -> None:
         stats = self.engine.stats
         stats.dropped_groups += 1
+        stats.dropped_ids.append(owner.request.group_id)
         wasted = sum(s.trajectory.model_tokens for s in owner.group.samples)
         wasted += sum(e.progress.model_used for e in parked if e.progress is not None)
         stats.wasted_tokens += wasted

@@ -198,7 +198,7 @@ class RolloutWorker:
         ``in_flight``): beyond, the oldest close theirs (replayed when they resume), so that
         they never hold every session a running episode waits for. The driver's
         ``max_parked_sessions`` bounds them across the cluster."""
-        from agentmath.rollout.partial import parked_session_bound
+        from agentmath.rollout.rules import parked_session_bound
 
         holding = [e for e in self._parked.values() if e.session is not None]
         bound = parked_session_bound(len(holding), engine.sandbox, self.spec.in_flight)

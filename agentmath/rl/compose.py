@@ -8,14 +8,16 @@ controller and the request stream (at the checkpoint's stage and data cursor); t
 sink; the generators (the backend the episodes sample from and the weight sync that feeds
 it); and the rollouts: in this process the rollout engine over the backend, a sandbox pool or
 the sandbox services, and the tool format, or on a Ray cluster the rollout workers
-(``RLConfig.ray``). Each is typed by its contract (:mod:`agentmath.rollout.contract`), and
-everything is closed when the block ends.
+(``RLConfig.ray``), with the checkpoint's pending groups put back (:func:`put_back`). Each is
+typed by its contract (:mod:`agentmath.rollout.contract`), and everything is closed when the
+block ends.
 """
 
 from __future__ import annotations
 
 import contextlib
 import copy
+import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import asdict
 from pathlib import Path
@@ -38,7 +40,8 @@ from agentmath.rl.run import (
 from agentmath.rl.schedules import StageController, lr_factor
 from agentmath.rl.sync import WeightSync
 from agentmath.rl.update import PolicyUpdater
-from agentmath.rollout.contract import EngineControl, Iterations
+from agentmath.rollout.contract import EngineControl, Iterations, Restorable
+from agentmath.rollout.records import PendingGroup, RolloutStats
 from agentmath.runs.files import STEP_METRICS_FILE
 from agentmath.tracking import open_sink
 from agentmath.train.plumbing import (
@@ -47,6 +50,8 @@ from agentmath.train.plumbing import (
     load_for_training,
     restore_checkpoint,
 )
+
+log = logging.getLogger(__name__)
 
 if TYPE_CHECKING:
     from agentmath.config import LoopConfig, RolloutConfig
@@ -225,6 +230,27 @@ async def open_rollouts(cfg: RLConfig, backend: Backend | None, stream: RequestS
         await ray_engine.close()
 
 
+def put_back(pending: list[PendingGroup], stream: RequestStream,
+             iterations: Iterations) -> RolloutStats:
+    """A checkpoint's pending groups, back where a resumed run takes them first (the resume
+    rule of docs/rl.md): restored as they were where the iterations can (their finished
+    samples kept, their parked episodes continued), else their problems drawn again first at
+    their own positions, every episode run from scratch. What became of their episodes."""
+    counts = RolloutStats()
+    for group in pending:
+        request = stream.redraw(group)
+        if request is None:
+            log.warning("checkpoint: pending problem %r is no longer in the data: skipped",
+                        group.task_id)
+            continue
+        if isinstance(iterations, Restorable) and group.saved:
+            counts.add(iterations.restore(request, group))
+        else:
+            stream.requeue(request)
+            counts.resumed_regenerated += len(request.sample_indices)
+    return counts
+
+
 @contextlib.asynccontextmanager
 async def open_run(config: RLConfig, out_dir: Path, *, resume: bool) -> AsyncIterator[RLRun]:
     """Every live object of a run, built in the module docstring's order, as one
@@ -239,7 +265,6 @@ async def open_run(config: RLConfig, out_dir: Path, *, resume: bool) -> AsyncIte
         controller.restore(state.stage)
     stream = RequestStream(tasks, config.group_size, seed=config.seed,
                            shuffle=config.data.shuffle, cursor=state.cursor if state else 0,
-                           requeue=state.requeue if state else [],
                            oversample=config.filters.oversample)
     step = state.step if state else 0
     sink = open_sink(out_dir, STEP_METRICS_FILE, config.tracker_names(), resume_step=step,
@@ -254,10 +279,11 @@ async def open_run(config: RLConfig, out_dir: Path, *, resume: bool) -> AsyncIte
             async with open_rollouts(config, generators.backend, stream, sampling, loop_cfg,
                                      rollout_cfg, version, generators.sync
                                      ) as (engine, iterations):
+                carried = put_back(state.pending if state else [], stream, iterations)
                 yield RLRun(config, out_dir, learner, generators, engine, iterations, stream,
                             sampling, rewards, controller, sink, step=step,
                             version=version, events=list(state.events) if state else [],
-                            resumed_from=resumed_from)
+                            resumed_from=resumed_from, carried=carried)
         finally:
             await generators.sync.aclose()
             if generators.backend is not None:  # none on Ray: each worker closes its own

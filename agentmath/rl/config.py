@@ -295,3 +295,6 @@ class RLConfig(StrictModel):
         if self.rollout.max_in_flight_tokens is not None:
             raise ValueError("rollout.max_in_flight_tokens: the context-token admission bound "
                              "is not applied on Ray (only max_in_flight is); leave it unset")
+        if self.rollout.stale == "wait":
+            raise ValueError("rollout.stale: 'wait' runs on the local engine only; on Ray use "
+                             "'regenerate' or 'drop'")

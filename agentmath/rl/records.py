@@ -7,9 +7,10 @@
   trained nothing) and :class:`StageMove` (the budgets grew). Kept in the step's line, in the
   checkpoint and in the result.
 * :class:`CheckpointState` — the run state a checkpoint holds beside the weights and the
-  optimizer (step, policy version, data cursor, groups to rerun, stage, events, the settings
-  it is bound to), with a format version. :meth:`CheckpointState.from_payload` also reads the
-  state written before it had one (format 0: the events as JSON text).
+  optimizer (step, policy version, data cursor, the groups drawn and not yet trained on with
+  what was kept of them, stage, events, the settings it is bound to), with a format version.
+  :meth:`CheckpointState.from_payload` also reads the older formats (0: the events as JSON
+  text; 1: the pending groups as problem ids, run again from scratch).
 * :class:`RLResult` — what ``train_rl`` returns.
 
 Their ``to_dict`` forms are the JSON (and ``torch.save``) forms, unchanged from the dicts the
@@ -25,13 +26,17 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from agentmath.agent.episode import Progress
+from agentmath.agent.trajectory import Trajectory
 from agentmath.errors import DataError
 from agentmath.jsonl import read_records
 from agentmath.rl.schedules import Stage, StageState
+from agentmath.rollout.records import PendingGroup, Sample
 from agentmath.runs.files import STEP_METRICS_FILE
 
-#: The version of :class:`CheckpointState`'s payload (0: written before it had one).
-CHECKPOINT_FORMAT = 1
+#: The version of :class:`CheckpointState`'s payload (0: written before it had one; 1: the
+#: pending groups as problem ids only, ``requeue``; 2: as :class:`PendingGroup` records).
+CHECKPOINT_FORMAT = 2
 
 
 #: Why a step trained nothing (:attr:`NoUpdate.cause`): every group that came back had no
@@ -168,9 +173,14 @@ class StepMetrics:
     infra_excluded: int = 0  # samples left out: failed for the infrastructure's reasons
     staleness_max: int = 0
     staleness_mean: float = 0.0
+    stale_waited: int = 0  # episodes run to their end, parked they'd go stale (stale="wait")
+    # the first step after a resume: what became of the checkpoint's pending groups
+    resumed_kept: int = 0  # finished samples kept as they were
+    resumed_continued: int = 0  # parked episodes continued from their saved progress
+    resumed_regenerated: int = 0  # episodes run again from scratch (nothing of them kept)
     prompts: list[str] = field(default_factory=list)  # problem ids of the groups trained on
     #: problem ids of the groups drawn and not trained on, by reason (no_variance, filtered,
-    #: surplus, infra); a problem drawn twice in a step is listed twice
+    #: surplus, infra, stale); a problem drawn twice in a step is listed twice
     prompts_dropped: dict[str, list[str]] = field(default_factory=dict)
     extra: StepExtra = field(default_factory=StepExtra)
     events: list[RunEvent] = field(default_factory=list)  # this step's (a line has none if none)
@@ -270,7 +280,9 @@ class CheckpointState:
     step: int
     version: int  # the policy version
     cursor: int  # group requests drawn from the data stream
-    requeue: list[str]  # problems whose groups were parked: rerun first after a resume
+    #: groups drawn and not yet trained on (held back, parked, or put back by an earlier
+    #: resume and not drawn again yet), with their finished samples and parked episodes
+    pending: list[PendingGroup]
     stage: StageState
     events: list[RunEvent]
     config: BoundSettings
@@ -280,13 +292,13 @@ class CheckpointState:
         """Plain containers for ``torch.save`` (read back with ``weights_only``)."""
         return {"format_version": self.format_version, "config": asdict(self.config),
                 "step": self.step, "version": self.version, "cursor": self.cursor,
-                "requeue": list(self.requeue), "stage": self.stage.to_dict(),
-                "events": [e.to_dict() for e in self.events]}
+                "pending": [_pending_payload(p) for p in self.pending],
+                "stage": self.stage.to_dict(), "events": [e.to_dict() for e in self.events]}
 
     @classmethod
     def from_payload(cls, state: Mapping[str, Any]) -> CheckpointState:
-        """The state of a checkpoint: this format, or format 0 (no ``format_version``, the
-        events as JSON text); DataError for a newer format than this code reads."""
+        """The state of a checkpoint: this format or an older one (the module docstring);
+        DataError for a newer format than this code reads, or a malformed pending group."""
         fmt = int(state.get("format_version", 0))
         if fmt > CHECKPOINT_FORMAT:
             raise DataError(f"checkpoint state format {fmt} is newer than this agentmath reads "
@@ -295,13 +307,41 @@ class CheckpointState:
         if isinstance(events, str):  # format 0
             events = json.loads(events)
         bound = state["config"]
+        if fmt < 2:  # problem ids only: their groups run again from scratch
+            pending = [PendingGroup(None, str(i)) for i in state.get("requeue", [])]
+        else:
+            pending = [_pending_from(p, n) for n, p in enumerate(state["pending"])]
         return cls(step=int(state["step"]), version=int(state["version"]),
-                   cursor=int(state.get("cursor", 0)), requeue=list(state.get("requeue", [])),
+                   cursor=int(state.get("cursor", 0)), pending=pending,
                    stage=StageState.from_dict(state["stage"]),
                    events=[event_from_dict(e) for e in events],
                    config=BoundSettings(bool(bound["lora"]), int(bound["group_size"]),
                                         str(bound["model"])),
                    format_version=CHECKPOINT_FORMAT)
+
+
+def _pending_payload(pending: PendingGroup) -> dict[str, Any]:
+    """One pending group's stored form (the one writer; :func:`_pending_from` reads it)."""
+    return {"position": pending.position, "task_id": pending.task_id,
+            "samples": [{"index": s.index, "restarts": s.restarts,
+                         "trajectory": s.trajectory.to_dict()} for s in pending.samples],
+            "progress": [{"index": i, **p.to_dict()} for i, p in
+                         sorted(pending.progress.items())]}
+
+
+def _pending_from(data: Mapping[str, Any], n: int) -> PendingGroup:
+    """The pending group :func:`_pending_payload` wrote (``n``: its place, for errors)."""
+    try:
+        task_id = str(data["task_id"])
+        position = data["position"]
+        samples = [Sample(task_id, int(s["index"]), Trajectory.from_dict(s["trajectory"]),
+                          int(s["restarts"])) for s in data["samples"]]
+        progress = {int(p["index"]): Progress.from_dict(p) for p in data["progress"]}
+        return PendingGroup(None if position is None else int(position), task_id, samples,
+                            progress)
+    except (KeyError, TypeError, ValueError) as exc:
+        raise DataError(f"checkpoint state: pending group {n}: {type(exc).__name__}: "
+                        f"{exc}") from exc
 
 
 @dataclass

@@ -1,8 +1,9 @@
 """The rollout half of an RL step: prompts in, scored groups with signal out.
 
 * :class:`RequestStream` — the training prompts as an endless, seeded stream of GRPO groups
-  (a new permutation each epoch), with a cursor that a checkpoint saves, so that a resumed
-  run draws exactly the prompts the uninterrupted one would have.
+  (a new permutation each epoch), each request with its position in that order, and a cursor
+  that a checkpoint saves, so that a resumed run draws exactly the prompts the uninterrupted
+  one would have.
 * :func:`collect_groups` — one step's groups from the rollout engine (sync or async, partial
   rollout with a staleness bound: :class:`~agentmath.rollout.partial.PartialRollout`), each
   sample scored by the reward model, and DAPO/AgentMath **dynamic sampling**: groups whose
@@ -30,12 +31,13 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 
 from agentmath.backends.base import SamplingParams
+from agentmath.errors import DataError
 from agentmath.rl.batch import ScoredGroup, ScoredSample, split_by_signal
 from agentmath.rl.filters import FilterPlan, GroupVerdict, filter_group
 from agentmath.rl.records import NoUpdate
 from agentmath.rl.rewards import RewardModel
 from agentmath.rollout.contract import Iterations
-from agentmath.rollout.records import Group, GroupRequest, RolloutStats
+from agentmath.rollout.records import Group, GroupRequest, PendingGroup, RolloutStats
 from agentmath.seeding import derive_seed
 from agentmath.tasks import Task
 
@@ -43,12 +45,14 @@ from agentmath.tasks import Task
 class RequestStream(Iterator[GroupRequest]):
     """Groups of ``group_size * oversample`` episodes over ``tasks``, epoch after epoch, each
     epoch in a seeded order (``oversample`` > 1: resample-on-correct keeps ``group_size`` of
-    them). ``cursor`` requests were already drawn (resume); ``requeue`` tasks come first (the
-    groups a checkpoint found parked or waiting: their episodes cannot be saved, so they are
-    run again from scratch)."""
+    them). Each request carries its ``position`` in that order (its samples' seeds derive from
+    it); ``cursor`` requests were already drawn (resume). Requests put back with
+    :meth:`requeue` come first (the groups a checkpoint found pending whose episodes it
+    could not keep: run again from scratch at their own positions, so nothing is drawn twice
+    or passed over)."""
 
     def __init__(self, tasks: Sequence[Task], group_size: int, *, seed: int, shuffle: bool,
-                 cursor: int = 0, requeue: Sequence[str] = (), oversample: int = 1) -> None:
+                 cursor: int = 0, oversample: int = 1) -> None:
         if not tasks:
             raise ValueError("no training problems")
         if oversample < 1:
@@ -59,9 +63,8 @@ class RequestStream(Iterator[GroupRequest]):
         self.seed = seed
         self.shuffle = shuffle
         self.cursor = cursor
-        by_id = {t.id: t for t in self.tasks}
-        self._requeue = [by_id[i] for i in requeue if i in by_id]
-        self._serial: dict[int, int] = {}  # id(request) -> its draw number, for seeds
+        self._by_id = {t.id: t for t in self.tasks}
+        self._requeue: list[GroupRequest] = []
         self._order: tuple[int, list[int]] | None = None
 
     def _task_at(self, position: int) -> Task:
@@ -74,18 +77,46 @@ class RequestStream(Iterator[GroupRequest]):
             self._order = (epoch, order)
         return self.tasks[self._order[1][offset]]
 
+    def _request(self, task: Task, position: int | None) -> GroupRequest:
+        return GroupRequest(task, samples=self.group_size * self.oversample, position=position)
+
     def __next__(self) -> GroupRequest:
         if self._requeue:
-            task, serial = self._requeue.pop(0), -len(self._requeue) - 1
-        else:
-            task, serial = self._task_at(self.cursor), self.cursor
-            self.cursor += 1
-        request = GroupRequest(task, samples=self.group_size * self.oversample)
-        self._serial[id(request)] = serial
+            return self._requeue.pop(0)
+        request = self._request(self._task_at(self.cursor), self.cursor)
+        self.cursor += 1
         return request
 
+    def redraw(self, pending: PendingGroup) -> GroupRequest | None:
+        """The request of a group a checkpoint kept as pending, at its position (None: a
+        checkpoint that kept only the problem id, of a problem no longer in the data).
+        DataError when the data has another problem at that position (it changed since the
+        checkpoint)."""
+        if pending.position is None:
+            task = self._by_id.get(pending.task_id)
+            return None if task is None else self._request(task, None)
+        if not 0 <= pending.position < self.cursor:
+            raise DataError(f"checkpoint: pending group at position {pending.position} "
+                            f"(problem {pending.task_id!r}) was never drawn (cursor "
+                            f"{self.cursor})")
+        task = self._task_at(pending.position)
+        if task.id != pending.task_id:
+            raise DataError(f"checkpoint: the problem drawn at position {pending.position} "
+                            f"was {pending.task_id!r}, the data now has {task.id!r} there: "
+                            f"the training data (or its seed or shuffle) changed since")
+        return self._request(task, pending.position)
+
+    def requeue(self, request: GroupRequest) -> None:
+        """Draw ``request`` again before any new one (its episodes run from scratch)."""
+        self._requeue.append(request)
+
+    def requeued(self) -> list[PendingGroup]:
+        """The requests put back and not yet drawn again (a checkpoint keeps them)."""
+        return [PendingGroup(r.position, r.task.id) for r in self._requeue]
+
     def sample_seed(self, request: GroupRequest, index: int, step: int) -> int:
-        return derive_seed(self.seed, "sample", self._serial.get(id(request), -1), index, step)
+        position = request.position if request.position is not None else -1
+        return derive_seed(self.seed, "sample", position, index, step)
 
 
 @dataclass(slots=True)
@@ -136,7 +167,8 @@ class Collected:
             return [g.group.request.task.id for g in groups]
 
         dropped = {"no_variance": ids(self.dropped), "filtered": ids(self.filtered),
-                   "surplus": ids(self.surplus), "infra": ids(self.infra_dropped)}
+                   "surplus": ids(self.surplus), "infra": ids(self.infra_dropped),
+                   "stale": list(self.stats.dropped_ids)}
         return ids(self.groups), {k: v for k, v in dropped.items() if v}
 
     def no_update(self, step: int) -> NoUpdate:

@@ -33,6 +33,7 @@ from agentmath.rl.schedules import Stage, StageController, linear
 from agentmath.rl.sync import WeightSync
 from agentmath.rl.update import PolicyUpdater, UpdateStats
 from agentmath.rollout.contract import EngineControl, Iterations
+from agentmath.rollout.records import RolloutStats
 from agentmath.tracking import MetricsSink
 from agentmath.train.plumbing import save_checkpoint
 
@@ -113,6 +114,9 @@ class RLRun:
     events: list[RunEvent] = field(default_factory=list)
     resumed_from: int | None = None
     last: StepMetrics | None = None
+    #: what became of the resumed checkpoint's pending groups (``resumed_*``), counted in
+    #: the first step's metrics
+    carried: RolloutStats = field(default_factory=RolloutStats)
 
     async def push_weights(self) -> None:
         """Make the learner's weights live on the generators as the current version."""
@@ -134,6 +138,8 @@ class RLRun:
                                          max_rounds=cfg.max_sampling_rounds,
                                          filters=FilterPlan.of(cfg, self.step),
                                          draw_factor=cfg.generation_batch_factor)
+        collected.stats.add(self.carried)
+        self.carried = RolloutStats()
         rolled = time.monotonic()
         events: list[RunEvent] = []
         upd = await self._update(collected, events)
@@ -204,7 +210,11 @@ class RLRun:
             void_groups_dropped=collected.void_groups_dropped,
             roc_dropped=collected.roc_dropped, groups_surplus=len(collected.surplus),
             infra_excluded=collected.infra_excluded,
-            staleness_max=stale_max, staleness_mean=stale_mean, prompts=prompts,
+            staleness_max=stale_max, staleness_mean=stale_mean,
+            stale_waited=collected.stats.stale_waited,
+            resumed_kept=collected.stats.resumed_kept,
+            resumed_continued=collected.stats.resumed_continued,
+            resumed_regenerated=collected.stats.resumed_regenerated, prompts=prompts,
             prompts_dropped=prompts_dropped,
             extra=StepExtra(collected.rounds, sorted(
                 {v for s in trained_samples for v in s.trajectory.policy_versions})),
@@ -213,8 +223,9 @@ class RLRun:
     def checkpoint(self) -> None:
         """An atomic checkpoint of this step: weights, optimizer, schedule, RNG and the run
         state (:class:`~agentmath.rl.records.CheckpointState`)."""
+        pending = self.iterations.pending_groups() + self.stream.requeued()
         state = CheckpointState(step=self.step, version=self.version, cursor=self.stream.cursor,
-                                requeue=self.iterations.pending_task_ids(),
+                                pending=pending,
                                 stage=self.controller.state(), events=list(self.events),
                                 config=bound_settings(self.config))
         learner = self.learner

@@ -14,9 +14,9 @@ One step, top to bottom (:meth:`agentmath.rl.run.RLRun.run_step`):
 6. log the metrics (:mod:`agentmath.tracking`: JSONL, TensorBoard, W&B) and, when due, an
    atomic checkpoint holding the model, optimizer, LR schedule, stage, data cursor and policy
    version (:class:`~agentmath.rl.records.CheckpointState`), from which a run
-   killed with -9 resumes exactly (in sync mode bit-for-bit; with partial rollout, groups that
-   were parked at the checkpoint are rerun from scratch first, since live episodes cannot be
-   saved).
+   killed with -9 resumes exactly (in sync mode bit-for-bit; with partial rollout, the groups
+   drawn and not yet trained on come back first: finished samples kept, parked episodes
+   continued from their saved progress; the rule is in docs/rl.md).
 
 Every live object of a run is built in one place, :func:`agentmath.rl.compose.open_run`, as
 one typed :class:`~agentmath.rl.run.RLRun`; this module drives it.

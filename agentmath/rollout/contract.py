@@ -8,10 +8,14 @@ Two objects, each a protocol that both paths satisfy (a test checks both classes
   on Ray: :class:`~agentmath.distributed.engine.RayRolloutEngine`.
 * :class:`Iterations`, the successive RL iterations the trainer collects groups from: each
   ``iteration(n)`` returns ``n`` complete groups (fewer once the requests run out) in the
-  order their prompts were drawn, and ``pending_task_ids`` names the problems whose groups a
-  checkpoint cannot save (parked or held back; a resumed run reruns them first). In one
+  order their prompts were drawn, and ``pending_groups`` gives the groups drawn and not yet
+  handed out (parked or held back), each by its draw position, for a checkpoint. In one
   process: :class:`~agentmath.rollout.partial.PartialRollout` (partial rollout across steps);
   on Ray: :class:`~agentmath.distributed.iterations.RayIterations` (every episode to its end).
+* :class:`Restorable`, the optional capability of iterations that can put a checkpoint's
+  pending group back as it was (its finished samples, its parked episodes continued): the
+  local :class:`~agentmath.rollout.partial.PartialRollout`. Iterations without it get the
+  group's problem drawn again first, its episodes run from scratch.
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ from typing import TYPE_CHECKING, Protocol, runtime_checkable
 if TYPE_CHECKING:
     from agentmath.config import LoopConfig, RolloutConfig
     from agentmath.rollout.partial import IterationResult
+    from agentmath.rollout.records import GroupRequest, PendingGroup, RolloutStats
 
 
 @runtime_checkable
@@ -58,10 +63,21 @@ class Iterations(Protocol):
         """``batch_groups`` complete groups (fewer once the requests run out)."""
         ...
 
-    def pending_task_ids(self) -> list[str]:
-        """Problems whose groups are parked or held back, in order (rerun after a resume)."""
+    def pending_groups(self) -> list[PendingGroup]:
+        """The groups drawn and not yet handed out (parked or held back), in order, with
+        whatever of them can be kept (a checkpoint's record of them)."""
         ...
 
     async def aclose(self) -> None:
         """Release what waits between iterations (parked episodes' sandbox sessions)."""
+        ...
+
+
+@runtime_checkable
+class Restorable(Protocol):
+    """Iterations that put a checkpoint's pending group back as it was."""
+
+    def restore(self, request: GroupRequest, pending: PendingGroup) -> RolloutStats:
+        """Put ``pending`` back (``request``: its request, drawn again at its position);
+        the episodes it kept, continued and ran anew (``resumed_*`` counters)."""
         ...

@@ -21,8 +21,20 @@ An RL step needs a batch of complete groups. Three ways to get one, as in AgentM
 
 Staleness: when a parked sample is resumed under policy version v and its oldest model segment
 is older than ``v - max_staleness``, it is stale: regenerated from scratch (``stale =
-"regenerate"``) or its whole group is dropped (``"drop"``). Either is counted in the stats,
-with the tokens thrown away, and logged.
+"regenerate"``) or its whole group is dropped (``"drop"``). A finished group held back for the
+next iteration is checked the same way (under ``"regenerate"`` its stale samples run again).
+With ``stale = "wait"`` no parked sample goes stale: the episodes of a group whose oldest
+segment is ``max_staleness`` versions old run to their end in this iteration instead of
+parking (the iteration waits for them, counted ``stale_waited``), the batch takes the groups
+that would be stale in the next iteration first, and an iteration draws no more new groups
+than its batch still needs (pacing: the groups one iteration begins are at most a batch, so
+those due together fit one); a held group that is stale anyway is dropped. Each case is
+counted in the stats, with the tokens thrown away, and logged.
+
+Resume: :meth:`PartialRollout.pending_groups` is what a checkpoint keeps of the groups drawn
+and not yet handed out (their finished samples and each parked episode's
+:class:`~agentmath.agent.episode.Progress`), and :meth:`PartialRollout.restore` puts one back
+after a resume: its parked episodes continue (their cells replayed in a new sandbox session).
 """
 
 from __future__ import annotations
@@ -32,8 +44,16 @@ import logging
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from agentmath.config import RolloutConfig
-from agentmath.rollout.records import Group, GroupRequest, RolloutStats
+from agentmath.rollout.records import Group, GroupRequest, PendingGroup, RolloutStats, Sample
+from agentmath.rollout.rules import (
+    RequestDraws,
+    is_stale,
+    may_draw,
+    note_draw_bound,
+    oldest_version,
+    parked_session_bound,
+    take_batch,
+)
 from agentmath.rollout.scheduler import GroupState, RolloutEngine, _cancel
 from agentmath.sandbox.client import SessionLimited
 
@@ -50,72 +70,6 @@ class IterationResult:
     groups: list[Group]
     stats: RolloutStats
     exhausted: bool  # no request left and nothing parked: the run is over
-
-
-def is_stale(versions: list[int], version: int, max_staleness: int) -> bool:
-    """Whether a parked sample whose model segments were sampled by ``versions`` (oldest
-    first) is stale when resumed under ``version``: its oldest segment lags more than
-    ``max_staleness`` versions (the rule of the local and the Ray partial rollout)."""
-    return bool(versions) and version - versions[0] > max_staleness
-
-
-def may_draw(config: RolloutConfig, need: int, groups: int, episodes: int) -> bool:
-    """Whether a partial-rollout iteration that needs ``need`` groups and has drawn ``groups``
-    new groups (``episodes`` episodes) may draw another (``RolloutConfig.max_new_groups``):
-    without a bound, an iteration whose episodes all outlast one segment never completes a
-    group and draws, and parks, without end (the rule of the local and the Ray partial
-    rollout)."""
-    if config.max_new_groups is not None:
-        return groups < config.max_new_groups
-    return groups < 2 * need or episodes < config.max_in_flight + config.max_parked_sessions
-
-
-def parked_session_bound(max_parked: int, sandbox: object, running: int) -> int:
-    """Parked episodes that may keep their sandbox sessions: ``max_parked``, lowered where
-    ``sandbox`` holds fewer live sessions (:class:`~agentmath.sandbox.client.SessionLimited`)
-    than they and the ``running`` episodes could: all its sessions but ``running`` stay for
-    running episodes, at least half of them. Parked episodes then never hold every session a
-    running one waits for (a deadlock: the iteration waits for that episode, the parked ones
-    for the iteration's end)."""
-    limit = sandbox.max_sessions if isinstance(sandbox, SessionLimited) else None
-    if limit is None:
-        return max_parked
-    return min(max_parked, max(limit - running, limit // 2))
-
-
-def note_draw_bound(stats: RolloutStats, need: int, done: int, drawn: int,
-                    parked: int) -> None:
-    """Count and log an iteration that reached its draw bound with its batch short."""
-    stats.draws_stopped += 1
-    log.warning("this iteration drew its bound of %d new groups and completed %d of the %d "
-                "groups it needed: it ends with them, %d episodes parked for the next "
-                "(episodes longer than one segment? see RolloutConfig.max_new_groups)",
-                drawn, done, need, parked)
-
-
-def take_batch(held: list[Group], new: list[Group], batch_groups: int
-               ) -> tuple[list[Group], list[Group]]:
-    """An iteration's batch: the groups held back from earlier iterations first, then this
-    one's, at most ``batch_groups``; and the rest, held back for the next iteration."""
-    groups = held + new
-    return groups[:batch_groups], groups[batch_groups:]
-
-
-class RequestDraws:
-    """A run's group requests, drawn one at a time, remembering when they ran out (the
-    local and the Ray iterations both draw through it)."""
-
-    def __init__(self, requests: Iterable[GroupRequest]) -> None:
-        self._requests = iter(requests)
-        self.exhausted = False
-
-    def next(self) -> GroupRequest | None:
-        """The next request; None once there are none (and from then on)."""
-        if self.exhausted:
-            return None
-        request = next(self._requests, None)
-        self.exhausted = request is None
-        return request
 
 
 class PartialRollout:
@@ -143,18 +97,54 @@ class PartialRollout:
             groups = await self._lockstep(batch_groups)
         else:
             groups = await self._request_level(batch_groups)
-        groups, self._ready = take_batch(self._ready, groups, batch_groups)
+        held = self._ready
+        if engine.config.stale == "wait":  # what would be stale next iteration goes now
+            groups, held = self._due_first(held + groups), []
+        groups, self._ready = take_batch(held, groups, batch_groups)
         exhausted = self._draws.exhausted and not self._parked and not self._ready
         return IterationResult(engine.version, groups, stats, exhausted)
 
-    def pending_task_ids(self) -> list[str]:
-        """Ids of the problems whose groups are parked or finished but not yet handed out, in
-        order (a checkpoint cannot save live episodes: a resumed run reruns these first)."""
-        ids = [g.request.task.id for g in self._ready]
-        for state, _ in self._parked:
-            if state.request.task.id not in ids:
-                ids.append(state.request.task.id)
-        return ids
+    def pending_groups(self) -> list[PendingGroup]:
+        """The groups drawn and not yet handed out, in order: those finished and held back,
+        then those with parked episodes, each with its finished samples and its parked
+        episodes' progress (what a checkpoint keeps; :meth:`restore` puts it back)."""
+        out = [PendingGroup(g.request.position, g.request.task.id, list(g.samples))
+               for g in self._ready]
+        by_state: dict[int, PendingGroup] = {}
+        for state, index in self._parked:
+            pending = by_state.get(id(state))
+            if pending is None:
+                pending = by_state[id(state)] = PendingGroup(
+                    state.request.position, state.request.task.id, list(state.group.samples))
+                out.append(pending)
+            pending.progress[index] = state.episodes[index].progress()
+        return out
+
+    def restore(self, request: GroupRequest, pending: PendingGroup) -> RolloutStats:
+        """Put back a group a checkpoint kept (``request``: its request, drawn again at its
+        position): finished samples as they were, parked episodes continued from their
+        progress, the other samples run from scratch; how many of each (``resumed_*``)."""
+        counts = RolloutStats()
+        state = GroupState(request)
+        done = {s.index for s in pending.samples}
+        state.group.samples += [s for s in pending.samples if s.index in
+                                request.sample_indices]
+        counts.resumed_kept += len(state.group.samples)
+        for index in request.sample_indices:
+            if index in done:
+                continue
+            episode = self.engine.new_episode(state, index)
+            progress = pending.progress.get(index)
+            if progress is not None:
+                episode.restore(progress)
+                counts.resumed_continued += 1
+            else:
+                counts.resumed_regenerated += 1
+            self._parked.append((state, index))
+        if state.group.complete:
+            state.group.samples.sort(key=lambda s: s.index)
+            self._ready.append(state.group)
+        return counts
 
     async def aclose(self) -> None:
         """Close the parked episodes' sandbox sessions."""
@@ -177,17 +167,21 @@ class PartialRollout:
         ready: list[Group] = []
         parked: list[Slot] = []
         tasks: set[asyncio.Task[None]] = set()
+        regenerated = await self._fresh_ready()
         need = batch_groups - len(self._ready)
-        if need <= 0:
+        if need <= 0 and not regenerated:
             return []
 
         async def run(state: GroupState, index: int) -> None:
             episode = state.episodes[index]
+            wait = partial and self._due(state)  # parked, it would go stale: finish it
+            engine.stats.stale_waited += wait
             try:
                 finished = await engine.advance(
-                    episode, max_tokens=config.segment_tokens,
-                    max_tool_calls=config.segment_tool_calls, stop=stop if partial else None,
-                    interrupt_turns=partial and config.interrupt_turns,
+                    episode, max_tokens=None if wait else config.segment_tokens,
+                    max_tool_calls=None if wait else config.segment_tool_calls,
+                    stop=stop if partial and not wait else None,
+                    interrupt_turns=partial and config.interrupt_turns and not wait,
                     before_turn=gate.before_turn)
             finally:
                 await gate.release(episode)
@@ -201,10 +195,13 @@ class PartialRollout:
                 if partial and len(ready) >= need:
                     stop.set()
 
+        if need <= 0:
+            stop.set()
+
         async def start(slot: Slot) -> None:
             episode = slot[0].episodes[slot[1]]
             await gate.acquire(episode)
-            if stop.is_set():
+            if stop.is_set() and not (partial and self._due(slot[0])):
                 await gate.release(episode)
                 parked.append(slot)
                 return
@@ -215,10 +212,12 @@ class PartialRollout:
         drawn: dict[int, int] = {}  # id(request) -> its draw order in this iteration
         episodes, bounded = 0, False
         try:
-            for slot in await self._resumable():
+            for slot in await self._resumable() + regenerated:
                 engine.stats.resumed += 1
                 await start(slot)
             while not stop.is_set() and (partial or len(drawn) < need):
+                if partial and config.stale == "wait" and len(drawn) >= need:
+                    break  # pacing (the module docstring)
                 if partial and not may_draw(config, need, len(drawn), episodes):
                     bounded = True
                     break
@@ -249,22 +248,83 @@ class PartialRollout:
         return ready
 
     # --------------------------------------------------------------------------- staleness
+    def _due(self, state: GroupState) -> bool:
+        """Under ``stale = "wait"``: whether the group, were it not finished in this
+        iteration, would be stale in the next one (its oldest segment, or this iteration for
+        a group not begun, is ``max_staleness`` versions old). Judged by the group, not the
+        episode: an episode begun late still finishes with its group."""
+        config, version = self.engine.config, self.engine.version
+        if config.stale != "wait":
+            return False
+        firsts = [e.trajectory.policy_versions[0] for e in state.episodes.values()
+                  if e.trajectory.policy_versions]
+        done = oldest_version(state.group)
+        oldest = min(firsts + ([done] if done is not None else []), default=version)
+        return version - oldest >= config.max_staleness
+
+    def _due_first(self, groups: list[Group]) -> list[Group]:
+        """``groups`` with those that would be stale in the next iteration first (in order)."""
+        config, version = self.engine.config, self.engine.version
+
+        def later(group: Group) -> bool:
+            oldest = oldest_version(group)
+            return oldest is None or version + 1 - oldest <= config.max_staleness
+
+        return sorted(groups, key=later)
+
+    async def _fresh_ready(self) -> list[Slot]:
+        """The held-back groups checked against the bound like parked samples: a stale one is
+        dropped (``stale = "drop"`` or ``"wait"``), or its stale samples are regenerated
+        (``"regenerate"``: the slots to start, the group held no more)."""
+        engine, config = self.engine, self.engine.config
+        kept: list[Group] = []
+        slots: list[Slot] = []
+        for group in self._ready:
+            oldest = oldest_version(group)
+            if oldest is None or not is_stale([oldest], engine.version, config.max_staleness):
+                kept.append(group)
+                continue
+            if config.stale != "regenerate":
+                state = GroupState(group.request)
+                state.group.samples = list(group.samples)
+                await self._drop(state)
+                continue
+            state = GroupState(group.request)
+            state.group.samples = list(group.samples)
+            slots += self._regenerate_samples(state, [
+                s for s in group.samples
+                if is_stale(s.policy_versions, engine.version, config.max_staleness)])
+        self._ready = kept
+        return slots
+
     async def _resumable(self) -> list[Slot]:
-        """The parked slots to continue, stale ones regenerated or their groups dropped."""
+        """The parked slots to continue, stale ones regenerated or their groups dropped
+        (``stale = "drop"``, or ``"wait"`` where one went stale anyway). A group's finished
+        samples are checked too: a group is handed out whole, its oldest sample with it."""
         engine, config = self.engine, self.engine.config
         slots, self._parked = self._parked, []
-        dropped: set[str] = set()
+        dropped: set[int] = set()
+        checked: set[int] = set()
         out: list[Slot] = []
         for state, index in slots:
-            if state.request.group_id in dropped:
+            if id(state) in dropped:
                 continue
+            if id(state) not in checked:
+                checked.add(id(state))
+                stale = [s for s in state.group.samples
+                         if is_stale(s.policy_versions, engine.version, config.max_staleness)]
+                if stale and config.stale != "regenerate":
+                    dropped.add(id(state))
+                    await self._drop(state)
+                    continue
+                out += self._regenerate_samples(state, stale)
             episode = state.episodes[index]
             versions = episode.trajectory.policy_versions
             if not is_stale(versions, engine.version, config.max_staleness):
                 out.append((state, index))
                 continue
-            if config.stale == "drop":
-                dropped.add(state.request.group_id)
+            if config.stale != "regenerate":
+                dropped.add(id(state))
                 await self._drop(state)
                 continue
             engine.stats.regenerated += 1
@@ -275,11 +335,25 @@ class PartialRollout:
             state.restarts[index] = state.restarts.get(index, 0) + 1
             engine.new_episode(state, index)
             out.append((state, index))
-        return [slot for slot in out if slot[0].request.group_id not in dropped]
+        return [slot for slot in out if id(slot[0]) not in dropped]
+
+    def _regenerate_samples(self, state: GroupState, stale: list[Sample]) -> list[Slot]:
+        """Finished samples of ``state`` that went stale, taken out and begun anew."""
+        engine = self.engine
+        for sample in stale:
+            state.group.samples.remove(sample)
+            engine.stats.regenerated += 1
+            engine.stats.wasted_tokens += sample.trajectory.model_tokens
+            log.info("sample %s#%d is stale (versions %s, now %d): regenerated",
+                     sample.group_id, sample.index, sample.policy_versions, engine.version)
+            state.restarts[sample.index] = sample.restarts + 1
+            engine.new_episode(state, sample.index)
+        return [(state, sample.index) for sample in stale]
 
     async def _drop(self, state: GroupState) -> None:
         stats = self.engine.stats
         stats.dropped_groups += 1
+        stats.dropped_ids.append(state.request.group_id)
         wasted = sum(s.trajectory.model_tokens for s in state.group.samples)
         for episode in state.episodes.values():
             wasted += episode.model_used

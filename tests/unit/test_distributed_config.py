@@ -174,7 +174,7 @@ async def test_ray_iterations_draw_what_they_need_and_keep_draw_order() -> None:
     second = await iterations.iteration(3)
     assert [g.request.group_id for g in second.groups] == ["p3", "p4"] and second.exhausted
     assert engine.calls == [["p0", "p1", "p2"], ["p3", "p4"]]
-    assert iterations.pending_task_ids() == [] and iterations.parked == 0
+    assert iterations.pending_groups() == [] and iterations.parked == 0
     with pytest.raises(ValueError, match="at least 1"):
         await iterations.iteration(0)
 

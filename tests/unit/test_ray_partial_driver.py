@@ -18,14 +18,9 @@ from agentmath.backends.registry import BackendSettings
 from agentmath.backends.scripted import ScriptedBackend
 from agentmath.config import LoopConfig, RayConfig, RolloutConfig
 from agentmath.formats import get_format
-from agentmath.rollout.partial import (
-    PartialRollout,
-    is_stale,
-    may_draw,
-    parked_session_bound,
-    take_batch,
-)
+from agentmath.rollout.partial import PartialRollout
 from agentmath.rollout.records import Group, GroupRequest
+from agentmath.rollout.rules import is_stale, may_draw, parked_session_bound, take_batch
 from agentmath.rollout.scheduler import RolloutEngine
 from agentmath.seeding import derive_seed
 from agentmath.tasks import Task
@@ -278,7 +273,7 @@ async def test_tool_call_segments_without_a_token_segment_draw_only_the_batch() 
     iterations = RayIterations(engine, requests(3))
     first = await iterations.iteration(2)
     assert first.groups == [] and iterations.parked == 4
-    assert sorted(iterations.pending_task_ids()) == ["p0", "p1"]  # in the order they parked
+    assert sorted(p.task_id for p in iterations.pending_groups()) == ["p0", "p1"]
     rest = await run_iterations(iterations, engine, sampling, 2)
     assert samples([first, *rest]) == samples(reference)
 

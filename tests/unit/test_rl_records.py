@@ -23,6 +23,7 @@ from agentmath.rl.records import (
     read_steps,
 )
 from agentmath.rl.schedules import Stage, StageState
+from agentmath.rollout.records import PendingGroup
 from tests.fixtures.rundirs.make_rl_run import RUN
 
 
@@ -94,7 +95,7 @@ def test_the_stored_checkpoint_state_loads_and_saves_in_the_new_format() -> None
                          weights_only=True)
     state = CheckpointState.from_payload(payload)
     assert (state.step, state.version, state.format_version) == (2, 1, CHECKPOINT_FORMAT)
-    assert state.cursor == 8 and state.requeue == []  # step 1 drew more (no signal)
+    assert state.cursor == 8 and state.pending == []  # step 1 drew more (no signal)
     assert state.stage == StageState(1, [(2, 4)])
     assert [type(e) for e in state.events] == [NoUpdate, StageMove]
     assert state.config.lora and state.config.group_size == 2
@@ -132,3 +133,39 @@ def test_a_step_line_keeps_its_prompts_and_rejects_malformed_ones() -> None:
         StepMetrics.from_dict({**row, "prompts": "p1"})
     with pytest.raises(DataError, match="field 'prompts_dropped'"):
         StepMetrics.from_dict({**row, "prompts_dropped": {"surplus": [1]}})
+
+
+def test_format_1_pending_problem_ids_read_as_groups_to_draw_again() -> None:
+    state = CheckpointState(3, 2, 9, [], StageState(0, []), [], BoundSettings(False, 2, "m"))
+    payload = {**state.to_payload(), "format_version": 1, "requeue": ["a", "b"]}
+    del payload["pending"]
+    back = CheckpointState.from_payload(payload)
+    assert back.pending == [PendingGroup(None, "a"), PendingGroup(None, "b")]
+    assert not any(p.saved for p in back.pending)  # nothing kept: run again from scratch
+
+
+def test_a_pending_group_round_trips_and_a_malformed_one_is_named() -> None:
+    from agentmath.agent.episode import Progress
+    from agentmath.agent.trajectory import Segment, Trajectory
+    from agentmath.config import LoopConfig
+    from agentmath.rollout.records import Sample
+
+    traj = Trajectory("p", [Segment("model", "x", [5, 6], [-0.1, -0.2], policy_version=3)],
+                      finish_reason="answered")
+    progress = Progress(Trajectory("p", [Segment("model", "y", [7], [-0.3],
+                                                 policy_version=4)]),
+                        LoopConfig(max_model_tokens=64), "parked", 1, 0, 1, 0.5, 0, ["x = 1"],
+                        [], 9)
+    group = PendingGroup(12, "t", [Sample("t", 0, traj, 1)], {1: progress})
+    state = CheckpointState(3, 4, 13, [group], StageState(0, []), [],
+                            BoundSettings(False, 2, "m"))
+    back = CheckpointState.from_payload(json.loads(json.dumps(state.to_payload())))
+    got = back.pending[0]
+    assert (got.position, got.task_id, got.samples[0].restarts) == (12, "t", 1)
+    assert got.samples[0].trajectory.to_dict() == traj.to_dict()
+    assert got.progress[1].trajectory.policy_versions == [4]
+    assert got.progress[1].config.max_model_tokens == 64 and got.progress[1].cells == ["x = 1"]
+    payload = state.to_payload()
+    del payload["pending"][0]["progress"][0]["trajectory"]
+    with pytest.raises(DataError, match="pending group 0"):
+        CheckpointState.from_payload(payload)

@@ -10,13 +10,13 @@ import pytest
 
 from agentmath.agent.trajectory import Segment, Trajectory
 from agentmath.config import load_config
-from agentmath.errors import ConfigError
+from agentmath.errors import ConfigError, DataError
 from agentmath.rl.config import RLConfig
 from agentmath.rl.rewards import RewardModel
 from agentmath.rl.rollouts import Collected, RequestStream, collect_groups
 from agentmath.rl.schedules import Stage, StageController, linear, lr_factor
 from agentmath.rollout.partial import IterationResult
-from agentmath.rollout.records import Group, GroupRequest, RolloutStats, Sample
+from agentmath.rollout.records import Group, GroupRequest, PendingGroup, RolloutStats, Sample
 from agentmath.tasks import Task
 
 
@@ -71,10 +71,24 @@ def test_request_stream_is_seeded_epochwise_and_resumes_at_its_cursor() -> None:
     a = RequestStream(tasks, 4, seed=3, shuffle=True)
     first = [next(a).task.id for _ in range(12)]
     assert sorted(first[:5]) == sorted(t.id for t in tasks)  # an epoch is a permutation
-    b = RequestStream(tasks, 4, seed=3, shuffle=True, cursor=7, requeue=["4"])
-    assert next(b).task.id == "4"  # requeued first, without moving the cursor
-    assert [next(b).task.id for _ in range(5)] == first[7:12]
+    b = RequestStream(tasks, 4, seed=3, shuffle=True, cursor=7)
+    again = b.redraw(PendingGroup(2, first[2]))
+    assert again is not None and again.position == 2 and again.task.id == first[2]
+    b.requeue(again)
+    assert b.requeued() == [PendingGroup(2, first[2])]
+    assert next(b) is again  # requeued first, at its own position, the cursor unmoved
+    assert [(r.task.id, r.position) for r in (next(b) for _ in range(5))] == \
+        list(zip(first[7:12], range(7, 12), strict=True))
     assert next(b).samples == 4
+    # the same position gives the same seeds whichever way it was drawn
+    c = RequestStream(tasks, 4, seed=3, shuffle=True)
+    third = [next(c) for _ in range(3)][2]
+    assert c.sample_seed(third, 1, 5) == b.sample_seed(again, 1, 5)
+    other = next(t.id for t in tasks if t.id != first[2])
+    with pytest.raises(DataError, match="changed since"):
+        b.redraw(PendingGroup(2, other))
+    with pytest.raises(DataError, match="never drawn"):
+        b.redraw(PendingGroup(40, first[0]))
 
 
 def _group(gid: str, rewards: list[float]) -> Group:
