@@ -6,15 +6,25 @@ from __future__ import annotations
 import os
 import random
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from agentmath.train.sharding import world_size
 
-if TYPE_CHECKING:
-    from agentmath.train.sft import SFTConfig
+
+class OrderSettings(Protocol):
+    """What the order depends on (SFTConfig's fields of these names)."""
+
+    @property
+    def seed(self) -> int: ...
+    @property
+    def batch_size(self) -> int: ...
+    @property
+    def grad_accum(self) -> int: ...
+    @property
+    def group_by_length(self) -> int: ...
 
 
-def epoch_order(n: int, epoch: int, config: SFTConfig,
+def epoch_order(n: int, epoch: int, config: OrderSettings,
                 lengths: Sequence[int] | None = None) -> list[int]:
     """The example order of one epoch: a permutation seeded by (seed, epoch); with
     ``group_by_length`` windows of that many batches are sorted by length and their batches
@@ -34,7 +44,7 @@ def epoch_order(n: int, epoch: int, config: SFTConfig,
     return grouped
 
 
-def step_indices(step: int, n: int, config: SFTConfig, orders: dict[int, list[int]],
+def step_indices(step: int, n: int, config: OrderSettings, orders: dict[int, list[int]],
                   lengths: Sequence[int] | None = None) -> list[list[int]]:
     """Example indices of each micro-batch of optimizer step ``step`` (1-based).
 

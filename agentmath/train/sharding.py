@@ -89,11 +89,17 @@ def check_launch(sharding: Sharding, what: str) -> None:
 
 def init_process_group(cpu: bool) -> tuple[Any, int, int]:
     """Join the launch's process group (accelerate's PartialState: NCCL on GPUs, gloo on the
-    CPU) and return (device, rank, world size)."""
+    CPU; a group of one for a process not launched) and return (device, rank, world size)."""
     accelerate = require("accelerate", "train")
+    torch = require("torch", "train")
     state = accelerate.PartialState(cpu=cpu)
-    if state.num_processes > 1 and not require("torch", "train").distributed.is_initialized():
-        raise ConfigError("sharding 'fsdp': no process group was started")
+    if not torch.distributed.is_initialized():
+        if state.num_processes > 1:
+            raise ConfigError("sharding 'fsdp': no process group was started")
+        # one process, not launched: a group of one (FSDP with offload or checkpointing only)
+        torch.distributed.init_process_group(
+            "gloo" if state.device.type == "cpu" else "nccl",
+            store=torch.distributed.HashStore(), rank=0, world_size=1)
     return state.device, state.process_index, state.num_processes
 
 

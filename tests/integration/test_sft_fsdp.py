@@ -6,6 +6,7 @@ checkpoint to the same weights; the launch refuses a run of several processes un
 from __future__ import annotations
 
 import json
+import math
 import os
 import random
 import subprocess
@@ -53,15 +54,15 @@ def data(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return path
 
 
-def _launch(model: Path, data: Path, out: Path, *extra: str,
-            processes: int = 2) -> subprocess.CompletedProcess[str]:
+def _launch(model: Path, data: Path, out: Path, *extra: str, processes: int = 2,
+            cuda: bool = False) -> subprocess.CompletedProcess[str]:
     """The documented command (docs/gpu.md, "Sharded training"), on 2 CPU processes."""
     sets = [f"--set={k}={v}" for k, v in SETTINGS.items()]
     cmd = [sys.executable, "-m", "accelerate.commands.launch", "--config_file", LAUNCH_CONFIG,
            "--num_processes", str(processes), "-m", "agentmath.cli", "sft", "--data", str(data),
            "--model", str(model), "--out", str(out), "--json", *sets, *extra]
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT),
-           "CUDA_VISIBLE_DEVICES": ""}
+           **({} if cuda else {"CUDA_VISIBLE_DEVICES": ""})}
     return subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=240)
 
 
@@ -109,3 +110,19 @@ def test_several_processes_unsharded_are_refused(data: Path, tmp_path: Path) -> 
     result = _launch(qwen3_like_dir("qwen3"), data, tmp_path / "out")
     assert result.returncode != 0
     assert "sharding is 'none'; set sharding = 'fsdp'" in result.stdout + result.stderr
+
+
+@pytest.mark.gpu
+def test_sharded_bf16_sft_on_one_gpu(data: Path, tmp_path: Path) -> None:
+    # the sharded trainer's CUDA path (NCCL, bf16 gathered weights, activation checkpointing)
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA GPU")
+    result = _launch(qwen3_like_dir("qwen3"), data, tmp_path / "gpu", "--set=sharding=fsdp",
+                     "--bf16", "--device", "cuda", "--set=fsdp.activation_checkpointing=true",
+                     processes=1, cuda=True)
+    assert result.returncode == 0, result.stderr[-3000:]
+    losses = _losses(tmp_path / "gpu")
+    assert len(losses) == 3 and all(math.isfinite(x) for x in losses)
+    assert losses[-1] < losses[0]
+    assert (tmp_path / "gpu" / "final" / "model.safetensors").exists()
