@@ -68,7 +68,7 @@ class FSDPConfig(StrictModel):
     activation_checkpointing: bool = Field(False, description=(
         "Recompute each decoder layer's activations in backward instead of keeping them "
         "(transformers' gradient checkpointing, non-reentrant): about a third more compute, "
-        "activations of one layer instead of all. RL needs loss.share_prompt=0 with it."))
+        "activations of one layer instead of all."))
     reduce_dtype: Literal["float32", "bfloat16"] = Field("float32", description=(
         "With bf16: the dtype gradients are averaged in over the ranks (float32: exact "
         "sums; bfloat16: half the traffic)."))
@@ -151,16 +151,23 @@ def world_scale() -> int:
     return torch.distributed.get_world_size() if torch.distributed.is_initialized() else 1
 
 
-def sum_over_ranks(value: float) -> float:
-    """``value`` summed over the processes of the group (itself when there is none)."""
+def reduce_over_ranks(values: list[float], op: Literal["sum", "max"] = "sum") -> list[float]:
+    """``values`` summed (or their maximum taken) over the processes of the group, element by
+    element (themselves when there is no group)."""
     torch = require("torch", "train")
     if not torch.distributed.is_initialized():
-        return value
-    total = torch.tensor([value], dtype=torch.float64)
+        return list(values)
+    total = torch.tensor(values, dtype=torch.float64)
     if torch.distributed.get_backend() == "nccl":
         total = total.cuda()
-    torch.distributed.all_reduce(total)
-    return float(total[0])
+    reduce_op = torch.distributed.ReduceOp.SUM if op == "sum" else torch.distributed.ReduceOp.MAX
+    torch.distributed.all_reduce(total, op=reduce_op)
+    return [float(v) for v in total.tolist()]
+
+
+def sum_over_ranks(value: float) -> float:
+    """``value`` summed over the processes of the group (itself when there is none)."""
+    return reduce_over_ranks([value])[0]
 
 
 def norm_value(norm: Any) -> float:
