@@ -8,8 +8,9 @@ not depend on the micro-batch size. With one mini-batch the update is on-policy 
 policy is the current one, detached); with more, the old log-probabilities are computed once
 before the first update, as PPO does. Micro-batches are cut per prompt, and a prompt the rows
 share runs once (``loss.share_prompt``; the rows attend to its KV cache). Backward goes
-through ``accelerate`` so that ``accelerate launch`` gives data parallelism and bf16 without
-code changes.
+through ``accelerate`` (bf16 autocast). With ``optim.sharding = "fsdp"`` each rank trains on
+every N-th micro-batch of a mini-batch, its loss scaled by N (FSDP averages the ranks'
+gradients), and the statistics are summed over the ranks (:mod:`agentmath.rl.sharded`).
 """
 
 from __future__ import annotations

@@ -91,3 +91,35 @@ def test_memory_estimate_of_a_4b_model_on_8_gpus() -> None:
     assert lora.optimizer == pytest.approx(8 * 33e6 / 8)
     assert est.total < 24 * GIB and unsharded.total > 3 * est.total
     assert set(est.gib()) >= {"weights", "activations", "logits", "total"}
+
+
+def _rl(**over: object) -> dict[str, object]:
+    return {"model": "m", "data": {"dataset": "d.jsonl"}, **over}
+
+
+def test_rl_sharding_settings() -> None:
+    from agentmath.rl.config import RLConfig
+
+    config = RLConfig.model_validate(_rl(optim={"sharding": "fsdp", "bf16": True,
+                                                "fsdp": {"cpu_offload": True}},
+                                         loss={"share_prompt": 0}))
+    assert config.optim.sharding == "fsdp" and config.optim.fsdp.cpu_offload
+    assert RLConfig.model_validate(_rl()).optim.sharding == "none"
+    # a shared prompt runs each layer twice before one backward: FSDP frees the gathered
+    # weights after the first, so sharded rows are trained whole
+    with pytest.raises(ValidationError, match="loss.share_prompt: with optim.sharding 'fsdp'"):
+        RLConfig.model_validate(_rl(optim={"sharding": "fsdp"}))
+
+
+def test_a_sharded_rl_rank_shares_the_micro_batches(monkeypatch: pytest.MonkeyPatch) -> None:
+    from agentmath.rl.update import _rank_share
+
+    batches: list = ["a", "b", "c"]
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.setenv("RANK", "0")
+    assert _rank_share(batches) == (["a", "c"], 2)
+    monkeypatch.setenv("RANK", "1")
+    assert _rank_share(batches) == (["b", "b"], 1)  # a stand-in keeps the collectives in step
+    monkeypatch.setenv("WORLD_SIZE", "4")
+    monkeypatch.setenv("RANK", "3")
+    assert _rank_share(batches) == (["a"], 0)  # nothing of its own: the first, as a stand-in
