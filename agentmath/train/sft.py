@@ -414,7 +414,7 @@ def train_sft(config: SFTConfig, data: str | Path | list[dict[str, Any]], model:
     orders: dict[int, list[int]] = {}
     lengths = [len(ids) for ids, _ in run["encoded"]]
     window = [0.0, 0]  # token-weighted loss since last record
-    bar, task = progress_bar("sft", progress, config.max_steps, step)
+    bar, task = progress_bar("sft", progress and run["main"], config.max_steps, step)
     sink = (open_sink(out_dir, "loss.jsonl", dict.fromkeys(["jsonl", *config.trackers]),
                       resume_step=step, wandb=config.wandb, config=config.model_dump(mode="json"))
             if run["main"] else FanOut([], out_dir / "loss.jsonl"))
