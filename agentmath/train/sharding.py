@@ -88,18 +88,26 @@ def check_launch(sharding: Sharding, what: str) -> None:
 
 
 def init_process_group(cpu: bool) -> tuple[Any, int, int]:
-    """Join the launch's process group (accelerate's PartialState: NCCL on GPUs, gloo on the
-    CPU; a group of one for a process not launched) and return (device, rank, world size)."""
+    """Join the launch's process group and return (device, rank, world size).
+
+    On GPUs the group is started here with NCCL for CUDA tensors and gloo for CPU ones (CPU
+    offload's gradient norm, the ranks' statistics); on the CPU accelerate's PartialState
+    starts it (gloo). A process that was not launched gets a group of one (FSDP then only
+    offloads or checkpoints)."""
     accelerate = require("accelerate", "train")
     torch = require("torch", "train")
+    if not torch.distributed.is_initialized() and (not cpu or world_size() == 1):
+        if not cpu:
+            torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
+        backend = "gloo" if cpu else "cuda:nccl,cpu:gloo"
+        if world_size() > 1:  # the launcher's environment (env://)
+            torch.distributed.init_process_group(backend)
+        else:
+            torch.distributed.init_process_group(backend, store=torch.distributed.HashStore(),
+                                                 rank=0, world_size=1)
     state = accelerate.PartialState(cpu=cpu)
     if not torch.distributed.is_initialized():
-        if state.num_processes > 1:
-            raise ConfigError("sharding 'fsdp': no process group was started")
-        # one process, not launched: a group of one (FSDP with offload or checkpointing only)
-        torch.distributed.init_process_group(
-            "gloo" if state.device.type == "cpu" else "nccl",
-            store=torch.distributed.HashStore(), rank=0, world_size=1)
+        raise ConfigError("sharding 'fsdp': no process group was started")
     return state.device, state.process_index, state.num_processes
 
 
@@ -157,7 +165,7 @@ def reduce_over_ranks(values: list[float], op: Literal["sum", "max"] = "sum") ->
     torch = require("torch", "train")
     if not torch.distributed.is_initialized():
         return list(values)
-    total = torch.tensor(values, dtype=torch.float64)
+    total = torch.tensor(values, dtype=torch.float64)  # gloo's, or NCCL's on a GPU of its own
     if torch.distributed.get_backend() == "nccl":
         total = total.cuda()
     reduce_op = torch.distributed.ReduceOp.SUM if op == "sum" else torch.distributed.ReduceOp.MAX
