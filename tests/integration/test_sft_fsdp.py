@@ -1,7 +1,8 @@
 """Sharded SFT (FSDP2, agentmath/train/sharding.py) on the CPU: the tiny Qwen3-like model
 trained across 2 processes (gloo) under the documented `accelerate launch` command gives the
 loss and the weights of one process, to float tolerance; a sharded run resumes from its
-checkpoint to the same weights; the launch refuses a run of several processes unsharded."""
+checkpoint to the same weights. (A launch of several processes unsharded is refused:
+tests/unit/test_sharding.py.)"""
 
 from __future__ import annotations
 
@@ -104,12 +105,6 @@ def test_a_sharded_lora_run_resumes_from_its_checkpoint(data: Path, tmp_path: Pa
     assert json.loads(again.stdout.strip().splitlines()[-1])["resumed_from"] == 2
     resumed = load_file(out / "final" / "model.safetensors")
     assert max(float((reference[k] - resumed[k]).abs().max()) for k in reference) < 1e-6
-
-
-def test_several_processes_unsharded_are_refused(data: Path, tmp_path: Path) -> None:
-    result = _launch(qwen3_like_dir("qwen3"), data, tmp_path / "out")
-    assert result.returncode != 0
-    assert "sharding is 'none'; set sharding = 'fsdp'" in result.stdout + result.stderr
 
 
 @pytest.mark.gpu
