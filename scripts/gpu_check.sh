@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The checks that need a CUDA GPU, in priority order, within one time budget:
-#   1. pytest -m gpu (tests/integration/test_cuda.py), the generator's tests and the precision
-#      tests on the GPU, in one process (a cuda bf16 run followed by cpu and fp32 ones);
+#   1. pytest -m gpu (tests/integration/test_cuda.py), the generator's tests, the precision
+#      tests and the sharded (FSDP) SFT trainer in bf16 on the GPU, in one process (a cuda
+#      bf16 run followed by cpu and fp32 ones);
 #   2. the whole demo on the GPU (fp32: bf16 weakens its start): benchmarks/demo_seeds.py over
 #      seeds 0-2 at once where the machine shows >= 6 CPUs, else `agentmath demo` for seed 0;
 #   3. benchmarks/generator.py --device cuda: the continuous generator beside model.generate;
@@ -33,8 +34,9 @@ step() {  # step NAME MAX_SECONDS COMMAND...: run with min(MAX, what is left), l
 { nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader; nproc
   "$py" -c "import torch, transformers; print(torch.__version__, transformers.__version__)"; } \
     | tee -a "$out/steps.log"
-step pytest_gpu 170 "$py" -m pytest -q -p no:cacheprovider tests/integration/test_cuda.py \
-    tests/integration/test_hf_continuous.py tests/integration/test_rl_precision.py
+step pytest_gpu 200 "$py" -m pytest -q -p no:cacheprovider tests/integration/test_cuda.py \
+    tests/integration/test_hf_continuous.py tests/integration/test_rl_precision.py \
+    tests/integration/test_sft_fsdp.py::test_sharded_bf16_sft_on_one_gpu
 if (( $(nproc) >= 6 )); then  # each seed its own demo process (two threads each), one GPU
     step demo_cuda 300 bash -c "'$py' benchmarks/demo_seeds.py --seeds 0 1 2 --device cuda \
         --parallel 3 --out /tmp/demo-seeds --json > '$out/demo_seeds.json'"

@@ -38,17 +38,22 @@ from agentmath.rl.run import (
     stages_of,
 )
 from agentmath.rl.schedules import StageController, lr_factor
+from agentmath.rl.sharded import ShardedLearner
 from agentmath.rl.sync import WeightSync
 from agentmath.rl.update import PolicyUpdater
 from agentmath.rollout.contract import EngineControl, Iterations, Restorable
 from agentmath.rollout.records import PendingGroup, RolloutStats
 from agentmath.runs.files import STEP_METRICS_FILE
 from agentmath.tracking import open_sink
+from agentmath.train import sharding
 from agentmath.train.plumbing import (
     build_optimizer,
     list_checkpoints,
     load_for_training,
+    read_checkpoint,
     restore_checkpoint,
+    restore_state,
+    restore_weights,
 )
 
 log = logging.getLogger(__name__)
@@ -82,11 +87,16 @@ def worker_spec(cfg: RLConfig, loop: LoopConfig,
                       sandbox_token_file=cfg.sandbox_token_file, restore_weights=restore)
 
 
-def _accelerator(config: RLConfig) -> Any:
+def learner_accelerator(config: RLConfig) -> Any:
+    """The accelerator of the learner (device, precision; under sharding the process group
+    joined first)."""
     accelerate = require("accelerate", "train")
     torch = require("torch", "train")
     cpu = config.device == "cpu" or (config.device == "auto" and not torch.cuda.is_available())
     precision = "bf16" if config.optim.bf16 else "no"
+    sharding.check_launch(config.optim.sharding, "rl")
+    if config.optim.sharding == "fsdp":
+        sharding.init_process_group(cpu)
     _drop_other_state(accelerate, cpu, precision)
     return accelerate.Accelerator(cpu=cpu, mixed_precision=precision)
 
@@ -122,22 +132,20 @@ def build_learner(cfg: RLConfig, accelerator: Any, out_dir: Path, resume: bool
     model, tokenizer = load_for_training(
         cfg.model, None, seed=cfg.seed, lora=cfg.optim.lora, lora_r=cfg.optim.lora_r,
         lora_alpha=cfg.optim.lora_alpha, lora_dropout=cfg.optim.lora_dropout, what="rl")
+    if cfg.optim.sharding == "fsdp":
+        return _sharded_learner(cfg, accelerator, model, tokenizer, out_dir, resume)
     device = accelerator.device
     model = model.to(device)
     ref = None
     if cfg.loss.kl_coef > 0:
         ref = copy.deepcopy(model).eval().requires_grad_(False)
-    total = cfg.steps * cfg.loss.mini_batches
-    o = cfg.optim
-    optimizer, scheduler = build_optimizer(
-        model, o.learning_rate, o.weight_decay,
-        lambda done: lr_factor(done, o.warmup_steps, total, o.decay, o.min_lr_factor))
+    optimizer, scheduler = _optimizer(cfg, model)
     found = list_checkpoints(out_dir) if resume else []
     state, resumed_from = None, None
     if found:
         resumed_from, path = found[-1]
         state = CheckpointState.from_payload(restore_checkpoint(
-            path, model, optimizer, scheduler, lora=o.lora, device=device,
+            path, model, optimizer, scheduler, lora=cfg.optim.lora, device=device,
             structural=asdict(bound_settings(cfg))))
     model, optimizer = accelerator.prepare(model, optimizer)
     # Under mixed precision accelerate wraps model.forward in autocast; the updater enters
@@ -150,6 +158,41 @@ def build_learner(cfg: RLConfig, accelerator: Any, out_dir: Path, resume: bool
     return Learner(accelerator, model, tokenizer, updater), state, resumed_from
 
 
+def _optimizer(cfg: RLConfig, model: Any) -> tuple[Any, Any]:
+    o = cfg.optim
+    total = cfg.steps * cfg.loss.mini_batches
+    return build_optimizer(
+        model, o.learning_rate, o.weight_decay,
+        lambda done: lr_factor(done, o.warmup_steps, total, o.decay, o.min_lr_factor))
+
+
+def _sharded_learner(cfg: RLConfig, accelerator: Any, model: Any, tokenizer: Any,
+                     out_dir: Path, resume: bool
+                     ) -> tuple[Learner, CheckpointState | None, int | None]:
+    """build_learner under FSDP: the checkpoint's weights loaded before sharding, the model
+    (and the KL reference) sharded, the optimizer built on the shards, its state after."""
+    o, device = cfg.optim, accelerator.device
+    ref = copy.deepcopy(model).eval().requires_grad_(False) if cfg.loss.kl_coef > 0 else None
+    found = list_checkpoints(out_dir) if resume else []
+    payload = (read_checkpoint(found[-1][1], asdict(bound_settings(cfg)), mmap=True)
+               if found else None)
+    if found:
+        restore_weights(found[-1][1], model, lora=o.lora)
+    model = sharding.shard_model(model, o.fsdp, bf16=o.bf16, device=device)
+    if ref is not None:
+        ref = sharding.shard_model(ref, o.fsdp, bf16=o.bf16, device=device)
+    optimizer, scheduler = _optimizer(cfg, model)
+    if payload is not None:
+        restore_state(found[-1][1], payload, optimizer, scheduler, load_by_name=lambda sd:
+                      sharding.load_optimizer_state(model, optimizer, sd))
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+    updater = PolicyUpdater(cfg, model, optimizer, scheduler, accelerator, pad, ref)
+    learner = Learner(accelerator, model, tokenizer, updater,
+                      ShardedLearner(model, updater, o.lora))
+    state = CheckpointState.from_payload(payload) if payload is not None else None
+    return learner, state, found[-1][0] if found else None
+
+
 def build_generators(cfg: RLConfig, learner: Learner, out_dir: Path) -> Generators:
     """The backend the engine samples from and the weight sync that feeds it."""
     if cfg.generator.backend == "hf":
@@ -157,8 +200,14 @@ def build_generators(cfg: RLConfig, learner: Learner, out_dir: Path) -> Generato
         from agentmath.rl.sync import InProcessSync
 
         # on the learner's device: the backend would otherwise pick cuda whenever there is
-        # one, moving the shared model away from a run told to train on the CPU
-        backend = HFBackend(learner.unwrapped, learner.tokenizer,
+        # one, moving the shared model away from a run told to train on the CPU. A sharded
+        # learner has no whole model to share: rank 0 decodes with a gathered copy (LoRA
+        # merged), which each push refreshes.
+        model = learner.unwrapped
+        if learner.sharded is not None:
+            model = learner.saved()[0]
+            model = model.merge_and_unload() if cfg.optim.lora else model
+        backend = HFBackend(model, learner.tokenizer,
                             device=str(learner.accelerator.device),
                             max_batch=cfg.generator.max_batch,
                             continuous=cfg.generator.continuous,
@@ -255,7 +304,7 @@ def put_back(pending: list[PendingGroup], stream: RequestStream,
 async def open_run(config: RLConfig, out_dir: Path, *, resume: bool) -> AsyncIterator[RLRun]:
     """Every live object of a run, built in the module docstring's order, as one
     :class:`~agentmath.rl.run.RLRun` (closed when the block ends)."""
-    accelerator = _accelerator(config)
+    accelerator = learner_accelerator(config)
     tasks = _tasks(config)  # a bad data file fails before any model is loaded
     learner, state, resumed_from = build_learner(config, accelerator, out_dir, resume)
     controller = StageController(stages_of(config),

@@ -15,6 +15,7 @@ from agentmath.backends.routing import RouterConfig
 from agentmath.config import LoopConfig, RayConfig, RolloutConfig, SandboxConfig, StrictModel
 from agentmath.rl.rewards import RewardSpec
 from agentmath.tracking import TrackerName, WandbConfig
+from agentmath.train.sharding import SHARDING_DESCRIPTION, FSDPConfig, Sharding
 
 
 class RLDataConfig(StrictModel):
@@ -88,7 +89,17 @@ class OptimConfig(StrictModel):
     lora_r: int = Field(32, ge=1, le=4096, description="LoRA rank.")
     lora_alpha: float = Field(16.0, gt=0, le=1e6, description="LoRA scale numerator.")
     lora_dropout: float = Field(0.0, ge=0, lt=1, description="Dropout on the LoRA input.")
-    bf16: bool = Field(False, description="bfloat16 mixed precision (accelerate).")
+    bf16: bool = Field(False, description=(
+        "bfloat16 mixed precision (accelerate); with sharding 'fsdp' the layers' gathered "
+        "weights are bfloat16 too, the shards and AdamW state fp32."))
+    # -- sharded training (agentmath/train/sharding.py) --
+    sharding: Sharding = Field("none", description=SHARDING_DESCRIPTION + (
+        " Rank 0 runs the rollouts and shares each step's groups; with generator.backend "
+        "'hf' it decodes with a full copy of the weights gathered after every update. Needs "
+        "loss.share_prompt = 0."))
+    fsdp: FSDPConfig = Field(default_factory=FSDPConfig, description=(
+        "FSDP settings, read with sharding 'fsdp': wrap class, resharding, CPU offload, "
+        "activation checkpointing, gradient reduce dtype."))
 
 
 class TemperatureSchedule(StrictModel):
@@ -261,6 +272,11 @@ class RLConfig(StrictModel):
         if self.ray is not None:
             self._check_ray()
         self._check_filters()
+        if self.optim.sharding == "fsdp" and self.loss.share_prompt > 0:
+            raise ValueError("loss.share_prompt: with optim.sharding 'fsdp' rows are trained "
+                             "whole (a shared prompt runs each layer twice before one "
+                             "backward, and FSDP frees a layer's gathered weights after its "
+                             "first backward); set loss.share_prompt = 0")
         return self
 
     def _check_filters(self) -> None:

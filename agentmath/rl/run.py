@@ -30,6 +30,7 @@ from agentmath.rl.records import (
 from agentmath.rl.rewards import RewardModel
 from agentmath.rl.rollouts import Collected, RequestStream, Sampling, collect_groups
 from agentmath.rl.schedules import Stage, StageController, linear
+from agentmath.rl.sharded import ShardedLearner
 from agentmath.rl.sync import WeightSync
 from agentmath.rl.update import PolicyUpdater, UpdateStats
 from agentmath.rollout.contract import EngineControl, Iterations
@@ -39,7 +40,7 @@ from agentmath.train.plumbing import save_checkpoint
 
 if TYPE_CHECKING:
     from agentmath.config import LoopConfig, RolloutConfig
-    from agentmath.rl.batch import ScoredSample
+    from agentmath.rl.batch import ScoredGroup, ScoredSample
 
 log = logging.getLogger(__name__)
 
@@ -78,11 +79,26 @@ class Learner:
     model: Any
     tokenizer: Any
     updater: PolicyUpdater
+    sharded: ShardedLearner | None = None  # optim.sharding 'fsdp': the collective operations
 
     @property
     def unwrapped(self) -> Any:
-        """The model without the accelerator's wrapper (what generators and checkpoints see)."""
+        """The model without the accelerator's wrapper (sharded: this rank's FSDP module)."""
         return self.accelerator.unwrap_model(self.model)
+
+    def update(self, groups: list[ScoredGroup]) -> UpdateStats:
+        """The optimizer step(s) on ``groups`` (sharded: every rank trains its share)."""
+        if self.sharded is not None:
+            return self.sharded.update(groups)
+        return self.updater.update(groups)
+
+    def saved(self, with_optimizer: bool = False) -> tuple[Any, dict[str, Any] | None]:
+        """The model as generators and checkpoints take it: the unwrapped model, or a sharded
+        learner's gathered unsharded copy and, ``with_optimizer``, its optimizer state keyed
+        by parameter name (None unsharded: the optimizer saves its own)."""
+        if self.sharded is None:
+            return self.unwrapped, None
+        return self.sharded.gathered(with_optimizer)
 
 
 @dataclass(eq=False)
@@ -120,8 +136,8 @@ class RLRun:
 
     async def push_weights(self) -> None:
         """Make the learner's weights live on the generators as the current version."""
-        name = await self.generators.sync.push(self.learner.unwrapped, self.learner.tokenizer,
-                                               self.version)
+        model, _ = self.learner.saved()
+        name = await self.generators.sync.push(model, self.learner.tokenizer, self.version)
         if name:  # a LoRA adapter per version: requests must name the new one
             self.engine.use_model(name)
 
@@ -169,11 +185,11 @@ class RLRun:
         if not collected.groups:
             events.append(collected.no_update(self.step))
             return UpdateStats()
-        backend, updater = self.generators.backend, self.learner.updater
+        backend, learner = self.generators.backend, self.learner
         if isinstance(backend, ModelThread):  # in-process: one thread, one OpenMP pool
-            upd = await backend.run_on_model_thread(updater.update, collected.groups)
+            upd = await backend.run_on_model_thread(learner.update, collected.groups)
         else:
-            upd = updater.update(collected.groups)
+            upd = learner.update(collected.groups)
         self.version += 1
         await self.push_weights()
         self.engine.set_policy_version(self.version)
@@ -229,6 +245,8 @@ class RLRun:
                                 stage=self.controller.state(), events=list(self.events),
                                 config=bound_settings(self.config))
         learner = self.learner
-        save_checkpoint(self.out_dir, self.step, learner.unwrapped, learner.tokenizer,
+        model, by_name = learner.saved(with_optimizer=True)
+        save_checkpoint(self.out_dir, self.step, model, learner.tokenizer,
                         learner.updater.optimizer, learner.updater.scheduler,
-                        state.to_payload(), self.config.keep_checkpoints)
+                        state.to_payload(), self.config.keep_checkpoints,
+                        optimizer_state=by_name)

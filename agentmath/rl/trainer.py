@@ -24,6 +24,7 @@ one typed :class:`~agentmath.rl.run.RLRun`; this module drives it.
 
 from __future__ import annotations
 
+import os
 import shutil
 import time
 from collections.abc import Callable
@@ -36,6 +37,7 @@ from agentmath.rl.compose import open_run
 from agentmath.rl.config import RLConfig
 from agentmath.rl.records import RLResult, StepMetrics
 from agentmath.rl.run import RLRun, stage_budgets, stages_of
+from agentmath.rl.sharded import Order, tell
 from agentmath.runs.files import STEP_METRICS_FILE
 from agentmath.train.plumbing import list_checkpoints, progress_bar, save_final
 
@@ -89,6 +91,8 @@ def train_rl(config: RLConfig, out_dir: str | Path, *, progress: bool = True,
     started, out = time.monotonic(), Path(out_dir)
     if config.ray is not None:
         require("ray", "ray")  # a missing extra is said before any model is loaded
+    if config.optim.sharding == "fsdp" and int(os.environ.get("RANK", "0")) > 0:
+        return _follow(config, out, resume)
     out.mkdir(parents=True, exist_ok=True)
     if not resume:
         for stale in [*out.glob("checkpoint-*"), out / STEP_METRICS_FILE,
@@ -96,12 +100,22 @@ def train_rl(config: RLConfig, out_dir: str | Path, *, progress: bool = True,
             shutil.rmtree(stale) if stale.is_dir() else stale.unlink(missing_ok=True)
     (out / "rl_config.json").write_text(config.model_dump_json(indent=2) + "\n")
     prompts = _final_prompts(config)  # read before training: a bad file fails the run early
+    # an error on rank 0 ends its process, and the launcher then ends the other ranks
     run = event_loop.run(_train(config, out, resume, progress, stop_after, on_step))
+    result = _finish(config, out, run, prompts, started)
+    if config.optim.sharding == "fsdp":
+        tell(Order("stop", result=result))
+    return result
+
+
+def _finish(config: RLConfig, out: Path, run: RLRun, prompts: TrainedPrompts,
+            started: float) -> RLResult:
+    """The last checkpoint and the final model of a run that ended, and its result."""
     if config.checkpoint_every == 0 and run.step >= config.steps:
         run.checkpoint()
     final = None
     if run.step >= config.steps:
-        final, _ = save_final(out, run.learner.unwrapped, run.learner.tokenizer,
+        final, _ = save_final(out, run.learner.saved()[0], run.learner.tokenizer,
                               config.optim.lora)
         if prompts.prompts:
             prompts.write(final)
@@ -112,3 +126,17 @@ def train_rl(config: RLConfig, out_dir: str | Path, *, progress: bool = True,
         checkpoints=[str(p) for _, p in list_checkpoints(out)],
         resumed_from=run.resumed_from, wall_time_s=time.monotonic() - started,
         last=run.last, events=run.events)
+
+
+def _follow(config: RLConfig, out: Path, resume: bool) -> RLResult:
+    """A rank other than 0 of a sharded run: its shards of the learner, carrying out rank 0's
+    orders (:mod:`agentmath.rl.sharded`) until the run ends; rank 0's result."""
+    from agentmath.rl.compose import build_learner, learner_accelerator
+
+    learner, _, _ = build_learner(config, learner_accelerator(config), out, resume)
+    if learner.sharded is None:  # build_learner shards whenever optim.sharding is 'fsdp'
+        raise RuntimeError("a sharded run's learner was built unsharded")
+    result = learner.sharded.follow()
+    if result is None:
+        raise RuntimeError("rank 0 of the sharded run stopped without a result")
+    return result

@@ -11,13 +11,15 @@ not depend on the micro-batch size. With one mini-batch the update is on-policy 
 policy is the current one, detached); with more, the old log-probabilities are computed once
 before the first update, as PPO does. Micro-batches are cut per prompt, and a prompt the rows
 share runs once (``loss.share_prompt``; the rows attend to its KV cache). Backward goes
-through ``accelerate`` so that ``accelerate launch`` gives data parallelism and bf16 without
-code changes.
+through ``accelerate`` (bf16 autocast). With ``optim.sharding = "fsdp"`` each rank trains on
+every N-th micro-batch of a mini-batch, its loss scaled by N (FSDP averages the ranks'
+gradients), and the statistics are summed over the ranks (:mod:`agentmath.rl.sharded`).
 """
 
 from __future__ import annotations
 
 import math
+import os
 from dataclasses import dataclass
 from typing import Any
 
@@ -40,6 +42,7 @@ from agentmath.rl.losses import (
     policy_loss,
     token_logprobs,
 )
+from agentmath.train import sharding
 
 
 def sampler_correction(cfg: LossConfig) -> ISCorrection | None:
@@ -145,12 +148,16 @@ class PolicyUpdater:
             return float(sum(int(b.mask.sum()) for b in batches)) or 1.0
         return float(sum(b.input_ids.shape[0] for b in batches)) or 1.0
 
-    def _optimizer_step(self, batches: list[TensorBatch], old: list[Any] | None,
-                        acc: UpdateStats) -> None:
+    def _optimizer_step(self, batches: list[TensorBatch], real: int, old: list[Any] | None,
+                        acc: UpdateStats, denominator: float) -> None:
+        """One optimizer step over this rank's ``batches`` (all of the mini-batch's unsharded),
+        of which the first ``real`` are its own and the rest stand-ins (:func:`_rank_share`);
+        ``denominator``: the whole mini-batch's count, over every rank."""
         torch = require("torch", "train")
         loss_cfg, device = self.config.loss, self.accelerator.device
         correction = sampler_correction(loss_cfg)
-        denominator = self._denominator(batches)
+        # sharded, the ranks' gradients are averaged: undo it
+        scale = sharding.world_scale() if self.config.optim.sharding == "fsdp" else 1
         for i, batch in enumerate(batches):
             batch = batch.to(device)
             with self.accelerator.autocast():
@@ -162,7 +169,10 @@ class PolicyUpdater:
                 correction=correction, ref_logp=self._ref_logps(batch),
                 kl_coef=loss_cfg.kl_coef, aggregation=loss_cfg.aggregation,
                 denominator=denominator)
-            self.accelerator.backward(loss)
+            if i >= real:  # a stand-in that keeps the ranks' collectives in step: no gradient
+                self.accelerator.backward(loss * 0.0)
+                continue
+            self.accelerator.backward(loss * scale if scale > 1 else loss)
             with torch.no_grad():
                 ent = entropy(logits.detach(), batch.temperature)
                 m = batch.mask.float()
@@ -176,7 +186,7 @@ class PolicyUpdater:
         params = [p for p in self.model.parameters() if p.requires_grad]
         max_norm = self.config.optim.max_grad_norm
         norm = self.accelerator.clip_grad_norm_(params, max_norm if max_norm > 0 else math.inf)
-        acc.grad_norm = max(acc.grad_norm, float(norm))
+        acc.grad_norm = max(acc.grad_norm, sharding.norm_value(norm))
         acc.lr = float(self.optimizer.param_groups[0]["lr"])
         self.optimizer.step()
         self.scheduler.step()
@@ -200,12 +210,38 @@ class PolicyUpdater:
         tensor_minis = [[collate_samples(mb, self.pad_id, prefix) for mb, prefix in
                          prefix_micro_batches(mini, cfg.micro_batch_size, cfg.share_prompt)]
                         for mini in minis]
-        olds = ([self._old_logps(b) for b in tensor_minis] if n_mini > 1
+        denominators = [self._denominator(b) for b in tensor_minis]
+        shares = ([_rank_share(b) for b in tensor_minis] if self.config.optim.sharding == "fsdp"
+                  else [(b, len(b)) for b in tensor_minis])
+        olds = ([self._old_logps(b) for b, _ in shares] if n_mini > 1
                 else [None] * n_mini)
-        for batches, old in zip(tensor_minis, olds, strict=True):
-            self._optimizer_step(batches, old, acc)
+        for (batches, real), old, denominator in zip(shares, olds, denominators, strict=True):
+            self._optimizer_step(batches, real, old, acc, denominator)
+        if self.config.optim.sharding == "fsdp":
+            _sum_over_ranks(acc)
         tokens = max(1, acc.loss_tokens)
         for name in (*_TOKEN_MEANS, "entropy"):
             setattr(acc, name, getattr(acc, name) / tokens)
         acc.loss /= n_mini
         return acc
+
+
+def _rank_share(batches: list[TensorBatch]) -> tuple[list[TensorBatch], int]:
+    """This rank's micro-batches of a mini-batch (every N-th) and how many are its own: a rank
+    with fewer than another repeats its first (or the mini-batch's first) as a stand-in, whose
+    loss is multiplied by 0, so that every rank runs as many forwards and backwards (each is
+    a collective under FSDP)."""
+    rank, world = int(os.environ.get("RANK", "0")), sharding.world_size()
+    mine = batches[rank::world]
+    rounds = -(-len(batches) // world)
+    return mine + [(mine or batches)[0]] * (rounds - len(mine)), len(mine)
+
+
+def _sum_over_ranks(acc: UpdateStats) -> None:
+    """The step's sums over every rank's micro-batches (max for the largest mismatch)."""
+    names = ("loss", *_TOKEN_MEANS, "entropy")
+    sums = sharding.reduce_over_ranks([getattr(acc, n) for n in names] + [acc.loss_tokens])
+    for name, value in zip(names, sums, strict=False):
+        setattr(acc, name, value)
+    acc.loss_tokens = int(sums[-1])
+    acc.mismatch_max = sharding.reduce_over_ranks([acc.mismatch_max], op="max")[0]

@@ -19,6 +19,8 @@ from agentmath.errors import ConfigError
 from agentmath.models.local import model_dir_problem
 
 STATE_FILE = "trainer_state.pt"
+#: a checkpoint's flag: its optimizer state is keyed by parameter name (a sharded run's)
+OPTIMIZER_BY_NAME = "optimizer_by_name"
 IGNORE_INDEX = -100  # label of a token that carries no loss (prompt, tool output, padding)
 
 
@@ -95,11 +97,15 @@ def list_checkpoints(out_dir: Path) -> list[tuple[int, Path]]:
 
 
 def save_checkpoint(out_dir: Path, step: int, model: Any, tokenizer: Any, optimizer: Any,
-                    scheduler: Any, state: dict[str, Any], keep: int) -> Path:
+                    scheduler: Any, state: dict[str, Any], keep: int, *,
+                    optimizer_state: dict[str, Any] | None = None) -> Path:
     """Write checkpoint-STEP atomically (built in a temp dir, then renamed); prune old ones.
 
     ``state`` is any extra run state torch.save can write with weights_only loading (plain
-    containers of numbers and strings); RNG states are added here.
+    containers of numbers and strings); RNG states are added here. ``optimizer_state``: a
+    sharded run's full optimizer state, keyed by parameter name
+    (:func:`agentmath.train.sharding.full_optimizer_state`), saved instead of
+    ``optimizer.state_dict()`` and marked so that only a sharded run resumes it.
     """
     torch = require("torch", "train")
     target, tmp = out_dir / f"checkpoint-{step}", out_dir / f".checkpoint-{step}.tmp"
@@ -109,8 +115,10 @@ def save_checkpoint(out_dir: Path, step: int, model: Any, tokenizer: Any, optimi
     rng = {"torch": torch.get_rng_state()}
     if torch.cuda.is_available():
         rng["cuda"] = torch.cuda.get_rng_state_all()
-    torch.save({**state, "step": step, "optimizer": optimizer.state_dict(),
-                "scheduler": scheduler.state_dict(), "rng": rng}, tmp / STATE_FILE)
+    by_name = optimizer_state is not None
+    torch.save({**state, "step": step, "scheduler": scheduler.state_dict(), "rng": rng,
+                "optimizer": optimizer_state if by_name else optimizer.state_dict(),
+                OPTIMIZER_BY_NAME: by_name}, tmp / STATE_FILE)
     shutil.rmtree(target, ignore_errors=True)
     tmp.rename(target)
     if keep:
@@ -119,31 +127,66 @@ def save_checkpoint(out_dir: Path, step: int, model: Any, tokenizer: Any, optimi
     return target
 
 
-def restore_checkpoint(path: Path, model: Any, optimizer: Any, scheduler: Any, *, lora: bool,
-                       device: Any, structural: dict[str, Any] | None = None) -> dict[str, Any]:
-    """Load weights, optimizer, scheduler and RNG state from a checkpoint into the run.
+def read_checkpoint(path: Path, structural: dict[str, Any] | None = None, *,
+                    mmap: bool = False) -> dict[str, Any]:
+    """The state file of a checkpoint (``mmap``: memory-mapped, copy on write, so that the
+    ranks of a sharded run, which all read it, share its pages).
 
     ``structural``: settings that must equal the checkpoint's ``config`` entries (resuming a
     LoRA run as a full one cannot work); a difference is a ConfigError naming them.
     """
     torch = require("torch", "train")  # weights_only: a checkpoint cannot run code
-    state = torch.load(path / STATE_FILE, map_location="cpu", weights_only=True)
+    state: dict[str, Any] = torch.load(path / STATE_FILE, map_location="cpu", weights_only=True,
+                                       mmap=mmap)
     changed = [k for k, v in (structural or {}).items() if state["config"].get(k) != v]
     if changed:
         raise ConfigError(f"{path}: cannot resume: {', '.join(changed)} differ from the "
                           f"checkpoint's; use another output directory or start over")
+    return state
+
+
+def restore_weights(path: Path, model: Any, *, lora: bool) -> None:
+    """Load a checkpoint's weights (the LoRA adapter, or the whole model) into ``model``,
+    an unsharded one (a sharded run loads them before sharding)."""
+    torch = require("torch", "train")
     if lora:
         peft = require("peft", "train")
         peft.set_peft_model_state_dict(model, peft.utils.load_peft_weights(str(path)))
     else:
         loaded = type(model).from_pretrained(str(path), dtype=torch.float32)
         model.load_state_dict(loaded.state_dict())
-    model.to(device)
-    optimizer.load_state_dict(state["optimizer"])
+
+
+def restore_state(path: Path, state: dict[str, Any], optimizer: Any, scheduler: Any, *,
+                  load_by_name: Callable[[dict[str, Any]], None] | None = None) -> None:
+    """Load a checkpoint's optimizer, scheduler and RNG state (``state``, from
+    :func:`read_checkpoint`) into the run. ``load_by_name``: a sharded run's loader of an
+    optimizer state keyed by parameter name; the layout must match the run's."""
+    torch = require("torch", "train")
+    by_name = bool(state.get(OPTIMIZER_BY_NAME, False))
+    if by_name != (load_by_name is not None):
+        saved, now = ("fsdp", "none") if by_name else ("none", "fsdp")
+        raise ConfigError(f"{path}: cannot resume: the checkpoint was saved with sharding "
+                          f"{saved!r}, this run has {now!r} (their optimizer states differ in "
+                          "layout); resume with the checkpoint's sharding or start over")
+    if load_by_name is not None:
+        load_by_name(state["optimizer"])
+    else:
+        optimizer.load_state_dict(state["optimizer"])
     scheduler.load_state_dict(state["scheduler"])
     torch.set_rng_state(state["rng"]["torch"])
     if "cuda" in state["rng"] and torch.cuda.is_available():
         torch.cuda.set_rng_state_all(state["rng"]["cuda"])
+
+
+def restore_checkpoint(path: Path, model: Any, optimizer: Any, scheduler: Any, *, lora: bool,
+                       device: Any, structural: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Load weights, optimizer, scheduler and RNG state from a checkpoint into an unsharded
+    run (see :func:`read_checkpoint` for ``structural``)."""
+    state = read_checkpoint(path, structural)
+    restore_weights(path, model, lora=lora)
+    model.to(device)
+    restore_state(path, state, optimizer, scheduler)
     return state
 
 

@@ -12,16 +12,18 @@ all trainable tokens of an optimizer step, however it is split), a seeded data o
 pure function of the step, checkpoints with optimizer/scheduler/RNG state, and exact resume.
 LoRA (PEFT, every linear layer but the head): the adapter is saved to ``out_dir/adapter/`` (for
 vLLM's ``--lora-modules``) *and* merged in ``out_dir/final/``, which any loader then takes.
+With ``sharding = "fsdp"`` under a launcher of N processes (:mod:`agentmath.train.sharding`)
+each rank trains on every N-th example of a step's micro-batches, the loss normalised by the
+whole step's trainable tokens, so a step's update is the one process's, to float rounding.
 """
 
 from __future__ import annotations
 
 import contextlib
 import json
-import random
+import os
 import shutil
 import time
-from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -30,7 +32,8 @@ from agentmath._lazy import require
 from agentmath.backends.base import chat_prompt_ids
 from agentmath.errors import DataError
 from agentmath.jsonl import iter_jsonl
-from agentmath.tracking import open_sink
+from agentmath.tracking import FanOut, open_sink
+from agentmath.train import sharding
 from agentmath.train.chat_records import (
     IGNORE_INDEX,
     check_chat_record,
@@ -43,12 +46,19 @@ from agentmath.train.plumbing import (
     list_checkpoints,
     load_for_training,
     progress_bar,
+    read_checkpoint,
     resolve_device,
-    restore_checkpoint,
+    restore_state,
+    restore_weights,
     save_checkpoint,
     save_final,
 )
 from agentmath.train.sft_config import SFTConfig
+from agentmath.train.sft_order import epoch_order, rank_share, step_indices
+
+__all__ = ["IGNORE_INDEX", "SFTConfig", "SFTResult", "epoch_order", "load_examples",
+           "masked_lm_loss", "tokenize_example", "tokenize_examples", "train_sft",
+           "trained_tail"]
 
 _STRUCTURAL = ("lora", "lora_r", "lora_alpha")  # resuming under other values is an error
 
@@ -199,48 +209,13 @@ def trained_tail(labels: Any) -> int:
     return width - int(trained[0]) if len(trained) else width
 
 
-def epoch_order(n: int, epoch: int, config: SFTConfig,
-                lengths: Sequence[int] | None = None) -> list[int]:
-    """The example order of one epoch: a permutation seeded by (seed, epoch); with
-    ``group_by_length`` windows of that many batches are sorted by length and their batches
-    shuffled (seeded too), so that a batch pads little (HF Trainer's group_by_length)."""
-    order = random.Random(f"{config.seed}:{epoch}").sample(range(n), n)
-    window = config.group_by_length * config.batch_size
-    if not window or lengths is None:
-        return order
-    rng = random.Random(f"{config.seed}:{epoch}:lengths")
-    grouped: list[int] = []
-    for start in range(0, n, window):
-        chunk = sorted(order[start:start + window], key=lambda i: lengths[i])
-        batches = [chunk[i:i + config.batch_size]
-                   for i in range(0, len(chunk), config.batch_size)]
-        rng.shuffle(batches)
-        grouped += [i for batch in batches for i in batch]
-    return grouped
-
-
-def _step_indices(step: int, n: int, config: SFTConfig, orders: dict[int, list[int]],
-                  lengths: Sequence[int] | None = None) -> list[list[int]]:
-    """Example indices of each micro-batch of optimizer step ``step`` (1-based).
-
-    The data is a stream of epochs, each in :func:`epoch_order`: the indices of a step depend
-    on nothing but the step, which is what makes resume exact.
-    """
-    per_step, picked = config.batch_size * config.grad_accum, []
-    for pos in range((step - 1) * per_step, step * per_step):
-        epoch = pos // n
-        if epoch not in orders:
-            orders.clear()  # keep one epoch's order in memory
-            orders[epoch] = epoch_order(n, epoch, config, lengths)
-        picked.append(orders[epoch][pos % n])
-    return [picked[i:i + config.batch_size] for i in range(0, per_step, config.batch_size)]
-
-
 def _train_step(model: Any, batches: list[tuple[Any, Any, Any]], optimizer: Any,
-                scheduler: Any, config: SFTConfig, device: Any) -> tuple[float, int, float]:
-    """One optimizer step over the micro-batches: (mean loss, trainable tokens, lr used)."""
+                scheduler: Any, config: SFTConfig, device: Any, n_tokens: int
+                ) -> tuple[float, float]:
+    """One optimizer step over this rank's micro-batches: (mean loss over the step's
+    ``n_tokens`` trainable tokens, summed over the ranks; lr used)."""
     torch = require("torch", "train")
-    n_tokens = sum(int((labels[:, 1:] != IGNORE_INDEX).sum()) for _, _, labels in batches)
+    scale = sharding.world_scale()  # the ranks' gradients are averaged: undo it
     autocast = (torch.autocast(device_type=device.type, dtype=torch.bfloat16) if config.bf16
                 else contextlib.nullcontext())
     total = 0.0
@@ -251,7 +226,7 @@ def _train_step(model: Any, batches: list[tuple[Any, Any, Any]], optimizer: Any,
                            logits_to_keep=keep).logits
         loss = masked_lm_loss(logits, labels[:, -keep:].to(device),
                               reduction="sum") / max(1, n_tokens)
-        loss.backward()
+        (loss * scale).backward()
         total += float(loss.detach())
     if config.max_grad_norm > 0:
         torch.nn.utils.clip_grad_norm_([p for p in model.parameters() if p.requires_grad],
@@ -260,7 +235,53 @@ def _train_step(model: Any, batches: list[tuple[Any, Any, Any]], optimizer: Any,
     optimizer.step()
     scheduler.step()
     optimizer.zero_grad(set_to_none=True)
-    return total, n_tokens, lr
+    return sharding.sum_over_ranks(total), lr
+
+
+def _trainable(pair: tuple[list[int], list[int]]) -> int:
+    """Loss-bearing tokens of one encoded example (its labels after the first)."""
+    return sum(label != IGNORE_INDEX for label in pair[1][1:])
+
+
+def _load_sharded(config: SFTConfig, model: Any, device: Any, found: list[tuple[int, Path]]
+                  ) -> tuple[Any, Any, Any, dict[str, Any] | None]:
+    """Sharded model (checkpoint weights loaded before sharding), optimizer, schedule, and the
+    checkpoint's state with its optimizer state sharded in."""
+    state = (read_checkpoint(found[-1][1], {k: getattr(config, k) for k in _STRUCTURAL},
+                             mmap=True) if found else None)
+    if found:
+        restore_weights(found[-1][1], model, lora=config.lora)
+    model = sharding.shard_model(model, config.fsdp, bf16=config.bf16, device=device).train()
+    optimizer, scheduler = build_optimizer(model, config.learning_rate, config.weight_decay,
+                                           _lr_factor(config))
+    if state is not None:
+        restore_state(found[-1][1], state, optimizer, scheduler, load_by_name=lambda sd:
+                      sharding.load_optimizer_state(model, optimizer, sd))
+    return model, optimizer, scheduler, state
+
+
+def _lr_factor(config: SFTConfig) -> Any:
+    warmup, total = config.warmup_steps, config.max_steps
+
+    def factor(done: int) -> float:  # ``done`` optimizer steps taken before this one
+        if done < warmup:
+            return (done + 1) / warmup
+        return max(0.0, (total - done) / max(1, total - warmup))
+    return factor
+
+
+def _device(config: SFTConfig) -> Any:
+    """The training device; under sharding, this rank's (the process group joined)."""
+    sharding.check_launch(config.sharding, "sft")
+    if config.sharding == "none":
+        return resolve_device(config.device)
+    world = sharding.world_size()
+    if (config.batch_size * config.grad_accum) % world:
+        raise DataError(f"sharding: batch_size * grad_accum = "
+                        f"{config.batch_size * config.grad_accum} examples a step cannot be "
+                        f"shared evenly by {world} processes")
+    cpu = resolve_device(config.device).type == "cpu"
+    return sharding.init_process_group(cpu)[0]
 
 
 def _prepare(config: SFTConfig, data: Any, model: Any, out_dir: Path, tokenizer: Any,
@@ -268,37 +289,64 @@ def _prepare(config: SFTConfig, data: Any, model: Any, out_dir: Path, tokenizer:
     """Load data and model, build the optimizer, and restore the latest checkpoint if any."""
     examples = ([_check_example(row, f"data[{i}]") for i, row in enumerate(data)]
                 if isinstance(data, list) else load_examples(data))
-    device = resolve_device(config.device)
+    device = _device(config)
+    main = int(os.environ.get("RANK", "0")) == 0
     model, tokenizer = load_for_training(
         model, tokenizer, seed=config.seed, lora=config.lora, lora_r=config.lora_r,
         lora_alpha=config.lora_alpha, lora_dropout=config.lora_dropout, what="sft")
-    model = model.to(device).train()
     encoded, stats = tokenize_examples(tokenizer, examples, config.max_length)
     if not encoded:
         raise DataError(f"no example has a trainable token within max_length={config.max_length}")
-    warmup, total = config.warmup_steps, config.max_steps
-
-    def factor(done: int) -> float:  # ``done`` optimizer steps taken before this one
-        if done < warmup:
-            return (done + 1) / warmup
-        return max(0.0, (total - done) / max(1, total - warmup))
-
-    optimizer, scheduler = build_optimizer(model, config.learning_rate, config.weight_decay,
-                                           factor)
     out_dir.mkdir(parents=True, exist_ok=True)
     found = list_checkpoints(out_dir) if resume else []
-    if not resume:
+    if not resume and main:
         for stale in [*out_dir.glob("checkpoint-*"), out_dir / "loss.jsonl"]:
             shutil.rmtree(stale) if stale.is_dir() else stale.unlink(missing_ok=True)
-    state = (restore_checkpoint(found[-1][1], model, optimizer, scheduler, lora=config.lora,
-                                device=device,
-                                structural={k: getattr(config, k) for k in _STRUCTURAL})
-             if found else {"step": 0, "tokens": 0, "loss": None})
-    (out_dir / "sft_config.json").write_text(json.dumps(
-        {"config": config.model_dump(), "examples": stats}, indent=2) + "\n")
+    sharding.barrier()
+    structural = {k: getattr(config, k) for k in _STRUCTURAL}
+    if config.sharding == "fsdp":
+        model, optimizer, scheduler, state = _load_sharded(config, model, device, found)
+    else:
+        model = model.to(device).train()
+        optimizer, scheduler = build_optimizer(model, config.learning_rate,
+                                               config.weight_decay, _lr_factor(config))
+        state = read_checkpoint(found[-1][1], structural) if found else None
+        if found and state is not None:
+            restore_weights(found[-1][1], model, lora=config.lora)
+            model.to(device)
+            restore_state(found[-1][1], state, optimizer, scheduler)
+    if main:
+        (out_dir / "sft_config.json").write_text(json.dumps(
+            {"config": config.model_dump(), "examples": stats}, indent=2) + "\n")
     return {"model": model, "tokenizer": tokenizer, "encoded": encoded, "stats": stats,
-            "optimizer": optimizer, "scheduler": scheduler, "device": device, "state": state,
+            "optimizer": optimizer, "scheduler": scheduler, "device": device,
+            "state": state or {"step": 0, "tokens": 0, "loss": None}, "main": main,
             "resumed_from": found[-1][0] if found else None}
+
+
+def _checkpoint(run: dict[str, Any], config: SFTConfig, out_dir: Path, step: int,
+                extra: dict[str, Any]) -> None:
+    """Save checkpoint-STEP from rank 0; a sharded run gathers it there first."""
+    model, by_name = run["model"], None
+    if config.sharding == "fsdp":
+        model, by_name = sharding.gather(model, run["optimizer"], lora=config.lora,
+                                         main=run["main"])
+    if run["main"]:
+        save_checkpoint(out_dir, step, model, run["tokenizer"], run["optimizer"],
+                        run["scheduler"], extra, config.keep_checkpoints, optimizer_state=by_name)
+    sharding.barrier()
+
+
+def _final(run: dict[str, Any], config: SFTConfig, out_dir: Path
+           ) -> tuple[Path | None, Path | None]:
+    """Save final/ (and adapter/) from rank 0; a sharded run gathers the model there first."""
+    model = run["model"]
+    if config.sharding == "fsdp":
+        model, _ = sharding.gather(model, None, lora=config.lora, main=run["main"])
+    saved = save_final(out_dir, model, run["tokenizer"], config.lora) if run["main"] else (
+        out_dir / "final", out_dir / "adapter" if config.lora else None)
+    sharding.barrier()
+    return saved
 
 
 def train_sft(config: SFTConfig, data: str | Path | list[dict[str, Any]], model: Any,
@@ -320,17 +368,20 @@ def train_sft(config: SFTConfig, data: str | Path | list[dict[str, Any]], model:
     orders: dict[int, list[int]] = {}
     lengths = [len(ids) for ids, _ in run["encoded"]]
     window = [0.0, 0]  # token-weighted loss since last record
-    bar, task = progress_bar("sft", progress, config.max_steps, step)
-    sink = open_sink(out_dir, "loss.jsonl", dict.fromkeys(["jsonl", *config.trackers]),
-                     resume_step=step, wandb=config.wandb, config=config.model_dump(mode="json"))
+    bar, task = progress_bar("sft", progress and run["main"], config.max_steps, step)
+    sink = (open_sink(out_dir, "loss.jsonl", dict.fromkeys(["jsonl", *config.trackers]),
+                      resume_step=step, wandb=config.wandb, config=config.model_dump(mode="json"))
+            if run["main"] else FanOut([], out_dir / "loss.jsonl"))
     with bar, contextlib.closing(sink):
         while step < config.max_steps and (stop_after is None or step < stop_after):
             step += 1
-            batches = [collate([run["encoded"][i] for i in idx], pad_id)
-                       for idx in _step_indices(step, len(run["encoded"]), config, orders,
-                                                lengths)]
-            last_loss, n, lr = _train_step(model, batches, run["optimizer"], run["scheduler"],
-                                           config, device)
+            micro = step_indices(step, len(run["encoded"]), config, orders, lengths)
+            n = sum(_trainable(run["encoded"][i]) for idx in micro for i in idx)
+            if config.sharding == "fsdp":
+                micro = rank_share(micro, config.batch_size)
+            batches = [collate([run["encoded"][i] for i in idx], pad_id) for idx in micro]
+            last_loss, lr = _train_step(model, batches, run["optimizer"], run["scheduler"],
+                                        config, device, n)
             tokens += n
             window = [window[0] + last_loss * n, window[1] + n]
             if step % config.log_every == 0 or step == config.max_steps:
@@ -341,14 +392,12 @@ def train_sft(config: SFTConfig, data: str | Path | list[dict[str, Any]], model:
                 window = [0.0, 0]
             if config.checkpoint_every and (step % config.checkpoint_every == 0
                                             or step == config.max_steps):
-                save_checkpoint(out_dir, step, model, run["tokenizer"], run["optimizer"],
-                                 run["scheduler"], {"tokens": tokens, "loss": last_loss,
-                                                    "config": config.model_dump()},
-                                 config.keep_checkpoints)
+                _checkpoint(run, config, out_dir, step, {"tokens": tokens, "loss": last_loss,
+                                                          "config": config.model_dump()})
             bar.update(task, completed=step, stats=f"loss {last_loss:.4f} · lr {lr:.2e}")
     final = adapter = None
     if step >= config.max_steps:
-        final, adapter = save_final(out_dir, model, run["tokenizer"], config.lora)
+        final, adapter = _final(run, config, out_dir)
     return SFTResult(
         final_loss=last_loss, steps=step, trainable_tokens=tokens, out_dir=str(out_dir),
         final_dir=str(final) if final else None, adapter_dir=str(adapter) if adapter else None,

@@ -7,6 +7,7 @@ from pydantic import Field
 
 from agentmath.config import StrictModel
 from agentmath.tracking import TrackerName, WandbConfig
+from agentmath.train.sharding import SHARDING_DESCRIPTION, FSDPConfig, Sharding
 
 __all__ = ["SFTConfig"]
 
@@ -47,8 +48,16 @@ class SFTConfig(StrictModel):
     wandb: WandbConfig = Field(default_factory=WandbConfig)
     device: str = Field("auto", min_length=1, description=(
         "Where the model trains: 'auto' (cuda when there is one), 'cpu', 'cuda' or 'cuda:N'."))
-    bf16: bool = Field(False, description="bfloat16 autocast (weights, optimizer stay fp32).")
+    bf16: bool = Field(False, description=(
+        "bfloat16 autocast (weights, optimizer stay fp32); with sharding 'fsdp' the layers' "
+        "gathered weights are bfloat16 too, the shards and AdamW state fp32."))
     group_by_length: int = Field(0, ge=0, le=4096, description=(
         "Batches of similar length: each epoch's shuffled order is cut into windows of this "
         "many batches, sorted by length inside a window, and the window's batches shuffled "
         "(less padding: faster steps on mixed lengths); 0: off."))
+    # -- sharded training (agentmath/train/sharding.py) --
+    sharding: Sharding = Field("none", description=SHARDING_DESCRIPTION + (
+        " batch_size * grad_accum must be a multiple of the processes."))
+    fsdp: FSDPConfig = Field(default_factory=FSDPConfig, description=(
+        "FSDP settings, read with sharding 'fsdp': wrap class, resharding, CPU offload, "
+        "activation checkpointing, gradient reduce dtype."))
