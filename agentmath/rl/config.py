@@ -8,7 +8,6 @@ rewards -> loss -> optimizer -> weight sync -> logging and checkpoints.
 from __future__ import annotations
 
 from pathlib import Path
-
 from typing import Literal
 
 from pydantic import Field, model_validator

@@ -14,7 +14,9 @@ import json
 import socket
 import subprocess
 import sys
+import threading
 import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -201,3 +203,61 @@ def test_a_run_within_its_budgets_does_not_warn(fault_server: FaultServer,
     assert result.exit_code == 0, result.output
     assert json.loads(result.stdout.strip().splitlines()[-1])["warnings"] == []
     assert "warning" not in result.stderr
+
+
+class Lister(ThreadingHTTPServer):
+    """A server that lists ``served`` at /v1/models and answers /tokenize with ``tokenize``
+    (status, body): vLLM's replies, for the checks of a running server."""
+
+    def __init__(self, served: list[str], tokenize: tuple[int, str]) -> None:
+        lister = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
+                pass
+
+            def _send(self, status: int, body: str) -> None:
+                data = body.encode()
+                self.send_response(status)
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def do_GET(self) -> None:  # noqa: N802 - the stdlib's name
+                self._send(200, json.dumps({"data": [{"id": m} for m in lister.served]}))
+
+            def do_POST(self) -> None:  # noqa: N802 - the stdlib's name
+                self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                self._send(*lister.tokenize)
+
+        super().__init__(("127.0.0.1", 0), Handler)
+        self.served, self.tokenize = served, tokenize
+        self.url = f"http://127.0.0.1:{self.server_address[1]}"
+        threading.Thread(target=self.serve_forever, daemon=True).start()
+
+
+def test_a_server_serving_another_model_or_no_template_exits_1_naming_it(
+        tmp_path: Path) -> None:
+    from agentmath.backends.preflight import check_server
+    from agentmath.errors import StartupCheckError
+
+    no_template = (400, json.dumps({"error": {"message": (
+        "As of transformers v4.44, default chat template is no longer allowed, so you must "
+        "provide a chat template if the tokenizer does not define one.")}}))
+    server = Lister(["Qwen/Qwen3-8B"], (200, json.dumps({"tokens": [1], "count": 1})))
+    try:
+        result, wall = invoke("eval", "--dataset", str(dataset(tmp_path / "d.jsonl")),
+                              "--model", "qwen3", "--base-url", server.url + "/v1", "--out",
+                              str(tmp_path / "run"))
+        assert result.exit_code == 1 and wall < LIMIT_S, result.output
+        assert (f"the model server at {server.url} does not serve 'qwen3' (it serves "
+                "'Qwen/Qwen3-8B')") in said(result)
+        check_server(server.url, "Qwen/Qwen3-8B")  # the right name passes
+        server.tokenize = no_template
+        with pytest.raises(StartupCheckError, match="cannot render a chat for 'Qwen/Qwen3-8B' "
+                                                    r"\(no chat template\)"):
+            check_server(server.url, "Qwen/Qwen3-8B")
+        check_server(server.url, "Qwen/Qwen3-8B", chat=False)
+    finally:
+        server.shutdown()
+        server.server_close()
