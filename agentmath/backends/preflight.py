@@ -17,7 +17,8 @@ URL, the directory, the model's name); the CLI exits 1 with its message.
 * :func:`check_hub_model`: a name that is no directory: a hub id found in the local Hugging
   Face cache passes; otherwise the hub must answer for it within the probe's timeout (an
   offline machine fails at once, not after a minute of the hub client's retries).
-* :func:`check_backend`: the checks a backend built from :class:`BackendSettings` needs.
+* :func:`check_backend`: the checks a backend built from :class:`BackendSettings` needs (of
+  several servers behind a router, one that does not answer is a note while another does).
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ from agentmath.backends.registry import BackendSettings
 from agentmath.errors import StartupCheckError
 from agentmath.models.local import model_dir_problem
 
-__all__ = ["PROBE_TIMEOUT_S", "check_backend", "check_hub_model", "check_model_dir",
+__all__ = ["PROBE_TIMEOUT_S", "Unreachable", "check_backend", "check_hub_model", "check_model_dir",
            "check_server", "template_problem"]
 
 #: Time limit of each probe request, in seconds: a few requests stay well under 10 s.
@@ -50,17 +51,22 @@ def _root(url: str) -> str:
     return url.rstrip("/").removesuffix("/v1")
 
 
-def _get(client: httpx.Client, url: str) -> httpx.Response | None:
-    """The server's answer to ``GET url``; StartupCheckError when none comes."""
+class Unreachable(StartupCheckError):
+    """The server gave no answer at all (refused, unresolvable, silent): of several servers
+    behind a router, the others may serve the run."""
+
+
+def _get(client: httpx.Client, url: str) -> httpx.Response:
+    """The server's answer to ``GET url``; :class:`Unreachable` when none comes."""
     try:
         return client.get(url)
     except httpx.TimeoutException:
-        raise StartupCheckError(f"the model server at {url} gave no answer within "
-                                f"{client.timeout.read:g} s") from None
+        raise Unreachable(f"the model server at {url} gave no answer within "
+                          f"{client.timeout.read:g} s") from None
     except httpx.HTTPError as exc:
-        raise StartupCheckError(f"cannot reach the model server at {url}: "
-                                f"{type(exc).__name__}: {exc or 'no connection'} "
-                                "(is it started? is the URL right?)") from None
+        raise Unreachable(f"cannot reach the model server at {url}: "
+                          f"{type(exc).__name__}: {exc or 'no connection'} "
+                          "(is it started? is the URL right?)") from None
 
 
 def served_models(body: Any) -> list[str] | None:
@@ -74,14 +80,14 @@ def served_models(body: Any) -> list[str] | None:
 def _models(client: httpx.Client, root: str) -> list[str] | None:
     """The models the server lists (None: it has no list, but answers ``/health``)."""
     reply = _get(client, f"{root}/v1/models")
-    if reply is not None and reply.status_code == 200:
+    if reply.status_code == 200:
         try:
             listed = served_models(reply.json())
         except ValueError:
             listed = None
         if listed is not None:
             return listed
-    if reply is not None and reply.status_code in (401, 403):
+    if reply.status_code in (401, 403):
         raise StartupCheckError(f"the model server at {root} refused the request (HTTP "
                                 f"{reply.status_code}): check the API key")
     return None  # an answer, though no list (a server without /v1/models): it is up
@@ -197,20 +203,27 @@ def _urls(base_url: str | Sequence[str] | None) -> list[str]:
     return [base_url] if isinstance(base_url, str) else list(base_url or [])
 
 
-def check_backend(kind: str, settings: BackendSettings, *, needs_tools: bool = False) -> None:
-    """The checks the backend ``kind`` built from ``settings`` needs: every server of a
-    server backend, or the local model of an in-process one (a local path as a directory,
-    another name as a hub id)."""
-    urls = _urls(settings.base_url)
-    if urls:
-        for url in urls:
-            check_server(url, settings.model, api_key=settings.api_key)
-        return
+def check_backend(kind: str, settings: BackendSettings, *,
+                  needs_tools: bool = False) -> list[str]:
+    """The checks the backend ``kind`` built from ``settings`` needs: the servers of the
+    openai backend (of several behind a router, those that do not answer are returned as
+    notes while one does: the router serves the run on the others), or the local model of an
+    in-process one (a local path as a directory, another name as a hub id)."""
     if kind == "openai":
-        return  # no URL: the backend itself says so when built
+        notes: list[str] = []
+        urls = _urls(settings.base_url)
+        for url in urls:
+            try:
+                check_server(url, settings.model, api_key=settings.api_key)
+            except Unreachable as exc:
+                if len(notes) + 1 == len(urls):
+                    raise StartupCheckError("; ".join([*notes, str(exc)])) from None
+                notes.append(str(exc))
+        return notes  # no URL at all: the backend itself says so when built
     text = settings.model
     path = Path(text).expanduser()
     if path.exists() or path.is_absolute() or text.startswith((".", "~")):
         check_model_dir(path, needs_tools=needs_tools)
     else:
         check_hub_model(text)
+    return []

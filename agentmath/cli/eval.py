@@ -71,7 +71,9 @@ def eval_command(
 
     config = build_config(EvalConfig, "eval", config_file, sets,
                           {**settings, "ray": ray_section(ray, ray_workers)})
-    checked(check_backend, config.backend, backend_settings(config))
+    served = config.backend == "openai"
+    if not served:  # a local model: checked before it loads (a missing one fails fast)
+        checked(check_backend, config.backend, backend_settings(config))
     if config.backend in ("hf", "vllm"):  # a local model directory (a served name has none)
         config = with_trained_prompt(config)
     try:  # with --ray the workers build their own clients (an hf model is not loaded here)
@@ -79,6 +81,8 @@ def eval_command(
             config.backend, backend_settings(config))
     except (AgentMathError, ValueError) as exc:
         usage_error(str(exc))
+    if served:  # servers: after the build, which checks their URLs (no request sent yet)
+        checked(check_backend, config.backend, backend_settings(config))
     try:
         with stdout_for_json(json_out):
             metrics = event_loop.run(_run(config, out, engine, quiet=json_out)).metrics

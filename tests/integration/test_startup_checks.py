@@ -261,3 +261,20 @@ def test_a_server_serving_another_model_or_no_template_exits_1_naming_it(
     finally:
         server.shutdown()
         server.server_close()
+
+
+def test_of_several_servers_one_that_does_not_answer_is_a_note() -> None:
+    from agentmath.backends import BackendSettings
+    from agentmath.backends.preflight import check_backend
+    from agentmath.errors import StartupCheckError
+
+    dead, other = closed_port_url(), closed_port_url()
+    server = Lister(["m"], (200, json.dumps({"tokens": [1], "count": 1})))
+    try:
+        notes = check_backend("openai", BackendSettings("m", [dead, server.url]))
+        assert len(notes) == 1 and f"cannot reach the model server at {dead}" in notes[0]
+        with pytest.raises(StartupCheckError, match=f"{dead}.*; .*{other}"):
+            check_backend("openai", BackendSettings("m", [dead, other]))
+    finally:
+        server.shutdown()
+        server.server_close()
