@@ -28,6 +28,7 @@ OUT_OPTION = typer.Option(Path("runs/rl"), "--out", "-o", metavar="DIR", help=(
     "Run directory: checkpoints, metrics.jsonl, tensorboard/, final/ (resumes from it)."))
 RL_FIELDS = ("model", "device", "format", "steps", "seed", "sandbox_url", "sandbox_token_file")
 
+
 def _startup_checks(config: Any) -> None:
     """The policy's model directory and chat template, and each generator server (it answers
     and serves the policy's name) before any work; exit 1 naming what is wrong."""

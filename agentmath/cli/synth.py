@@ -106,10 +106,9 @@ def _check_endpoint(endpoint: Any) -> None:
     from agentmath.backends import BackendSettings
     from agentmath.backends.preflight import check_backend
 
-    served = endpoint.backend == "openai"
     key = os.environ.get(endpoint.api_key_env) if endpoint.api_key_env else None
-    checked(check_backend, endpoint.backend, BackendSettings(
-        endpoint.model, endpoint.base_url if served else None, api_key=key))
+    checked(check_backend, endpoint.backend,
+            BackendSettings(endpoint.model, endpoint.base_url, api_key=key))
 
 
 async def _run(config: Any, out: Path, retry_errors: bool, quiet: bool) -> Any:

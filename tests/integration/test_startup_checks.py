@@ -142,6 +142,14 @@ def test_solve_synth_sft_and_rl_check_before_any_work(tmp_path: Path) -> None:
     result, _ = invoke("sft", "--data", str(data), "--model", str(missing), "--out",
                        str(tmp_path / "sft"))
     assert result.exit_code == 1 and f"{missing}: no such model directory" in said(result)
+    chats = tmp_path / "chats.jsonl"  # native tool-call records: the template needs tools
+    chats.write_text(json.dumps({"messages": [{"role": "user", "content": "1+1?"}],
+                                 "tools": [{"type": "function"}]}) + "\n")
+    plain = model_dir(tmp_path / "plain", "{{ messages }}")
+    result, _ = invoke("sft", "--data", str(chats), "--model", str(plain), "--out",
+                       str(tmp_path / "sft2"))
+    assert result.exit_code == 1, result.output
+    assert f"{plain}: its chat template does not take tools" in said(result)
     rl = ("rl", "--out", str(tmp_path / "rl"), "--steps", "1", "--set",
           f"data.dataset={data}")
     result, _ = invoke(*rl, "--model", str(missing))
