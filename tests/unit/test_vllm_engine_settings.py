@@ -112,3 +112,19 @@ def test_the_cli_options_reach_the_engine(command: str, tmp_path: Path,
                      "pipeline_parallel_size": 1, "max_model_len": 8192, "dtype": "bfloat16",
                      "gpu_memory_utilization": 0.5, "max_num_seqs": 64, "enforce_eager": True,
                      "kv_cache_dtype": "auto", "trust_remote_code": False}]
+
+
+def test_a_synth_endpoint_hands_its_engine_settings_to_vllm(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from agentmath.synth.config import SynthConfig
+    from agentmath.synth.run import make_endpoint
+
+    seen: list[dict[str, Any]] = []
+    monkeypatch.setitem(sys.modules, "vllm", fake_vllm(seen))
+    config = SynthConfig.model_validate({"input": "in.jsonl", "teacher": {
+        "backend": "vllm", "model": "/models/teacher",
+        "vllm": {"tensor_parallel_size": 4, "max_model_len": 16384}}})
+    with pytest.raises(Exception, match="could not start vLLM on /models/teacher"):
+        make_endpoint(config.teacher)
+    assert seen[0]["tensor_parallel_size"] == 4 and seen[0]["max_model_len"] == 16384
+    assert "vllm" not in config.identity()["teacher"]  # the engine's layout, not the records
