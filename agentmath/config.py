@@ -255,6 +255,46 @@ class LoopConfig(StrictModel):
         "which."))
 
 
+class VLLMEngineConfig(StrictModel):
+    """vLLM's offline engine (``--backend vllm``: the model runs in this process, no server):
+    the settings of vLLM's ``LLM(...)`` / ``AsyncEngineArgs`` a run may need. None: vLLM's own
+    default. A server backend ignores them (set them on ``vllm serve``)."""
+
+    tensor_parallel_size: int = Field(1, ge=1, le=1024, description=(
+        "vllm backend: GPUs one copy of the model is split over (tensor parallelism)."))
+    pipeline_parallel_size: int = Field(1, ge=1, le=1024, description=(
+        "vllm backend: pipeline stages (GPUs in a row); 1: none."))
+    max_model_len: int | None = Field(None, ge=16, le=10_485_760, description=(
+        "vllm backend: context length the engine allocates for (prompt + generation); "
+        "default: the model's own. Keep it >= loop.max_total_tokens."))
+    dtype: Literal["auto", "bfloat16", "float16", "float32"] = Field("auto", description=(
+        "vllm backend: weight and activation dtype (auto: the model's, float16 for float32 "
+        "checkpoints)."))
+    gpu_memory_utilization: float = Field(0.9, gt=0, le=1, description=(
+        "vllm backend: fraction of each GPU's memory the engine may take (weights + KV "
+        "cache)."))
+    max_num_seqs: int | None = Field(None, ge=1, le=100_000, description=(
+        "vllm backend: sequences in one running batch (default: vLLM's)."))
+    max_num_batched_tokens: int | None = Field(None, ge=16, le=10_485_760, description=(
+        "vllm backend: tokens in one engine step (default: vLLM's)."))
+    enable_prefix_caching: bool | None = Field(None, description=(
+        "vllm backend: reuse the KV cache of shared prefixes (default: vLLM's, on)."))
+    enforce_eager: bool = Field(False, description=(
+        "vllm backend: no CUDA graphs (slower, less memory, faster start)."))
+    quantization: str | None = Field(None, min_length=1, description=(
+        "vllm backend: quantization method of the weights (awq, gptq, fp8, ...; default: "
+        "the checkpoint's)."))
+    kv_cache_dtype: str = Field("auto", min_length=1, description=(
+        "vllm backend: KV cache dtype (auto, fp8, ...)."))
+    trust_remote_code: bool = Field(False, description=(
+        "vllm backend: run the model repository's own code (needed by some architectures)."))
+
+    def engine_kwargs(self) -> dict[str, Any]:
+        """The keyword arguments of vLLM's ``LLM(...)`` / ``AsyncEngineArgs`` these settings
+        give (a setting left None is left out: vLLM's default applies)."""
+        return {k: v for k, v in self.model_dump().items() if v is not None}
+
+
 BACKEND_HELP = (
     "A backend registered in agentmath/backends/registry.py: openai (an OpenAI-compatible "
     "server at base_url), hf (a model directory, run in this process) or vllm; default: "
@@ -287,6 +327,8 @@ class SolveConfig(StrictModel):
         "Sampling temperature (0: greedy, the model's most likely answer)."))
     device: str = Field("auto", pattern=DEVICE_PATTERN, description=DEVICE_HELP)
     loop: LoopConfig = Field(default_factory=LoopConfig, description="Episode budgets.")
+    vllm: VLLMEngineConfig = Field(default_factory=VLLMEngineConfig, description=(
+        "The offline vLLM engine's settings (backend vllm)."))
 
     _default_backend = model_validator(mode="before")(default_backend)
 

@@ -27,6 +27,12 @@ class BackendError(AgentMathError):
     """A generation backend failed (unreachable server, bad response, missing extra)."""
 
 
+class StartupCheckError(BackendError):
+    """What a command needs before its first sample is not there (the server does not answer
+    or serve the model, the model directory or its chat template is missing); the message
+    names the URL, path or model. The CLI exits 1 with it (agentmath/backends/preflight.py)."""
+
+
 class RequestRejected(BackendError):
     """The server refused the request itself (HTTP 400, 413, 422...: a prompt too long, a
     token id out of vocabulary): sending it to another server would fail the same way, so a

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 from pydantic import AfterValidator
 
 from agentmath.backends.base import Backend
+from agentmath.config import VLLMEngineConfig
 
 if TYPE_CHECKING:
     from agentmath.backends.routing import RouterConfig
@@ -41,6 +42,9 @@ class BackendSettings:
     #: Where a model in this process runs ('cpu', 'cuda', 'cuda:N'); None or 'auto': cuda
     #: when there is one. A server backend ignores it.
     device: str | None = None
+    #: The offline vLLM engine's settings (tensor parallelism, max_model_len, dtype, ...);
+    #: None: vLLM's defaults. Only the vllm backend reads them.
+    vllm: VLLMEngineConfig | None = None
 
     def http_options(self) -> dict[str, Any]:
         """The HTTP settings that were given, as keyword arguments of an HTTP backend."""
@@ -80,10 +84,10 @@ def _hf(settings: BackendSettings) -> Backend:
 
 
 def _vllm(settings: BackendSettings) -> Backend:
-    """vLLM's offline engine over a local model path."""
-    from agentmath.backends.vllm_engine import VLLMBackend
+    """vLLM's offline engine over a local model path, with the run's engine settings."""
+    from agentmath.backends.vllm_engine import VLLMBackend, engine_args
 
-    return VLLMBackend(settings.model)
+    return VLLMBackend(settings.model, **engine_args(settings.vllm))
 
 
 #: Backend name -> factory. One line per backend.

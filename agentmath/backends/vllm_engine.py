@@ -16,7 +16,15 @@ from typing import Any
 
 from agentmath._lazy import require
 from agentmath.backends.base import FinishReason, Generation, SamplingParams
+from agentmath.config import VLLMEngineConfig
 from agentmath.errors import BackendError
+
+
+def engine_args(settings: VLLMEngineConfig | None) -> dict[str, Any]:
+    """The keyword arguments of ``vllm.AsyncEngineArgs`` (the same names as ``vllm.LLM``'s)
+    that a run's engine settings give, besides the model path; None: none (vLLM's defaults).
+    Pure, so that a test checks what reaches vLLM without importing it."""
+    return settings.engine_kwargs() if settings is not None else {}
 
 
 class VLLMBackend:

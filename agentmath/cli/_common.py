@@ -133,6 +133,30 @@ def usage_error(message: str, code: int = 2) -> NoReturn:
     raise typer.Exit(code)
 
 
+#: The exit status of a run that finished but recorded samples as errors (the model server
+#: failed them): what it saved is kept, and ``--retry-errors`` runs them again. 1 is a
+#: failed startup check or I/O error, 2 a usage error.
+ERRORED_SAMPLES_EXIT = 3
+
+
+def checked(check: Any, *args: Any, **kwargs: Any) -> Any:
+    """Run a startup check of agentmath/backends/preflight.py (``check_backend``,
+    ``check_model_dir``, ``check_server``) before any work: what the command needs is there
+    (the server answers and serves the model, the model directory and its chat template).
+    Its StartupCheckError exits 1 with the message, which names the URL, path or model;
+    the notes it returns (``check_backend``: a server of several that does not answer) are
+    said on stderr."""
+    from agentmath.errors import StartupCheckError
+
+    try:
+        notes = check(*args, **kwargs)
+    except StartupCheckError as exc:
+        usage_error(str(exc), code=1)
+    for note in notes or ():
+        err_console().print(f"[bold yellow]warning:[/] {note}", highlight=False, soft_wrap=True)
+    return notes
+
+
 def trained_system_prompt(model: str, fmt: str) -> str | None:
     """The system prompt the local model directory ``model`` was trained with for the format
     ``fmt`` (:mod:`agentmath.models.prompts`), said on stderr when found; None when it has

@@ -37,6 +37,14 @@ from pydantic.fields import FieldInfo
 #: parameter by the generated options).
 GENERATED: Any = None
 
+#: The offline vLLM engine's settings (agentmath.config.VLLMEngineConfig) as options, for
+#: every command whose settings have a ``vllm`` section (eval, solve).
+VLLM_FIELDS = tuple(f"vllm.{name}" for name in (
+    "tensor_parallel_size", "pipeline_parallel_size", "max_model_len", "dtype",
+    "gpu_memory_utilization", "max_num_seqs", "max_num_batched_tokens",
+    "enable_prefix_caching", "enforce_eager", "quantization", "kv_cache_dtype",
+    "trust_remote_code"))
+
 #: Placeholders by field name, where the name says more than the type.
 NAMED_METAVARS = {"model": "MODEL", "dataset": "DATASET", "device": "DEVICE"}
 

@@ -13,6 +13,7 @@ from agentmath.cli._common import (
     RAY_WORKERS_OPTION,
     SET_OPTION,
     build_config,
+    checked,
     config_option,
     out_console,
     print_json,
@@ -26,6 +27,18 @@ from agentmath.cli._options import GENERATED, config_options
 OUT_OPTION = typer.Option(Path("runs/rl"), "--out", "-o", metavar="DIR", help=(
     "Run directory: checkpoints, metrics.jsonl, tensorboard/, final/ (resumes from it)."))
 RL_FIELDS = ("model", "device", "format", "steps", "seed", "sandbox_url", "sandbox_token_file")
+
+
+def _startup_checks(config: Any) -> None:
+    """The policy's model directory and chat template, and each generator server (it answers
+    and serves the policy's name) before any work; exit 1 naming what is wrong."""
+    from agentmath.backends.preflight import check_model_dir, check_server
+
+    checked(check_model_dir, config.model)
+    if config.generator.backend == "openai":
+        for url in config.generator.base_urls:
+            checked(check_server, url, config.served_model_name())
+
 
 def _render(result: Any) -> None:
     from rich.table import Table
@@ -67,13 +80,15 @@ def rl(
 ) -> None:
     """Train a tool-using model with agentic GRPO: rollouts through the agent loop and the
     sandbox, weighted rewards, masked clipped loss, weight sync, checkpoints. Needs
-    `pip install 'agentmath[train]'`. Recipes: configs/rl/."""
+    `pip install 'agentmath[train]'`. Recipes: configs/rl/. The model directory and the
+    generator servers are checked first: exit 1 naming what is wrong."""
     from agentmath.rl.config import RLConfig
 
     config = build_config(RLConfig, "rl", config_file, sets, section="rl",
                           options={**settings, "ray": ray_section(ray, ray_workers)})
     config = with_trained_prompt(config)
     modules = ["torch", "transformers", "accelerate"] + (["peft"] if config.optim.lora else [])
+    _startup_checks(config)
     with training_errors("rl", modules), stdout_for_json(json_out):
         from agentmath.rl.trainer import train_rl
 

@@ -11,6 +11,7 @@ from agentmath.cli._common import (
     JSON_OPTION,
     SET_OPTION,
     build_config,
+    checked,
     config_option,
     out_console,
     print_json,
@@ -32,6 +33,23 @@ SFT_FIELDS = ("lora", "max_steps", "learning_rate", "batch_size", "grad_accum", 
 CONFIG_OPTION = config_option("SFTConfig", "sft")
 
 
+def _sends_tools(data: Path) -> bool:
+    """Whether the data's first record is a native tool-call conversation with ``tools``
+    (agentmath/train/chat_records.py): the chat template must then take them. A file that
+    does not read says nothing here; the trainer reports it, naming the line."""
+    import json
+
+    from agentmath.train.chat_records import is_chat_record
+
+    try:
+        with data.open(encoding="utf-8") as handle:
+            first = next((line for line in handle if line.strip()), "")
+        row = json.loads(first) if first else None
+    except (OSError, UnicodeDecodeError, ValueError):
+        return False
+    return isinstance(row, dict) and is_chat_record(row) and bool(row.get("tools"))
+
+
 @config_options("agentmath.train.sft_config:SFTConfig", SFT_FIELDS, names={"lora": "--lora/--full"},
                 shorts={"learning_rate": "--lr"})
 def sft(
@@ -47,7 +65,9 @@ def sft(
     json_out: bool = JSON_OPTION,
 ) -> None:
     """Fine-tune a model on tool-integrated trajectories; loss only on the model's own tokens
-    (prompt and tool output are masked). Needs `pip install 'agentmath[train]'`."""
+    (prompt and tool output are masked). Needs `pip install 'agentmath[train]'`. The model
+    directory and its chat template are checked first: exit 1 naming what is wrong."""
+    from agentmath.backends.preflight import check_model_dir
     from agentmath.train.sft_config import SFTConfig
 
     given = {"data": None if data is None else str(data), "model": model}
@@ -56,6 +76,7 @@ def sft(
     if config.data is None or config.model is None:
         name, flag = ("data", "--data FILE") if config.data is None else ("model", "--model DIR")
         usage_error(f"no SFT {name}: give {flag}, or {name} = ... in the --config file")
+    checked(check_model_dir, config.model, needs_tools=_sends_tools(Path(config.data)))
     with training_errors("sft", ["torch", "transformers"] + (["peft"] if config.lora else [])):
         from agentmath.train.sft import train_sft
 

@@ -12,13 +12,14 @@ from agentmath.cli._common import (
     JSON_OPTION,
     SET_OPTION,
     build_config,
+    checked,
     config_option,
     out_console,
     print_json,
     trained_system_prompt,
     usage_error,
 )
-from agentmath.cli._options import GENERATED, config_options
+from agentmath.cli._options import GENERATED, VLLM_FIELDS, config_options
 
 
 def default_model_dir() -> Path:
@@ -37,8 +38,9 @@ DEMO_MODEL_HINT = (
 
 
 SOLVE_FIELDS = ("model", "backend", "base_url", "device", "format", "temperature",
-                "loop.max_tool_calls", "loop.max_model_tokens", "loop.tool_timeout_s",
-                "loop.system_prompt")
+                "loop.max_tool_calls", "loop.max_model_tokens", "loop.max_total_tokens",
+                "loop.max_tokens_per_turn", "loop.tool_timeout_s", "loop.time_limit_s",
+                "loop.system_prompt", *VLLM_FIELDS)
 
 
 CONFIG_OPTION = config_option("SolveConfig")
@@ -52,10 +54,13 @@ def solve(
     sets: list[str] = SET_OPTION,
     json_out: bool = JSON_OPTION,
 ) -> None:
-    """Solve one problem with a model that calls the sandbox; show reasoning, code and outputs."""
+    """Solve one problem with a model that calls the sandbox; show reasoning, code and outputs.
+    The server (or the model directory and its chat template) is checked first: exit 1
+    naming what is wrong."""
     from agentmath.agent.loop import run_episode
-    from agentmath.backends import make_backend
+    from agentmath.backends import BackendSettings, build_backend
     from agentmath.backends.base import SamplingParams
+    from agentmath.backends.preflight import check_backend
     from agentmath.config import SolveConfig
     from agentmath.errors import AgentMathError
     from agentmath.formats import get_format
@@ -67,6 +72,9 @@ def solve(
     if demo_model and config.backend != "openai" and not Path(model).exists():
         usage_error(f"no --model given and no demo model at {model}: run `agentmath demo` "
                     "first, or pass --model")
+    engine_settings = BackendSettings(model, config.base_url, device=config.device,
+                                      vllm=config.vllm)
+    checked(check_backend, config.backend, engine_settings)
     loop_cfg = config.loop
     system_prompt = loop_cfg.system_prompt
     if system_prompt is None and config.backend != "openai":
@@ -78,8 +86,7 @@ def solve(
     loop_cfg = loop_cfg.model_copy(update={"system_prompt": system_prompt})
     try:
         tool_format = get_format(config.format)
-        engine = make_backend(config.backend, model, base_url=config.base_url,
-                              device=config.device)
+        engine = build_backend(config.backend, engine_settings)
     except (AgentMathError, ValueError) as exc:
         usage_error(str(exc))
     temperature = config.temperature

@@ -12,6 +12,7 @@ from agentmath.cli._common import (
     JSON_OPTION,
     SET_OPTION,
     build_config,
+    checked,
     config_option,
     err_console,
     out_console,
@@ -55,7 +56,9 @@ def synth(
 ) -> None:
     """Rewrite every text solution into a tool-integrated trajectory with a teacher model, run
     every snippet in the sandbox, check the result at named stages and write the kept records
-    (OUT/sft.jsonl) and the funnel report (OUT/funnel.json); resumable after any kill."""
+    (OUT/sft.jsonl) and the funnel report (OUT/funnel.json); resumable after any kill. The
+    teacher's and judge's servers (or model directories) are checked first: exit 1 naming
+    what is wrong."""
     from agentmath.errors import AgentMathError
 
     unknown = set(no_checks or ()) - {"ast", "execute", "outputs", "answer"}
@@ -74,6 +77,9 @@ def synth(
                           section="synth")
     if config.judge is not None and not config.judge.model:
         usage_error("a judge needs its model: --judge-model (or judge.model in the config)")
+    for endpoint in (config.teacher if config.converter == "teacher" else None, config.judge):
+        if endpoint is not None:
+            _check_endpoint(endpoint)
     try:
         result = event_loop.run(_run(config, out, retry_errors, quiet=json_out))
     except AgentMathError as exc:
@@ -90,6 +96,19 @@ def synth(
     out_console().print(funnel_table(funnel))
     out_console().print(f"{funnel.kept} records: {result.records_path} "
                         f"(funnel: {out / 'funnel.json'})")
+
+
+def _check_endpoint(endpoint: Any) -> None:
+    """A teacher's or judge's server (it answers and serves the model), or its local model
+    directory and chat template, before any work; exit 1 naming what is wrong."""
+    import os
+
+    from agentmath.backends import BackendSettings
+    from agentmath.backends.preflight import check_backend
+
+    key = os.environ.get(endpoint.api_key_env) if endpoint.api_key_env else None
+    checked(check_backend, endpoint.backend,
+            BackendSettings(endpoint.model, endpoint.base_url, api_key=key))
 
 
 async def _run(config: Any, out: Path, retry_errors: bool, quiet: bool) -> Any:

@@ -20,6 +20,7 @@ from agentmath.config import (
     SandboxConfig,
     StrictModel,
     TrackerName,
+    VLLMEngineConfig,
     WandbConfig,
     default_backend,
 )
@@ -96,11 +97,19 @@ class EvalConfig(StrictModel):
         "Which of agentmath's leniencies beyond math-verify grading applies (number words, "
         "plain-text math, word case, choice letters) and where answers are looked for; a "
         "paper's recipe turns them off to grade as math-verify alone would (identity)."))
+    # --- real-model guards: the offline engine's settings, and the truncation warning ---
+    vllm: VLLMEngineConfig = Field(default_factory=VLLMEngineConfig, description=(
+        "The offline vLLM engine's settings (backend vllm): tensor parallelism, "
+        "max_model_len, dtype, memory (not identity: the engine's layout, like device)."))
+    truncation_warn_rate: float = Field(0.05, ge=0, le=1, description=(
+        "Warn (stderr, and 'warnings' in --json) when more than this fraction of the run's "
+        "samples stopped at one budget (loop.max_model_tokens, loop.max_total_tokens, "
+        "loop.max_tool_calls, loop.time_limit_s, ...) (not identity)."))
 
     #: Fields that may differ between a run and its resumption.
     RESUMABLE_FIELDS: ClassVar[frozenset[str]] = frozenset(
         {"concurrency", "base_url", "device", "data_dir", "grade_timeout_s", "http_retries",
          "http_timeout_s", "max_outage_s", "retry_errors", "sandbox_url",
-         "sandbox_token_file", "ray", "trackers", "wandb"})
+         "sandbox_token_file", "ray", "trackers", "wandb", "vllm", "truncation_warn_rate"})
 
     _default_backend = model_validator(mode="before")(default_backend)

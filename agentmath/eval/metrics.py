@@ -399,6 +399,11 @@ def metrics_table_rows(metrics: RunMetrics | dict[str, Any]) -> list[tuple[str, 
         (f"finish: {reason}", f"{count} ({_pct(count / n_samples if n_samples else 0.0)})")
         for reason, count in m.finish_reasons.items()
     ]
+    rows += [
+        (f"stopped at {s.budget}" + ("" if s.limit is None else f" ({s.limit:g})"),
+         f"{s.count} ({_pct(s.rate)})")
+        for s in m.truncation
+    ]
     rows.append(("duration/sample", f"{(m.duration_ms_mean or 0.0) / 1000:.2f} s"))
     rows += _group_rows("level", m.by_level)
     rows += _group_rows("subject", m.by_subject)

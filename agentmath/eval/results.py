@@ -80,6 +80,39 @@ class ToolStats:
 
 
 @dataclass(frozen=True, slots=True)
+class BudgetStop:
+    """How many of a run's samples one budget stopped (:mod:`agentmath.eval.truncation`):
+    the setting (``loop.max_model_tokens``), the option that raises it, its value in the run
+    (None: the server's context length, not known here), the count and its share of the
+    run's samples."""
+
+    budget: str
+    option: str
+    limit: float | None
+    count: int
+    rate: float
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: Any) -> BudgetStop | None:
+        """None for a block that is not one (a hand-made or damaged file)."""
+        if not isinstance(data, dict) or not isinstance(data.get("budget"), str):
+            return None
+        limit = data.get("limit")
+        return cls(budget=data["budget"], option=str(data.get("option") or ""),
+                   limit=float(limit) if is_number(limit) else None,
+                   count=int(data["count"]) if is_number(data.get("count")) else 0,
+                   rate=float(data["rate"]) if is_number(data.get("rate")) else 0.0)
+
+
+def _stops(data: Any) -> tuple[BudgetStop, ...]:
+    blocks = data if isinstance(data, list) else []
+    return tuple(s for b in blocks if (s := BudgetStop.from_dict(b)) is not None)
+
+
+@dataclass(frozen=True, slots=True)
 class GroupMetrics:
     """The problem-level metrics of a set of problems (a run, or one level or subject)."""
 
@@ -132,6 +165,8 @@ class RunMetrics:
     by_level: dict[str, GroupMetrics]
     by_subject: dict[str, GroupMetrics]
     n_errors: int
+    #: Each budget's stops (``truncation`` in the file; empty in files written before it).
+    truncation: tuple[BudgetStop, ...] = ()
     document: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
     @classmethod
@@ -146,11 +181,17 @@ class RunMetrics:
                    duration_ms_mean=float(duration) if is_number(duration) else None,
                    by_level=_groups(data.get("by_level")),
                    by_subject=_groups(data.get("by_subject")),
-                   n_errors=int(data.get("n_errors") or 0), document=dict(data))
+                   n_errors=int(data.get("n_errors") or 0),
+                   truncation=_stops(data.get("truncation")), document=dict(data))
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON form, as ``metrics.json`` holds it."""
         return dict(self.document)
+
+    @property
+    def truncated_rate(self) -> float | None:
+        """The share of samples any budget stopped (None: the file does not say)."""
+        return sum(s.rate for s in self.truncation) if self.truncation else None
 
     def scalars(self) -> dict[str, float]:
         """The numeric figures by name, for the trackers (agentmath/tracking.py): counts,
@@ -170,6 +211,7 @@ class RunMetrics:
         out |= {f"tokens/{k}": v for k, v in asdict(self.tokens).items()}
         out |= {f"tools/{k}": v for k, v in asdict(self.tools).items()}
         out |= {f"finish/{k}": v for k, v in self.finish_reasons.items()}
+        out |= {f"truncated/{s.budget}": s.rate for s in self.truncation}
         for kind, groups in (("level", self.by_level), ("subject", self.by_subject)):
             out |= {f"{kind}/{key}/avg": g.avg.value for key, g in groups.items()
                     if g.avg is not None}

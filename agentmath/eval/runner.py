@@ -31,7 +31,7 @@ from agentmath import __version__
 from agentmath.agent.trajectory import Trajectory
 from agentmath.backends.base import Backend, SamplingParams
 from agentmath.backends.registry import BackendSettings
-from agentmath.config import RolloutConfig, SandboxConfig
+from agentmath.config import LoopConfig, RolloutConfig, SandboxConfig
 from agentmath.eval.config import EvalConfig
 from agentmath.eval.records import SampleRecord, read_samples
 from agentmath.eval.results import EvalProgress, EvalResult, RunMetrics
@@ -221,10 +221,11 @@ async def _run_todo(run: _Run, engine: RolloutEngine | RayRolloutEngine,
 def backend_settings(config: EvalConfig) -> BackendSettings:
     """What the run's backend is built from (by the CLI here, or by each Ray worker): the
     model, its server URLs, the HTTP retries, timeout and outage bound (a backend that talks to
-    no server ignores those) and the device of a model run in process."""
+    no server ignores those), the device of a model run in process and the offline vLLM
+    engine's settings."""
     return BackendSettings(config.model, config.base_url, max_retries=config.http_retries,
                            timeout_s=config.http_timeout_s, max_outage_s=config.max_outage_s,
-                           device=config.device)
+                           device=config.device, vllm=config.vllm)
 
 
 def worker_spec(config: EvalConfig) -> WorkerSpec:
@@ -311,24 +312,29 @@ async def run_eval(config: EvalConfig, out_dir: str | Path, backend: Backend | N
                 await _run_pending(run, todo, backend, sandbox)
             finally:
                 writer.close()
-            metrics = compute_run_metrics(out, config.grading)
+            metrics = compute_run_metrics(out, config.grading, config.loop)
             log_metrics(sink, run.done, metrics)
         finally:
             sink.close()
     return EvalResult(run_dir=out, metrics=metrics, ran=run.fresh)
 
 
-def compute_run_metrics(out: Path, grading: GradingOptions | None = None) -> RunMetrics:
+def compute_run_metrics(out: Path, grading: GradingOptions | None = None,
+                        loop: LoopConfig | None = None) -> RunMetrics:
     """Metrics of the run directory's records (one per sample), also written to metrics.json
     (its one writer); ``n_errors`` counts the samples recorded as errors (``--retry-errors``
     runs them again). The majority vote groups answers with the run's ``grading`` options,
-    which metrics.json repeats under ``grading``."""
+    which metrics.json repeats under ``grading``; with the run's ``loop``, ``truncation``
+    counts the samples each of its budgets stopped (:mod:`agentmath.eval.truncation`)."""
     from agentmath.eval.metrics import compute_metrics, equivalence
+    from agentmath.eval.truncation import truncation_stats
 
     grading = grading or GradingOptions()
     records = [SampleRecord.from_dict(r) for r in unique_records(load_records(out))]
     document = compute_metrics(records, equivalent=equivalence(grading))
     document["n_errors"] = sum(1 for r in records if r.is_error)
     document["grading"] = grading.model_dump(mode="json")
+    if loop is not None:
+        document["truncation"] = [s.to_dict() for s in truncation_stats(records, loop)]
     write_json_atomic(out / METRICS_FILE, document)
     return RunMetrics.from_dict(document)

@@ -108,6 +108,7 @@ def comparison_rows(runs: Sequence[Run]) -> list[dict[str, Any]]:
     Accuracies and rates are fractions in [0, 1]; tokens are means per sample.
     """
     pass_keys = _pass_keys(runs)
+    budgets = sorted({s.budget for run in runs for s in run.metrics.truncation})
     rows: list[dict[str, Any]] = []
     for run in runs:
         m, c = run.metrics, run.config
@@ -131,13 +132,22 @@ def comparison_rows(runs: Sequence[Run]) -> list[dict[str, Any]]:
             "tool_error_rate": m.tools.error_rate,
             "tool_timeout_rate": m.tools.timeout_rate,
             "duration_ms_mean": m.duration_ms_mean,
+            "truncated_rate": m.truncated_rate,
         })
+        rates = {s.budget: s.rate for s in m.truncation}
+        for budget in budgets:
+            row[f"truncated@{budget}"] = rates.get(budget)
         rows.append(row)
     return rows
 
 
 _PERCENT_KEYS = {"avg", "avg_stderr", "avg_ci95_lo", "avg_ci95_hi", "maj", "tool_error_rate",
-                 "tool_timeout_rate"}
+                 "tool_timeout_rate", "truncated_rate"}
+
+
+def _percent(key: str) -> bool:
+    """Whether a column holds a fraction shown in percent."""
+    return key in _PERCENT_KEYS or key.startswith(("pass@", "truncated@"))
 
 
 def format_cell(key: str, value: Any) -> str:
@@ -146,7 +156,7 @@ def format_cell(key: str, value: Any) -> str:
         return "-"
     if not is_number(value):
         return str(value)
-    if key in _PERCENT_KEYS or key.startswith("pass@"):
+    if _percent(key):
         return f"{100 * value:.1f}"
     if key in ("tool_calls_per_sample",):
         return f"{value:.2f}"
@@ -161,7 +171,7 @@ def _headers(rows: Sequence[dict[str, Any]]) -> list[str]:
 
 def column_label(key: str) -> str:
     """The column title shown to people: percent columns say so (``avg %``)."""
-    return f"{key} %" if key in _PERCENT_KEYS or key.startswith("pass@") else key
+    return f"{key} %" if _percent(key) else key
 
 
 def render_markdown(rows: Sequence[dict[str, Any]]) -> str:
@@ -193,7 +203,7 @@ def render_csv(rows: Sequence[dict[str, Any]]) -> str:
 #: Columns of the terminal table (the markdown and CSV files have them all), with short titles.
 _COMPACT = {"run": "run", "k": "k", "avg": "avg %", "avg_stderr": "±", "maj": "maj %",
             "model_tokens_mean": "tokens", "tool_calls_per_sample": "calls",
-            "tool_error_rate": "err %"}
+            "tool_error_rate": "err %", "truncated_rate": "cut %"}
 
 
 def render_rich_table(rows: Sequence[dict[str, Any]], title: str | None = None,

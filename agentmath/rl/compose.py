@@ -67,7 +67,7 @@ if TYPE_CHECKING:
 
 def served_name(cfg: RLConfig) -> str:
     """The model name the generator's servers serve (the model directory's name by default)."""
-    return cfg.generator.served_name or Path(cfg.model).name
+    return cfg.served_model_name()
 
 
 def worker_spec(cfg: RLConfig, loop: LoopConfig,

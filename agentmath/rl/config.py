@@ -7,6 +7,7 @@ rewards -> loss -> optimizer -> weight sync -> logging and checkpoints.
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Literal
 
 from pydantic import Field, model_validator
@@ -264,6 +265,11 @@ class RLConfig(StrictModel):
         tensorboard when ``tensorboard`` is false."""
         names = dict.fromkeys(["jsonl", *self.trackers])
         return [t for t in names if t != "tensorboard" or self.tensorboard]
+
+    def served_model_name(self) -> str:
+        """The model name the generator's servers serve (the model directory's name by
+        default)."""
+        return self.generator.served_name or Path(self.model).name
 
     @model_validator(mode="after")
     def _consistent(self) -> RLConfig:

@@ -13,7 +13,7 @@ from typing import Literal
 from pydantic import Field, model_validator
 
 from agentmath.backends.registry import BackendName
-from agentmath.config import LoopConfig, SandboxConfig, StrictModel
+from agentmath.config import LoopConfig, SandboxConfig, StrictModel, VLLMEngineConfig
 from agentmath.synth.checks import AstLimits
 
 NATIVE = "native"  # the output "format" of chat records with native tool calls
@@ -38,6 +38,9 @@ class EndpointConfig(StrictModel):
     max_outage_s: float = Field(300.0, ge=0, le=86_400, description=(
         "openai: while the server is unreachable (restarting), hold requests and probe it, up "
         "to this long, instead of failing them (0: fail at once, after the retries)."))
+    vllm: VLLMEngineConfig = Field(default_factory=VLLMEngineConfig, description=(
+        "vllm: the offline engine's settings (tensor parallelism, max_model_len, dtype, "
+        "memory); e.g. --set teacher.vllm.tensor_parallel_size=4."))
 
 
 class ChecksConfig(StrictModel):

@@ -79,8 +79,8 @@ def make_endpoint(endpoint: EndpointConfig) -> Backend:
     """The backend of a teacher or judge endpoint."""
     from agentmath.backends import make_backend
 
-    if endpoint.backend != "openai":
-        return make_backend(endpoint.backend, endpoint.model)
+    if endpoint.backend != "openai":  # a local model (vllm: with its engine settings)
+        return make_backend(endpoint.backend, endpoint.model, vllm=endpoint.vllm)
     key = os.environ.get(endpoint.api_key_env) if endpoint.api_key_env else None
     if endpoint.api_key_env and not key:
         raise ConfigError(f"the environment variable {endpoint.api_key_env} (api_key_env) "

@@ -1,6 +1,6 @@
 """`agentmath eval` against a fault-injecting OpenAI-compatible server on 127.0.0.1.
 
-Malformed replies and outages become failed samples (exit 0, finished samples kept), a
+Malformed replies and outages become failed samples (exit 3, finished samples kept), a
 ``--retry-errors`` run completes them exactly once, a second run on the directory is refused
 naming the holder, and a changed or empty dataset is refused with a clear message.
 """
@@ -53,8 +53,9 @@ def records(out: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in (out / "samples.jsonl").read_text().splitlines()]
 
 
-def metrics_of(result: Any) -> dict[str, Any]:
-    assert result.exit_code == 0, result.output
+def metrics_of(result: Any, code: int = 0) -> dict[str, Any]:
+    """The --json metrics of a run that exited ``code`` (3: it recorded errored samples)."""
+    assert result.exit_code == code, result.output
     return json.loads(result.stdout.strip().splitlines()[-1])
 
 
@@ -76,9 +77,11 @@ FAULTS = [
 def test_malformed_replies_fail_samples_then_retry_errors_completes_them(
         fault_server: FaultServer, tmp_path: Path) -> None:
     data, out = dataset(tmp_path / "data.jsonl", fault_server), tmp_path / "run"
+    # the startup check's POST /tokenize (the chat renders) takes the first /tokenize fault
+    fault_server.fail(TOKENIZE, Fault())
     for path, fault, _ in FAULTS:
         fault_server.fail(path, fault)
-    first = metrics_of(run_eval_cli(fault_server, data, out))
+    first = metrics_of(run_eval_cli(fault_server, data, out), 3)
     assert first["n_samples"] == 8 and first["n_errors"] == len(FAULTS)
     failed = [r for r in records(out) if r["finish_reason"] == "error"]
     assert len(failed) == len(FAULTS)
@@ -91,7 +94,7 @@ def test_malformed_replies_fail_samples_then_retry_errors_completes_them(
     assert len(finished) == 3 and all(r["correct"] for r in finished)
 
     served = fault_server.requests[COMPLETIONS]
-    again = metrics_of(run_eval_cli(fault_server, data, out))  # errors count as done
+    again = metrics_of(run_eval_cli(fault_server, data, out), 3)  # errors count as done
     assert again["n_errors"] == len(FAULTS) and fault_server.requests[COMPLETIONS] == served
 
     final = metrics_of(run_eval_cli(fault_server, data, out, "--retry-errors"))
@@ -106,7 +109,7 @@ def test_outage_errors_then_recovery(fault_server: FaultServer, tmp_path: Path) 
     fault_server.outage = Fault(status=503, headers={"Retry-After": "0"})
     # --max-outage 0: fail at once, as without the outage gate (tests/unit/test_outage.py
     # and tests/integration/test_outage_restart.py show the wait).
-    first = metrics_of(run_eval_cli(fault_server, data, out, "--max-outage", "0"))
+    first = metrics_of(run_eval_cli(fault_server, data, out, "--max-outage", "0"), 3)
     assert first["n_errors"] == 4
     assert all("HTTP 503" in r["error"] for r in records(out))
     fault_server.outage = None  # the server is back, but flaky: each fault is retried

@@ -29,9 +29,10 @@ def test_eval_takes_dataset_and_model_from_the_config_file(tmp_path: Path) -> No
     config.write_text(f'dataset = "{data}"\nmodel = "m"\nbase_url = "http://127.0.0.1:9"\n')
     result = runner.invoke(app, ["eval", "-c", str(config), "-o", str(tmp_path / "run"),
                                  "--json"])
-    # Past option parsing: the run reads the config's dataset and stops at its bad row.
-    assert result.exit_code == 2, result.output
-    assert f"{data}: line 2: field 'problem': is missing" in _flat(result.output)
+    # Past option parsing: the run takes the config's server and model, and its startup
+    # check stops at the closed port (exit 1) before the dataset's bad row is read.
+    assert result.exit_code == 1, result.output
+    assert "cannot reach the model server at http://127.0.0.1:9" in _flat(result.output)
     assert "Traceback" not in result.output and "Missing option" not in result.output
 
 

@@ -12,7 +12,7 @@ from pydantic import ValidationError
 from agentmath.agent.trajectory import Trajectory
 from agentmath.backends.registry import BackendSettings
 from agentmath.backends.routing import RouterConfig
-from agentmath.config import RayConfig
+from agentmath.config import RayConfig, VLLMEngineConfig
 from agentmath.errors import MissingExtraError
 from agentmath.eval.config import EvalConfig
 from agentmath.eval.runner import identity, worker_spec
@@ -55,7 +55,8 @@ def test_worker_spec_carries_what_the_workers_need_but_no_token() -> None:
                      sandbox_token_file="/etc/agentmath/token", http_retries=7)
     spec = worker_spec(cfg)
     assert spec.settings == BackendSettings("m", ["http://a:1", "http://b:2"], max_retries=7,
-                                            timeout_s=120.0, max_outage_s=300.0, device="auto")
+                                            timeout_s=120.0, max_outage_s=300.0, device="auto",
+                                            vllm=VLLMEngineConfig())
     assert spec.format == "markdown"
     assert pickle.loads(pickle.dumps(spec)) == spec  # sent to every worker
     assert spec.sandbox_url == ["http://s:8080"]

@@ -115,6 +115,7 @@ async def test_the_old_run_resumes(run_copy: Path) -> None:
     stored = json.loads((RUN / METRICS_FILE).read_text()) | {"duration_ms_mean": 0, "tokens": 0}
     now_metrics = result.metrics.to_dict() | {"duration_ms_mean": 0, "tokens": 0}
     assert {key: now_metrics.get(key) for key in stored} == stored
+    assert "loop.max_model_tokens" in {s.budget for s in result.metrics.truncation}
     now = (run_copy / SAMPLES_FILE).read_text().splitlines(keepends=True)
     assert now[:len(kept)] == kept  # the old records stay as they were
     assert {r.key for r in read_samples(run_copy)} == {(p, i) for p in "abc" for i in range(2)}
