@@ -18,13 +18,13 @@ from pathlib import Path
 from typing import Any
 
 from agentmath.config import read_config_file
+from agentmath.sim import train_memory
 from agentmath.sim.estimate import (
     GenerationShape,
     TrainingShape,
     generation_seconds,
     gib,
     inference_memory_bytes,
-    training_memory_bytes,
     training_seconds,
 )
 from agentmath.sim.hardware import (
@@ -42,15 +42,22 @@ ASSUMPTIONS = (
     "an episode writes half its model-token budget; prompt and tool outputs add a fifth of "
     "that; an SFT example is half its maximum length; synthesis is priced per 10,000 rows "
     "with one teacher reply of half its max_tokens each; bf16 weights on H100-80GB cards; "
-    "training at 35% MFU with FSDP over the node and activation checkpointing.")
+    "training at 35% MFU with FSDP over the node (bf16, activation checkpointing, one "
+    "micro-batch of batch_size x max_length tokens, RL: one longest episode), memory by "
+    "agentmath.sim.train_memory; a 1-GPU figure over 80 GiB does not fit that card.")
 #: Rows of the built-in benchmarks (../shared/data and agentmath.tasks.datasets).
 DATASET_ROWS = {"math500": 500, "aime24": 30, "aime25": 30, "hmmt25": 30, "amc23": 40,
                 "gsm8k": 1319}
 SYNTH_ROWS = 10_000
-#: Name fragment -> shape. Intel's deepmath-v1 is a LoRA on Qwen3-4B-Thinking-2507 (its model
-#: card's base_model).
-_SHAPES = (("30b-a3b", QWEN3_30B_A3B), ("1.7b", QWEN3_1_7B), ("4b", QWEN3_4B),
-           ("8b", QWEN3_8B), ("deepmath", QWEN3_4B))
+#: Name fragment -> shape (the cost model's, the trainer's memory model's). Intel's
+#: deepmath-v1 is a LoRA on Qwen3-4B-Thinking-2507 (its model card's base_model).
+_SHAPES = (("30b-a3b", QWEN3_30B_A3B, train_memory.QWEN3_30B_A3B),
+           ("1.7b", QWEN3_1_7B, train_memory.QWEN3_1_7B),
+           ("4b", QWEN3_4B, train_memory.QWEN3_4B), ("8b", QWEN3_8B, train_memory.QWEN3_8B),
+           ("deepmath", QWEN3_4B, train_memory.QWEN3_4B))
+#: Trainable parameters of a LoRA adapter, for its memory: rank 32 on every linear layer of a
+#: 4B model is ~66M; taken as 1.5% of the model for every rank the recipes use.
+LORA_SHARE = 0.015
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,10 +74,19 @@ class Estimate:
 def model_shape(name: str) -> tuple[ModelShape, bool]:
     """The shape a model name stands for, and whether it was recognised."""
     lowered = name.lower()
-    for key, shape in _SHAPES:
+    for key, shape, _ in _SHAPES:
         if key in lowered:
             return shape, True
     return QWEN3_8B, False
+
+
+def _train_memory(shape: ModelShape, gpus: int, tokens: int, lora: bool) -> float:
+    """Peak bytes of one trainer rank (:func:`agentmath.sim.train_memory.fsdp_rank_memory`,
+    activation checkpointing on) for ``shape`` sharded over ``gpus`` ranks."""
+    trained = next(t for _, s, t in _SHAPES if s is shape)
+    return train_memory.fsdp_rank_memory(
+        trained, ranks=gpus, tokens_per_rank=tokens,
+        lora_params=LORA_SHARE * trained.params if lora else 0.0).total
 
 
 def _generation(path: str, model: str, work: GenerationShape, what: str) -> Estimate:
@@ -97,7 +113,7 @@ def _eval(path: str, data: dict[str, Any]) -> Estimate:
 def _synth(path: str, data: dict[str, Any]) -> Estimate:
     from agentmath.synth.config import SynthConfig
 
-    config = SynthConfig.model_validate(data)
+    config = SynthConfig.model_validate({"input": "INPUT", **data})  # the input: an argument
     tokens = config.teacher.max_tokens / 2
     work = GenerationShape(SYNTH_ROWS, tokens, tokens, config.concurrency)
     return _generation(path, config.teacher.model, work,
@@ -114,13 +130,13 @@ def _sft(path: str, data: dict[str, Any]) -> Estimate:
     examples = config.max_steps * config.batch_size * config.grad_accum
     work = TrainingShape(examples * config.max_length / 2, config.max_length,
                          micro_batch=config.batch_size)
-    precision = "lora" if config.lora else "bf16"
+    tokens = config.batch_size * config.max_length
     return Estimate(path, shape.name if known else f"{model} (as Qwen3-8B)",
                     f"{config.max_steps} steps x {config.batch_size * config.grad_accum} "
                     f"examples",
                     (training_seconds(work, shape, 1), training_seconds(work, shape, 8)),
-                    (training_memory_bytes(shape, work, 1, precision=precision),
-                     training_memory_bytes(shape, work, 8, precision=precision)))
+                    (_train_memory(shape, 1, tokens, config.lora),
+                     _train_memory(shape, 8, tokens, config.lora)))
 
 
 def _rl(path: str, data: dict[str, Any]) -> Estimate:
@@ -137,15 +153,14 @@ def _rl(path: str, data: dict[str, Any]) -> Estimate:
     extra = 1 + (config.loss.kl_coef > 0)
     train = TrainingShape(episodes * tokens * 1.2, longest, extra_forwards=extra)
     shape, known = model_shape(config.model)
-    precision = "lora" if config.optim.lora else "bf16"
     # generation and training share the node in turn (colocated), so their times add
     seconds = tuple(generation_seconds(rollout, shape, n) + training_seconds(train, shape, n)
                     for n in (1, 8))
     return Estimate(path, shape.name if known else f"{config.model} (as Qwen3-8B)",
                     f"{config.steps} steps x {config.prompts_per_step} x {config.group_size}",
                     (seconds[0], seconds[1]),
-                    (training_memory_bytes(shape, train, 1, precision=precision),
-                     training_memory_bytes(shape, train, 8, precision=precision)))
+                    (_train_memory(shape, 1, longest, config.optim.lora),
+                     _train_memory(shape, 8, longest, config.optim.lora)))
 
 
 _READERS = {"eval": _eval, "synth": _synth, "sft": _sft, "rl": _rl}

@@ -7,7 +7,7 @@ replica decodes as many sequences at once as its KV cache holds (at most ``max_r
 sequence's context at its mean length; prefill is priced without prefix caching. Training is
 priced at a stated model FLOPs utilisation (6 FLOPs per parameter per token for a forward and
 backward pass, 2 for each extra forward: RL's log-probabilities of the old and reference
-policies). Memory counts weights, gradients, optimizer state, activations and logits.
+policies). A trainer's memory is :mod:`agentmath.sim.train_memory`'s.
 
 These are estimates from first principles with the assumptions stated beside each constant, not
 measurements: they ignore the tail of the longest episodes (a synchronous batch waits for it;
@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Literal
 
 from agentmath.sim.costs import ServerCostModel
 from agentmath.sim.hardware import (
@@ -34,22 +33,12 @@ from agentmath.sim.hardware import (
 )
 
 __all__ = ["MFU", "GenerationShape", "TrainingShape", "generation_seconds", "gib",
-           "inference_memory_bytes", "replicas", "training_memory_bytes", "training_seconds"]
+           "inference_memory_bytes", "replicas", "training_seconds"]
 
 #: Model FLOPs utilisation assumed for training (forward + backward, bf16, FSDP on one node):
 #: 35%, a common figure for dense decoders of a few billion parameters at long sequence length.
 #: An assumption, not measured here.
 MFU = 0.35
-#: Bytes per parameter of each training precision: weights + gradients + Adam's two moments
-#: (+ an fp32 master copy). ``fp32``: all fp32 (4 + 4 + 8); ``autocast``: the same, bf16
-#: compute; ``bf16``: bf16 weights and gradients with fp32 Adam moments and fp32 master weights
-#: (2 + 2 + 8 + 4), the mixed precision of FSDP; LoRA trains only the adapter (its state is
-#: negligible) beside frozen bf16 weights.
-BYTES_PER_PARAM: dict[str, float] = {"fp32": 16.0, "autocast": 16.0, "bf16": 16.0, "lora": 2.0}
-#: Saved activations per token per layer under activation checkpointing: one bf16 hidden state
-#: (the layer's input); without it, ~34 hidden-sized bf16 values (Korthikanti et al., 2022,
-#: attention scores excluded: flash attention does not keep them).
-CHECKPOINTED_VALUES, FULL_VALUES = 1, 34
 
 
 @dataclass(frozen=True, slots=True)
@@ -118,24 +107,6 @@ def training_seconds(work: TrainingShape, model: ModelShape, gpus: int,
     extra forwards (2 each) at ``mfu`` of the cards' dense bf16 rate."""
     flops = (6 + 2 * work.extra_forwards) * model.active_params * work.tokens
     return flops / (mfu * gpu.dense_bf16_flops * gpus)
-
-
-def training_memory_bytes(model: ModelShape, work: TrainingShape, gpus: int, *,
-                          precision: Literal["fp32", "autocast", "bf16", "lora"] = "bf16",
-                          sharded: bool = True, checkpointing: bool = True,
-                          vocab: int = 151_936) -> float:
-    """Peak bytes per GPU of training: the state (``BYTES_PER_PARAM``, divided over ``gpus``
-    when ``sharded``; LoRA's frozen weights are sharded alike), one micro-batch's activations
-    (checkpointed or not) and its fp32 logits (``vocab`` x length x 4 bytes, the largest single
-    tensor at long lengths)."""
-    state = BYTES_PER_PARAM[precision] * model.params / (gpus if sharded else 1)
-    tokens = work.max_length * work.micro_batch
-    # checkpointed: every layer's input kept, one layer's full activations at a time
-    values = (CHECKPOINTED_VALUES * model.layers + FULL_VALUES if checkpointing
-              else FULL_VALUES * model.layers)
-    activations = tokens * model.hidden * 2 * values
-    logits = tokens * vocab * 4
-    return state + activations + logits
 
 
 def gib(value: float) -> str:

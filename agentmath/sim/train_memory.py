@@ -29,7 +29,8 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
-__all__ = ["QWEN3_4B", "RankMemory", "TrainShape", "fsdp_rank_memory"]
+__all__ = ["QWEN3_1_7B", "QWEN3_4B", "QWEN3_8B", "QWEN3_30B_A3B", "RankMemory", "TrainShape",
+           "fsdp_rank_memory"]
 
 GIB = 1 << 30
 
@@ -62,6 +63,22 @@ class TrainShape:
 #: tied embeddings).
 QWEN3_4B = TrainShape("Qwen3-4B", 4.02e9, 151_936 * 2560, 36, 2560, 9728, 32 * 128, 8 * 128,
                       151_936)
+
+
+#: Qwen3-1.7B (model card: 1.7B parameters; config: 28 layers, hidden 2048, intermediate
+#: 6144, 16 query / 8 key-value heads of dim 128, tied embeddings).
+QWEN3_1_7B = TrainShape("Qwen3-1.7B", 1.7e9, 151_936 * 2048, 28, 2048, 6144, 16 * 128,
+                        8 * 128, 151_936)
+#: Qwen3-8B (model card: 8.2B parameters; config: 36 layers, hidden 4096, intermediate 12288,
+#: 32 query / 8 key-value heads of dim 128, untied embeddings: two 151,936 x 4,096 matrices).
+QWEN3_8B = TrainShape("Qwen3-8B", 8.19e9, 2 * 151_936 * 4096, 36, 4096, 12288, 32 * 128,
+                      8 * 128, 151_936)
+#: Qwen3-30B-A3B (model card: 30.5B parameters, 3.3B active; config: 48 layers, hidden 2048,
+#: 128 experts of intermediate 768 of which 8 per token, 32 query / 4 key-value heads of dim
+#: 128, untied embeddings). ``intermediate`` is the active experts' (8 x 768): what one
+#: token's activations hold; the weights counted are every expert's.
+QWEN3_30B_A3B = TrainShape("Qwen3-30B-A3B", 30.5e9, 2 * 151_936 * 2048, 48, 2048, 8 * 768,
+                           32 * 128, 4 * 128, 151_936)
 
 
 @dataclass(frozen=True, slots=True)

@@ -6,15 +6,13 @@ from __future__ import annotations
 import pytest
 
 from agentmath.sim.estimate import (
-    BYTES_PER_PARAM,
     GenerationShape,
     TrainingShape,
     generation_seconds,
     replicas,
-    training_memory_bytes,
     training_seconds,
 )
-from agentmath.sim.hardware import GIB, H100_SXM, QWEN3_4B, QWEN3_8B, QWEN3_30B_A3B
+from agentmath.sim.hardware import H100_SXM, QWEN3_4B, QWEN3_8B, QWEN3_30B_A3B
 
 WORK = GenerationShape(episodes=4096, model_tokens=4000, prompt_tokens=1000)
 
@@ -43,22 +41,3 @@ def test_training_seconds_is_six_flops_per_active_parameter_per_token() -> None:
     rl = TrainingShape(tokens=1e9, max_length=8192, extra_forwards=2)
     assert training_seconds(rl, QWEN3_4B, 8) == pytest.approx(
         training_seconds(work, QWEN3_4B, 8) * 10 / 6)
-
-
-def test_sharding_divides_the_training_state_over_the_gpus() -> None:
-    work = TrainingShape(tokens=1e9, max_length=32768)
-    whole = training_memory_bytes(QWEN3_4B, work, 8, sharded=False)
-    sharded = training_memory_bytes(QWEN3_4B, work, 8)
-    state = BYTES_PER_PARAM["bf16"] * QWEN3_4B.params
-    assert whole - sharded == pytest.approx(state * 7 / 8)
-    # a 4B model's full training state (64 GB) does not fit beside a 32k-token sequence's
-    # activations and logits on one 80 GB card; sharded over 8 it leaves room
-    assert whole > H100_SXM.memory_bytes > 1.5 * sharded
-
-
-def test_checkpointing_and_length_move_the_activations() -> None:
-    short, long = TrainingShape(1e9, 4096), TrainingShape(1e9, 32768)
-    assert (training_memory_bytes(QWEN3_8B, long, 8) - training_memory_bytes(QWEN3_8B, short, 8)
-            > 10 * GIB)
-    assert (training_memory_bytes(QWEN3_8B, long, 8, checkpointing=False)
-            > training_memory_bytes(QWEN3_8B, long, 8) + 100 * GIB)
