@@ -2,7 +2,7 @@
 # The checks that need a CUDA GPU, in priority order, within one time budget:
 #   1. pytest -m gpu (tests/integration/test_cuda.py), the generator's tests, the precision
 #      tests and the sharded (FSDP) SFT trainer in bf16 on the GPU, in one process (a cuda
-#      bf16 run followed by cpu and fp32 ones);
+#      bf16 run followed by cpu and fp32 ones); then the SFT recipes' tiny runs on cuda (bf16);
 #   2. the whole demo on the GPU (fp32: bf16 weakens its start): benchmarks/demo_seeds.py over
 #      seeds 0-2 at once where the machine shows >= 6 CPUs, else `agentmath demo` for seed 0;
 #   3. benchmarks/generator.py --device cuda: the continuous generator beside model.generate;
@@ -37,6 +37,10 @@ step() {  # step NAME MAX_SECONDS COMMAND...: run with min(MAX, what is left), l
 step pytest_gpu 200 "$py" -m pytest -q -p no:cacheprovider tests/integration/test_cuda.py \
     tests/integration/test_hf_continuous.py tests/integration/test_rl_precision.py \
     tests/integration/test_sft_fsdp.py::test_sharded_bf16_sft_on_one_gpu
+# the SFT recipes' tiny runs (configs/sft: full, LoRA, Qwen3-MoE LoRA) on cuda in their bf16;
+# the eval, synth and RL recipes need a vLLM server, which the lent machines do not have
+step recipes_cuda 90 env AGENTMATH_RECIPE_DEVICE=cuda "$py" -m pytest -q -p no:cacheprovider \
+    tests/integration/test_recipes_eval.py -k sft_recipe
 if (( $(nproc) >= 6 )); then  # each seed its own demo process (two threads each), one GPU
     step demo_cuda 300 bash -c "'$py' benchmarks/demo_seeds.py --seeds 0 1 2 --device cuda \
         --parallel 3 --out /tmp/demo-seeds --json > '$out/demo_seeds.json'"

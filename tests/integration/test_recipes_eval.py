@@ -125,6 +125,9 @@ def _sft_data(path: Path, n: int = 6) -> Path:
     return path
 
 
+#: Where the SFT recipes train: the CPU, or ``AGENTMATH_RECIPE_DEVICE`` (scripts/gpu_check.sh
+#: runs them with ``cuda``, in the recipes' own precision: bf16).
+RECIPE_DEVICE = os.environ.get("AGENTMATH_RECIPE_DEVICE", "cpu")
 #: The sizes a CPU trains: 2 steps of 2 short examples, no intermediate checkpoint.
 SFT_SIZES = ("max_steps=2", "batch_size=2", "grad_accum=1", "max_length=256",
              "checkpoint_every=0", "group_by_length=0")
@@ -151,7 +154,7 @@ def test_sft_recipe(recipe: str, family: str, paths_in: str, tmp_path: Path) -> 
              else ["--data", str(data), "--model", str(model)])
     out = tmp_path / "run"
     result = _invoke(["sft", "--config", str(ROOT / recipe), "--out", str(out), "--json",
-                      *paths, *_sets(*SFT_SIZES, "device=cpu")])
+                      *paths, *_sets(*SFT_SIZES, f"device={RECIPE_DEVICE}")])
     assert result["steps"] == 2 and result["examples"]["kept"] == 6
     assert result["final_loss"] is not None and math.isfinite(result["final_loss"])
     final = Path(result["final_dir"])
