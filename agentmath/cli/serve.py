@@ -13,9 +13,10 @@ import typer
 from agentmath.cli._common import SET_OPTION, build_config, config_option, usage_error
 from agentmath.cli._options import GENERATED, config_options
 
-SERVE_FIELDS = ("served_name", "host", "port", "tensor_parallel_size", "max_model_len",
-                "dtype", "gpu_memory_utilization", "tool_call_parser", "reasoning_parser",
-                "enable_prefix_caching", "rl", "lora_rank")
+SERVE_FIELDS = ("served_name", "host", "port", "engine.tensor_parallel_size",
+                "engine.max_model_len", "engine.dtype", "engine.gpu_memory_utilization",
+                "engine.max_num_seqs", "engine.enable_prefix_caching", "tool_call_parser",
+                "reasoning_parser", "rl", "lora_rank")
 
 CONFIG_OPTION = config_option("ServeConfig")
 

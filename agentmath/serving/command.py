@@ -13,13 +13,12 @@ from __future__ import annotations
 
 import shlex
 from collections.abc import Mapping, Sequence
-from typing import Literal
 
 from pydantic import Field
 
-from agentmath.config import StrictModel
+from agentmath.config import StrictModel, VLLMEngineConfig
 
-__all__ = ["ServeConfig", "shell_line", "vllm_serve_command"]
+__all__ = ["ServeConfig", "engine_flags", "shell_line", "vllm_serve_command"]
 
 
 class ServeConfig(StrictModel):
@@ -30,22 +29,14 @@ class ServeConfig(StrictModel):
         "Name clients ask for (--model of eval, solve and rl); default: the model's path."))
     host: str = Field("127.0.0.1", description="Address to listen on (0.0.0.0: every one).")
     port: int = Field(8000, ge=1, le=65535, description="Port to listen on.")
-    tensor_parallel_size: int = Field(1, ge=1, le=64, description=(
-        "GPUs one replica spans (vLLM's --tensor-parallel-size)."))
-    max_model_len: int | None = Field(None, ge=16, le=1_048_576, description=(
-        "Longest context in tokens; set it at least to the run's max_total_tokens "
-        "(default: the model's own limit)."))
-    dtype: Literal["auto", "bfloat16", "float16", "float32"] = Field("auto", description=(
-        "Weights' dtype (auto: the checkpoint's)."))
-    gpu_memory_utilization: float | None = Field(None, gt=0, le=1, description=(
-        "Share of each GPU vLLM takes for weights and KV cache (vLLM's default: 0.9)."))
+    engine: VLLMEngineConfig = Field(default_factory=VLLMEngineConfig, description=(
+        "vLLM's engine settings (the offline backend's, agentmath.config.VLLMEngineConfig): "
+        "each one that differs from its default becomes its vllm serve flag."))
     tool_call_parser: str | None = Field("hermes", description=(
         "vLLM's parser of native tool calls (hermes: Qwen's <tool_call> tags); none: off."))
     reasoning_parser: str | None = Field(None, description=(
         "vLLM's parser of thinking blocks (qwen3 for Qwen3 thinking models); keeps reasoning "
         "out of the reply's content."))
-    enable_prefix_caching: bool = Field(True, description=(
-        "Keep the KV of shared prefixes (a group's prompt, an episode's earlier turns)."))
     rl: bool = Field(False, description=(
         "Add what an RL run's weight pushes need: dev mode and agentmath's worker extension."))
     lora_rank: int | None = Field(None, ge=1, le=512, description=(
@@ -60,21 +51,28 @@ def vllm_serve_command(config: ServeConfig, *, vllm_bin: str = "vllm",
             "--served-model-name", config.served_name or config.model,
             "--generation-config", "vllm",  # the request's sampling, not the checkpoint's
             "--enable-prompt-tokens-details"]
-    if config.tensor_parallel_size > 1:
-        argv += ["--tensor-parallel-size", str(config.tensor_parallel_size)]
-    if config.max_model_len is not None:
-        argv += ["--max-model-len", str(config.max_model_len)]
-    if config.dtype != "auto":
-        argv += ["--dtype", config.dtype]
-    if config.gpu_memory_utilization is not None:
-        argv += ["--gpu-memory-utilization", str(config.gpu_memory_utilization)]
+    argv += engine_flags(config.engine)
     if config.tool_call_parser and config.tool_call_parser != "none":
         argv += ["--enable-auto-tool-choice", "--tool-call-parser", config.tool_call_parser]
     if config.reasoning_parser:
         argv += ["--reasoning-parser", config.reasoning_parser]
-    if not config.enable_prefix_caching:
-        argv += ["--no-enable-prefix-caching"]
     return [*argv, *extra_args]
+
+
+def engine_flags(engine: VLLMEngineConfig) -> list[str]:
+    """``vllm serve``'s flags for the engine settings that differ from their defaults (vLLM's
+    server takes every engine argument as ``--name-in-kebab-case``; a boolean as the flag or
+    its ``--no-`` form)."""
+    flags: list[str] = []
+    for name, value in engine.model_dump(exclude_defaults=True).items():
+        if value is None:
+            continue
+        flag = "--" + name.replace("_", "-")
+        if isinstance(value, bool):
+            flags.append(flag if value else "--no-" + flag[2:])
+        else:
+            flags += [flag, str(value)]
+    return flags
 
 
 def shell_line(argv: Sequence[str], env: Mapping[str, str]) -> str:

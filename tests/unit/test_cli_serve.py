@@ -8,8 +8,9 @@ import shlex
 from typer.testing import CliRunner
 
 from agentmath.cli.main import app
+from agentmath.config import VLLMEngineConfig
 from agentmath.rl.vllm_ext import EXTENSION_CLS
-from agentmath.serving.command import ServeConfig, vllm_serve_command
+from agentmath.serving.command import ServeConfig, engine_flags, vllm_serve_command
 
 
 def _printed(*args: str) -> tuple[dict[str, str], list[str]]:
@@ -57,5 +58,15 @@ def test_bad_combinations_and_a_missing_vllm_are_clear_errors() -> None:
 
 def test_no_tool_parser_and_no_prefix_cache_when_asked() -> None:
     argv = vllm_serve_command(ServeConfig(model="m", tool_call_parser="none",
-                                          enable_prefix_caching=False))
+                                          engine=VLLMEngineConfig(enable_prefix_caching=False)))
     assert "--tool-call-parser" not in argv and "--no-enable-prefix-caching" in argv
+
+
+def test_engine_settings_become_flags_only_when_set() -> None:
+    # one settings class for vLLM's engine, offline (--backend vllm) or served
+    engine = VLLMEngineConfig(tensor_parallel_size=4, dtype="bfloat16", enforce_eager=True,
+                              kv_cache_dtype="fp8", gpu_memory_utilization=0.85)
+    assert engine_flags(engine) == [
+        "--tensor-parallel-size", "4", "--dtype", "bfloat16", "--gpu-memory-utilization",
+        "0.85", "--enforce-eager", "--kv-cache-dtype", "fp8"]
+    assert engine_flags(VLLMEngineConfig()) == []
