@@ -62,8 +62,12 @@ def test_the_measured_tool_overhead_slows_every_row_and_is_not_what_is_missing()
     del bare["calibration"]["tool_overhead_by_row"]
     with_it, without = replay(real)["rows"], replay(bare)["rows"]
     for a, b in zip(with_it, without, strict=True):
-        assert a["sim_makespan_s"] > b["sim_makespan_s"]
         assert b["tool_overhead_s"] == 0.0
+        # Under partial rollout the staleness bound (held-back groups and finished samples
+        # checked too) regenerates what timing makes stale, so slower tools need not mean a
+        # longer run: the strict comparison holds for the rows without it.
+        if a["name"] != "+partial":
+            assert a["sim_makespan_s"] > b["sim_makespan_s"]
     assert all(r["sim_vs_real"] < 0.75 for r in with_it + without)
 
 
@@ -84,14 +88,15 @@ def test_each_row_without_barriers_takes_its_own_measured_share_of_a_call() -> N
 
 def test_the_replay_of_a_run_with_measured_contention() -> None:
     """A run whose calibration measured how much the front end slows the steps (0.67 then)
-    replays with it, slower than without it, and still too fast: 0.67, 0.57, 0.71 (0.67 for
-    the partial row before it replayed the real engine's settings), as docs/benchmarks.md
-    records."""
+    replays with it, slower than without it, and still too fast: 0.67, 0.57, 0.82 (0.71 before
+    the staleness bound checked held-back groups and finished samples too, which regenerates
+    more of the partial row's work; 0.67 before it replayed the real engine's settings), as
+    docs/benchmarks.md records."""
     real = json.loads(CONTENTION_TRACE.read_text())
     assert real["calibration"]["contention"] > 0
     check = replay(real)
     assert check["cost_model"]["contention"] == real["calibration"]["contention"]
-    assert [r["sim_vs_real"] for r in check["rows"]] == pytest.approx([0.67, 0.57, 0.71],
+    assert [r["sim_vs_real"] for r in check["rows"]] == pytest.approx([0.67, 0.57, 0.82],
                                                                       abs=0.02)
     bare = copy.deepcopy(real)
     del bare["calibration"]["contention"]  # as in runs before it was measured
