@@ -35,7 +35,6 @@ import argparse
 import json
 import os
 import re
-import shutil
 import sys
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -44,6 +43,16 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _common import print_table  # noqa: E402
+from _demo_grpo import (  # noqa: E402
+    accuracy,
+    demo_settings,
+    keep,
+    kept,
+    one_torch_thread,
+    start_accuracy,
+    start_model,
+    train_and_validate,
+)
 
 CORRECTIONS = ("none", "token_tis", "sequence_mask")
 SERVED = "demo"
@@ -83,48 +92,6 @@ class RunResult:
     validation_accuracy: float | None
     seconds: float
     extra: dict[str, Any] = field(default_factory=dict)
-
-
-def demo_settings(quick: bool) -> Any:
-    """The demo's config (``--quick``: tiny sizes for a smoke run)."""
-    from agentmath.recipes.demo_config import DemoConfig
-
-    if not quick:
-        return DemoConfig()
-    return DemoConfig(train_problems=40, test_problems=10, validation_problems=8, steps=30,
-                      copy_steps=0, rl_steps=2, rl_prompts=2, rl_group_size=2,
-                      sandbox_preload=("math",))
-
-
-def start_model(demo: Any, out: Path, model: Path | None) -> tuple[Path, Path, Path]:
-    """(model dir, training problems, validation problems): ``model`` or the demo's tool
-    model grown and cached under ``out/models``; the problems are the demo's splits."""
-    from agentmath.jsonl import write_jsonl
-    from agentmath.recipes.demo_config import FORMAT, TOOL_SYSTEM
-    from agentmath.recipes.demo_data import split_problems
-    from agentmath.recipes.tool_model import ToolModelConfig, cached_tool_model
-    from agentmath.tasks.synthetic import make_problems, to_task_rows
-
-    train, validation, _ = split_problems(demo)
-    grown, _ = make_problems(demo.seed, demo.train_problems, demo.test_problems,
-                             demo.max_digits)
-    if [t.problem for t in grown] != [t.problem for t in train]:
-        raise RuntimeError("the tool model's training problems are not the demo's")
-    out.mkdir(parents=True, exist_ok=True)
-    write_jsonl(to_task_rows(train), out / "train.jsonl")
-    write_jsonl(to_task_rows(validation), out / "validation.jsonl")
-    if model is not None:
-        return model, out / "train.jsonl", out / "validation.jsonl"
-    cfg = ToolModelConfig(seed=demo.seed, train_problems=demo.train_problems,
-                          test_problems=demo.test_problems, max_digits=demo.max_digits,
-                          formats=[FORMAT], system_prompts={FORMAT: TOOL_SYSTEM},
-                          model_size=demo.model_size, steps=demo.steps,
-                          copy_steps=demo.copy_steps, batch_size=demo.batch_size,
-                          learning_rate=demo.learning_rate, max_length=demo.max_length,
-                          vocab_size=demo.vocab_size, text_share=demo.text_share)
-    root = cached_tool_model(cfg, out / "models",
-                             stage=lambda m: print(m, file=sys.stderr, flush=True))
-    return root / "final", out / "train.jsonl", out / "validation.jsonl"
 
 
 class VLLMSampler:
@@ -175,15 +142,9 @@ def run_one(run: Run, demo: Any, model: Path, train: Path, validation: Path, out
             sampler: VLLMSampler) -> RunResult:
     """``run``'s GRPO (the demo's settings, ``run``'s sampler, correction and seed), its step
     log read back, then its final model's greedy validation accuracy."""
-    import time
-
-    from agentmath.recipes.demo_config import TOOL_SYSTEM
-    from agentmath.recipes.demo_jobs import EvalJob, EvalRun, eval_job, rl_config
+    from agentmath.recipes.demo_jobs import rl_config
     from agentmath.rl.config import GeneratorConfig
-    from agentmath.rl.records import read_steps
-    from agentmath.rl.trainer import train_rl
 
-    started = time.monotonic()
     cfg = rl_config(demo, str(model), train, masked=True)
     generator = cfg.generator
     if run.sampler == "vllm":
@@ -192,45 +153,17 @@ def run_one(run: Run, demo: Any, model: Path, train: Path, validation: Path, out
     cfg = cfg.model_copy(update={
         "seed": run.seed, "steps": run.steps, "generator": generator,
         "loss": cfg.loss.model_copy(update={"is_correction": run.correction})})
-    run_dir = out / "runs" / run.name
-    print(f"{run.name}: GRPO", file=sys.stderr, flush=True)
-    result = train_rl(cfg, run_dir, resume=False, progress=False)
-    steps = read_steps(result.metrics)
-    accuracy = None
-    if run.evaluate and result.final_dir:
-        print(f"{run.name}: validation", file=sys.stderr, flush=True)
-        accuracy = _accuracy(eval_job(EvalJob(demo, result.final_dir, TOOL_SYSTEM, (
-            EvalRun(str(validation), str(out / "eval" / run.name)),)))[0])
-    if result.final_dir:  # the model is not kept (only what was measured on it)
-        shutil.rmtree(run_dir / "weights", ignore_errors=True)
+    done = train_and_validate(cfg, run.name, demo, validation, out, run.evaluate)
+    steps = done.steps
     return RunResult(
         name=run.name, sampler=run.sampler, correction=run.correction, seed=run.seed,
         reward=[s.reward_mean for s in steps], mismatch_kl=[s.mismatch_kl for s in steps],
         mismatch_max=[s.mismatch_max for s in steps],
         mismatch_masked=[s.mismatch_masked for s in steps],
-        groups_trained=[s.groups_trained for s in steps], validation_accuracy=accuracy,
-        seconds=round(time.monotonic() - started, 1),
+        groups_trained=[s.groups_trained for s in steps],
+        validation_accuracy=None if done.validation is None else accuracy(done.validation),
+        seconds=done.seconds,
         extra={"vllm_dtype": sampler.dtype} if run.sampler == "vllm" else {})
-
-
-def _accuracy(metrics: Any) -> float:
-    return float(metrics.avg.value) if metrics.avg is not None else 0.0
-
-
-def start_accuracy(demo: Any, model: Path, validation: Path, out: Path) -> float:
-    """The start model's greedy accuracy on the validation problems (cached)."""
-    from agentmath.recipes.demo_config import TOOL_SYSTEM
-    from agentmath.recipes.demo_jobs import EvalJob, EvalRun, eval_job
-
-    cached = out / "results" / "start.json"
-    if cached.exists():
-        return float(json.loads(cached.read_text())["validation_accuracy"])
-    print("start model: validation", file=sys.stderr, flush=True)
-    accuracy = _accuracy(eval_job(EvalJob(demo, str(model), TOOL_SYSTEM, (
-        EvalRun(str(validation), str(out / "eval" / "start")),)))[0])
-    cached.parent.mkdir(parents=True, exist_ok=True)
-    cached.write_text(json.dumps({"validation_accuracy": accuracy}) + "\n")
-    return accuracy
 
 
 def plan(args: argparse.Namespace, demo: Any) -> list[Run]:
@@ -273,22 +206,19 @@ def main() -> None:
     if args.quick:
         args.ablation_steps, args.mismatch_steps = args.ablation_steps or 2, 2
 
-    import torch
-
-    torch.set_num_threads(1)  # one core per stage, as the demo runs (a shared 2-vCPU host)
+    one_torch_thread()
     demo = demo_settings(args.quick)
     model, train, validation = start_model(demo, args.out, args.model)
     sampler = VLLMSampler(model, args.out, args.vllm_dtype)
     results: list[RunResult] = []
     try:
         for run in plan(args, demo):
-            kept = args.out / "results" / f"{run.name}.json"
-            if kept.exists() and not args.fresh:
-                results.append(RunResult(**json.loads(kept.read_text())))
+            previous = kept(args.out, run.name, args.fresh)
+            if previous is not None:
+                results.append(RunResult(**previous))
                 continue
             result = run_one(run, demo, model, train, validation, args.out, sampler)
-            kept.parent.mkdir(parents=True, exist_ok=True)
-            kept.write_text(json.dumps(asdict(result), indent=1) + "\n")
+            keep(args.out, run.name, asdict(result))
             results.append(result)
     finally:
         sampler.close()

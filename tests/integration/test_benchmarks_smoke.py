@@ -112,3 +112,33 @@ def test_mismatch_benchmark_json(tiny_model_dir: Path, tmp_path: Path) -> None:
     assert row["correction"] == "token_tis" and len(row["reward"]) == 2
     assert 0 <= row["validation_accuracy"] <= 1
     assert [c["correction"] for c in out["by_correction"]] == ["token_tis"]
+
+
+def test_faults_benchmark_json(tiny_model_dir: Path, tmp_path: Path) -> None:
+    """benchmarks/faults.py --quick --json: the three rows (no faults, killed and excluded,
+    killed and trained on) on one seed with the in-process generator (the test model stands
+    in for the demo's), each run's exclusions and killed samples counted and its validation
+    accuracy with an interval; the fault-free run has nothing to exclude and the excluding one
+    trains on no killed sample."""
+    import json
+
+    env = {"PATH": "/usr/bin:/bin", "OMP_NUM_THREADS": "1"}
+    env.update({k: os.environ[k] for k in ("HOME", "AGENTMATH_TEST_CACHE") if k in os.environ})
+    proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "faults.py"), "--quick",
+                           "--json", "--model", str(tiny_model_dir), "--out", str(tmp_path),
+                           "--seeds", "0", "--rate", "0.5"],
+                          capture_output=True, text=True, timeout=900, cwd=str(ROOT), env=env)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = json.loads(proc.stdout)
+    assert [(r["row"], r["rate"], r["exclude"]) for r in out["runs"]] == [
+        ("none", 0.0, True), ("excluded", 0.5, True), ("included", 0.5, False)]
+    none, excluded, included = out["runs"]
+    assert none["infra_excluded"] == none["killed"] == 0
+    assert excluded["killed_trained"] == 0 and included["infra_excluded"] == 0
+    assert excluded["infra_excluded"] <= excluded["killed"]
+    for r in out["runs"]:
+        assert len(r["reward"]) == 2 and 0 <= r["validation_accuracy"] <= 1
+        lo, hi = r["validation_ci95"]
+        assert lo <= r["validation_accuracy"] <= hi
+    assert [r["row"] for r in out["rows"]] == ["none", "excluded", "included"]
+    assert out["checks"]["none_has_no_exclusions"] is True
