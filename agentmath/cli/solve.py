@@ -61,6 +61,7 @@ def solve(
     from agentmath.backends import BackendSettings, build_backend
     from agentmath.backends.base import SamplingParams
     from agentmath.backends.preflight import check_backend
+    from agentmath.backends.registry import check_backend as known_backend
     from agentmath.config import SolveConfig
     from agentmath.errors import AgentMathError
     from agentmath.formats import get_format
@@ -74,6 +75,11 @@ def solve(
                     "first, or pass --model")
     engine_settings = BackendSettings(model, config.base_url, device=config.device,
                                       vllm=config.vllm)
+    try:  # a usage error (exit 2) is said before the startup checks (exit 1)
+        known_backend(config.backend)
+        tool_format = get_format(config.format)
+    except (AgentMathError, ValueError) as exc:
+        usage_error(str(exc))
     checked(check_backend, config.backend, engine_settings)
     loop_cfg = config.loop
     system_prompt = loop_cfg.system_prompt
@@ -85,7 +91,6 @@ def solve(
         system_prompt = TOOL_SYSTEM  # a demo model saved before models kept their prompt
     loop_cfg = loop_cfg.model_copy(update={"system_prompt": system_prompt})
     try:
-        tool_format = get_format(config.format)
         engine = build_backend(config.backend, engine_settings)
     except (AgentMathError, ValueError) as exc:
         usage_error(str(exc))

@@ -30,13 +30,21 @@ pytestmark = [pytest.mark.integration, pytest.mark.slow]
 ROOT = Path(__file__).resolve().parents[2]
 
 
+def text_parity(task: Any, trajectory: Any) -> float:
+    """A reward with variance in every group of a random-weight model (whose episodes all run
+    to the token budget, so a length reward would give none): the parity of the text's
+    character codes, fixed by the sampled tokens, the same in every process."""
+    text = "".join(segment.text for segment in trajectory.segments)
+    return float(sum(map(ord, text)) % 2)
+
+
 def _settings(model: Path, tasks: Path, **optim: Any) -> dict[str, Any]:
     return {
         "model": str(model), "format": "code_interpreter", "data": {"dataset": str(tasks)},
         "steps": 2, "group_size": 2, "prompts_per_step": 2, "seed": 0,
         "dynamic_sampling": False, "checkpoint_every": 1, "keep_checkpoints": 0,
         "tensorboard": False, "device": "cpu",
-        "rewards": [{"name": "tests.integration.test_rl_train:brevity", "weight": 1.0}],
+        "rewards": [{"name": "tests.integration.test_rl_fsdp:text_parity", "weight": 1.0}],
         "optim": {"learning_rate": 1e-3, **optim}, "loss": {"share_prompt": 0},
         "loop": {"max_model_tokens": 24, "max_tool_calls": 1, "max_total_tokens": 512},
         "rollout": {"mode": "sync"}, "generator": {"max_batch": 8},
@@ -82,12 +90,17 @@ def test_a_sharded_learner_takes_the_steps_of_one_process(tasks: Path, tmp_path:
     mine, theirs = (read_steps(tmp_path / d / "metrics.jsonl") for d in ("sharded", "one"))
     assert [m.reward_mean for m in mine] == [m.reward_mean for m in theirs]  # same samples
     assert [m.loss_tokens for m in mine] == [m.loss_tokens for m in theirs]
-    assert [m.loss for m in mine] == pytest.approx([m.loss for m in theirs], rel=1e-5)
+    # a GRPO loss is ~0 at a step whose ratios are 1 (advantages sum to 0): absolute there
+    assert [m.loss for m in mine] == pytest.approx([m.loss for m in theirs], rel=1e-5,
+                                                    abs=1e-6)
     assert [m.grad_norm for m in mine] == pytest.approx([m.grad_norm for m in theirs], rel=1e-4)
     assert one.final_dir is not None
     final = _weights(Path(one.final_dir))
-    assert _max_diff(final, _weights(model)) > 1e-4  # the steps moved the weights
-    assert _max_diff(final, _weights(tmp_path / "sharded" / "final")) < 1e-5
+    moved = _max_diff(final, _weights(model))
+    assert moved > 1e-4  # the steps moved the weights
+    # AdamW divides each gradient by its own scale, so a reduction order's float noise on a
+    # tiny gradient shows at update size: the two runs agree to 5% of the largest move
+    assert _max_diff(final, _weights(tmp_path / "sharded" / "final")) < 0.05 * moved
 
 
 def test_a_sharded_lora_run_resumes_exactly(tasks: Path, tmp_path: Path) -> None:
