@@ -169,6 +169,13 @@ def _finish(choice: dict[str, Any], url: str) -> tuple[FinishReason, str | None]
     raise malformed(url, "choices[0].finish_reason", "must be 'stop' or 'length'", reason)
 
 
+def _is_logprob(value: Any) -> bool:
+    """Whether ``value`` is a log-probability as a reply writes one: a number (not a bool),
+    not NaN, at most ``_MAX_LOGPROB`` (0 up to rounding); -inf included."""
+    return (not isinstance(value, bool) and isinstance(value, int | float)
+            and not math.isnan(value) and value <= _MAX_LOGPROB)
+
+
 def _logprobs(choice: dict[str, Any], n_tokens: int, url: str) -> list[float]:
     """The sampled tokens' logprobs (``logprobs.token_logprobs``), one per token id.
 
@@ -187,8 +194,7 @@ def _logprobs(choice: dict[str, Any], n_tokens: int, url: str) -> list[float]:
         if value is None:
             out.append(float("-inf"))
             continue
-        if isinstance(value, bool) or not isinstance(value, int | float) or math.isnan(value) \
-                or value > _MAX_LOGPROB:
+        if not _is_logprob(value):
             raise malformed(url, f"{field}[{index}]", "must be a log-probability (a number "
                             "<= 0) or null", value)
         out.append(float(value))
@@ -250,8 +256,7 @@ def _chat_logprobs(choice: dict[str, Any], n_tokens: int, url: str) -> list[floa
     out: list[float] = []
     for index, entry in enumerate(content):
         value = expect_object(entry, url, f"{field}[{index}]").get("logprob")
-        if isinstance(value, bool) or not isinstance(value, int | float) or math.isnan(value) \
-                or value > _MAX_LOGPROB:
+        if not _is_logprob(value):
             raise malformed(url, f"{field}[{index}].logprob", "must be a log-probability (a "
                             "number <= 0)", value)
         out.append(float(value))
